@@ -1,0 +1,1 @@
+"""What runs after fork: the child loop that runs one job at a time. Never imports redis."""

@@ -1,0 +1,257 @@
+"""Every default of runtime, and the one loader for settings.
+
+Two kinds of settings live here:
+
+* `Settings`: how this process reaches Redis (URL, namespace, state directory).
+  Loaded once by `load_settings` from, in rising precedence: built-in defaults,
+  a TOML file (`RUNTIME_CONFIG`, or `runtime.toml` in the working directory),
+  environment variables, then explicit overrides (the CLI's flags).
+* `SHARED`: the deployment's settings kept in Redis (`runtime config`), read by
+  the scripts. Their defaults are rendered into the Lua library, so a default
+  is written once, here. Queue-level overrides are named `<queue>-<name>`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from runtime.errors import ConfigError
+
+DEFAULT_NAMESPACE = "runtime"
+NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def default_state_dir() -> Path:
+    """`$RUNTIME_STATE_DIR`, else `$XDG_STATE_HOME/runtime`, else `~/.local/state/runtime`."""
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "runtime"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a process reaches the deployment's Redis."""
+
+    url: str | None = None  # None: the embedded default Redis
+    namespace: str = DEFAULT_NAMESPACE
+    state_dir: Path = field(default_factory=default_state_dir)
+    sentry_dsn: str | None = None
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if not NAMESPACE_RE.match(self.namespace):
+            raise ConfigError(
+                f"namespace {self.namespace!r} must be 1-64 characters of letters, "
+                "digits, '_', '.' or '-'"
+            )
+
+
+_ENV = {
+    "url": "REDIS_URL",
+    "namespace": "RUNTIME_NAMESPACE",
+    "state_dir": "RUNTIME_STATE_DIR",
+    "sentry_dsn": "SENTRY_DSN",
+    "log_level": "RUNTIME_LOG_LEVEL",
+}
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            doc = tomllib.load(fh)
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config file {path} is not valid TOML: {err}") from err
+    section = doc.get("runtime", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: [runtime] must be a table")
+    unknown = set(section) - set(_ENV)
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown keys {sorted(unknown)}")
+    return section
+
+
+def load_settings(
+    overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> Settings:
+    """Defaults, then the TOML file, then the environment, then `overrides`."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    toml_path = env.get("RUNTIME_CONFIG")
+    if toml_path:
+        values.update(_read_toml(Path(toml_path)))
+    elif Path("runtime.toml").is_file():
+        values.update(_read_toml(Path("runtime.toml")))
+    for name, var in _ENV.items():
+        if env.get(var):
+            values[name] = env[var]
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            values[name] = value
+    if "state_dir" in values:
+        values["state_dir"] = Path(values["state_dir"]).expanduser()
+    return replace(Settings(), **values)
+
+
+# --- settings shared by the deployment, stored in Redis -------------------------
+
+
+@dataclass(frozen=True)
+class SharedSetting:
+    """One deployment-wide setting kept in Redis; `per_queue` allows `<queue>-<name>`."""
+
+    name: str
+    default: float
+    minimum: float
+    maximum: float
+    per_queue: bool
+    help: str
+
+    def parse(self, raw: str | float) -> float:
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{self.name} must be a number, got {raw!r}") from None
+        if math.isnan(value) or not self.minimum <= value <= self.maximum:
+            raise ConfigError(
+                f"{self.name} must be between {self.minimum:g} and {self.maximum:g}, got {raw!r}"
+            )
+        return value
+
+
+SHARED: dict[str, SharedSetting] = {
+    s.name: s
+    for s in (
+        SharedSetting(
+            "heartbeat",
+            60,
+            0.5,
+            86400,
+            True,
+            "lease length in seconds; masters renew every third of it",
+        ),
+        SharedSetting(
+            "jobs-history",
+            7 * 86400,
+            0,
+            10 * 365 * 86400,
+            False,
+            "seconds a completed job is kept",
+        ),
+        SharedSetting(
+            "jobs-history-count",
+            50_000,
+            0,
+            1e9,
+            False,
+            "most completed jobs kept",
+        ),
+        SharedSetting(
+            "max-data-bytes",
+            1 << 20,
+            2,
+            64 << 20,
+            False,
+            "largest job data accepted, in bytes of JSON",
+        ),
+        SharedSetting(
+            "backoff-min",
+            1,
+            0,
+            86400 * 30,
+            True,
+            "smallest retry delay in seconds (exponential backoff with jitter)",
+        ),
+        SharedSetting(
+            "backoff-max",
+            3600,
+            0,
+            86400 * 30,
+            True,
+            "largest retry delay in seconds",
+        ),
+        SharedSetting(
+            "domain-rate",
+            0,
+            0,
+            1e9,
+            False,
+            "default rate limit of a domain without its own, starts per period (0: none)",
+        ),
+        SharedSetting(
+            "domain-period",
+            1,
+            0.001,
+            86400 * 365,
+            False,
+            "period of the default domain limit, seconds",
+        ),
+        SharedSetting(
+            "domain-burst",
+            0,
+            0,
+            1e9,
+            False,
+            "extra starts the default domain limit allows at once",
+        ),
+    )
+}
+
+QUEUE_NAME_RE = re.compile(r"^[^\s{}:]{1,128}$")
+
+
+def shared_setting(name: str) -> SharedSetting:
+    """The setting `name` or `<queue>-<name>`; ConfigError if it is unknown."""
+    if name in SHARED:
+        return SHARED[name]
+    for base, setting in SHARED.items():
+        suffix = "-" + base
+        if setting.per_queue and name.endswith(suffix):
+            queue = name[: -len(suffix)]
+            if QUEUE_NAME_RE.match(queue):
+                return setting
+    known = ", ".join(sorted(SHARED))
+    raise ConfigError(f"unknown setting {name!r} (known: {known}; per queue: <queue>-heartbeat)")
+
+
+# Limits on arguments and on the work of one script call. The scripts check
+# them (they are rendered into the Lua library as LIMITS); the client checks the
+# ones a caller can get wrong before anything is sent.
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
+DEFAULT_RETRIES = 5
+LIMITS: dict[str, int] = {
+    "priority_min": PRIORITY_MIN,
+    "priority_max": PRIORITY_MAX,
+    "default_retries": DEFAULT_RETRIES,
+    "retries_max": 10_000,
+    "jid_max": 128,
+    "worker_max": 200,
+    "group_max": 256,
+    "tag_max": 128,
+    "tags_max": 64,
+    "depends_max": 100,
+    "domain_max": 255,
+    "delay_max_ms": 10 * 365 * 86400 * 1000,
+    "message_max_bytes": 64 * 1024,  # failure messages and tracebacks keep their tail
+    "history_max": 100,  # a job's history keeps its first event and the newest ones
+    "pop_max": 1000,
+    "pop_skips": 1000,  # throttled lanes one pop may set aside
+    "promote_batch": 1000,
+    "reclaim_batch": 100,
+    "release_batch": 100,
+    "prune_batch": 10,
+    "retention_batch": 100,
+    "cancel_max": 10_000,
+    "get_max": 1000,
+    "counts_max": 10_000,
+    "peek_max": 1000,
+    "unfail_max": 10_000,
+    "workers_max": 10_000,
+}

@@ -1,0 +1,1 @@
+"""The per-host master process: leases jobs, runs children, renews leases, reports."""

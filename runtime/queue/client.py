@@ -1,0 +1,330 @@
+"""Client and Queue: one typed method per script, for applications and tools.
+
+`Client()` reaches Redis at `REDIS_URL` (or the config file), else the
+embedded default server. Connection and credential failures become
+`RedisUnavailable` with the URL's password hidden. The master uses the same
+operations through `runtime.queue.aio.AsyncClient`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+
+from runtime import config
+from runtime.errors import ConfigError, RedisUnavailable
+from runtime.queue import embedded, scripts, wire
+from runtime.queue.job import Job
+from runtime.queue.keys import Keys
+from runtime.queue.wire import JobSpec
+
+
+def text(value: object) -> str:
+    """A reply value as text (replies are bytes: the connection does not decode)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def default_worker_id() -> str:
+    """`hostname-pid`: unique per running process."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def unavailable(url: str, err: Exception) -> RedisUnavailable:
+    if isinstance(err, redis.exceptions.AuthenticationError | redis.exceptions.NoPermissionError):
+        if urlsplit(url).password is None and "password=" not in url:
+            return RedisUnavailable(
+                f"Redis at {redact(url)} requires a password (or ACL user) in the URL"
+            )
+        return RedisUnavailable(f"Redis at {redact(url)} refused the credentials: {err}")
+    return RedisUnavailable(f"cannot reach Redis at {redact(url)}: {err}")
+
+
+CONNECTION_ERRORS = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.NoPermissionError,
+)
+
+
+def resolve_url(settings: config.Settings) -> str:
+    """The configured URL, else the embedded server's (started if needed)."""
+    return settings.url or embedded.ensure(settings.state_dir)
+
+
+def connect(url: str, **kwargs: Any) -> redis.Redis:
+    try:
+        return redis.Redis.from_url(url, **kwargs)
+    except ValueError as err:
+        raise ConfigError(f"bad Redis URL {redact(url)}: {err}") from err
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    renewed: tuple[str, ...]
+    lost: tuple[str, ...]
+
+
+class Client:
+    """A connection to one deployment (a namespace in one Redis)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        namespace: str | None = None,
+        settings: config.Settings | None = None,
+        **redis_kwargs: Any,
+    ) -> None:
+        if settings is None:
+            settings = config.load_settings({"url": url, "namespace": namespace})
+        self.settings = settings
+        self.url = resolve_url(settings)
+        self.keys = Keys(settings.namespace)
+        self.redis = connect(self.url, **redis_kwargs)
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str | None = None, **redis_kwargs: Any) -> Client:
+        return cls(url, namespace=namespace, **redis_kwargs)
+
+    def close(self) -> None:
+        self.redis.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _reaching(self) -> Iterator[None]:
+        try:
+            yield
+        except CONNECTION_ERRORS as err:
+            raise unavailable(self.url, err) from err
+
+    def run(self, operation: str, *args: Any) -> Any:
+        """Runs a script of lua/ with the namespace root as its key."""
+        with self._reaching():
+            return scripts.call(self.redis, operation, [self.keys.root], list(args))
+
+    def run_json(self, operation: str, *args: Any) -> Any:
+        return json.loads(self.run(operation, *args))
+
+    # --- queues and jobs --------------------------------------------------------
+
+    def queue(self, name: str) -> Queue:
+        return Queue(self, wire.check_queue(name))
+
+    def put_many(self, specs: Iterable[JobSpec]) -> list[str]:
+        """Puts many jobs in one atomic call; nothing is written if one is bad."""
+        args: list[str] = []
+        for spec in specs:
+            args += spec.to_wire()
+        if not args:
+            return []
+        jids: list[str] = self.run_json("put", *args)
+        return jids
+
+    def get_job(self, jid: str) -> Job | None:
+        return self.get_jobs([jid])[0]
+
+    def get_jobs(self, jids: list[str]) -> list[Job | None]:
+        replies = self.run_json("get", *jids) if jids else []
+        return [None if r is None else Job.from_reply(r, self) for r in replies]
+
+    def cancel(self, *jids: str) -> list[str]:
+        """Deletes the jobs; refuses (DependedOn) while others depend on one of them."""
+        cancelled: list[str] = self.run_json("cancel", *jids) if jids else []
+        return cancelled
+
+    def set_priority(self, jid: str, priority: int) -> str:
+        return str(self.run("priority", jid, wire.check_priority(priority)), "utf-8")
+
+    def queues(self) -> list[str]:
+        with self._reaching():
+            names = self.redis.zrange(self.keys.key("queues"), 0, -1)
+        return [text(n) for n in names]
+
+    def status(self, *queues: str) -> dict[str, dict[str, int | bool]]:
+        """Counts by state for the queues (all known queues when none are named)."""
+        counts: dict[str, dict[str, int | bool]] = self.run_json("counts", *queues)
+        return counts
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        workers: dict[str, dict[str, Any]] = self.run_json("workers")
+        return workers
+
+    # --- failures ---------------------------------------------------------------
+
+    def failed(self) -> dict[str, int]:
+        """Failed jobs by group: {group: count}."""
+        groups: dict[str, int] = self.run_json("failed", "", 0, 0)["groups"]
+        return groups
+
+    def failed_jobs(self, group: str, start: int = 0, count: int = 25) -> tuple[int, list[Job]]:
+        """(how many failed in `group`, a page of them, newest first)."""
+        page = self.run_json("failed", group, start, count)
+        return int(page["total"]), [Job.from_reply(r, self) for r in page["jobs"]]
+
+    def unfail(self, group: str, queue: str, count: int = 25) -> int:
+        """Moves up to `count` failed jobs of `group` back to `queue`, oldest first."""
+        return int(self.run("unfail", group, queue, count))
+
+    # --- the lease holder's side (a master, or a script popping by hand) --------
+
+    def heartbeat(
+        self, worker: str, leases: Mapping[str, str], *, strict: bool = False
+    ) -> Heartbeat:
+        """Renews leases {jid: token}; with strict, a lost one raises LeaseLost."""
+        args = [worker]
+        for jid, token in leases.items():
+            args += [jid, token]
+        reply = self.run_json("heartbeat", *args)
+        result = Heartbeat(tuple(reply["renewed"]), tuple(reply["lost"]))
+        if strict and result.lost:
+            wire.raise_lost(result.lost)
+        return result
+
+    def complete(
+        self,
+        jid: str,
+        worker: str,
+        token: str,
+        *,
+        next: str | None = None,
+        delay: float | None = None,
+        depends: Iterable[str] = (),
+    ) -> str:
+        options = wire.complete_options(next, delay, depends)
+        return wire.single(self.run_json("complete", worker, jid, token, options))
+
+    def fail(self, jid: str, worker: str, token: str, group: str, message: str) -> str:
+        args = (worker, jid, token, group, wire.cap_message(message))
+        return wire.single(self.run_json("fail", *args))
+
+    def retry(
+        self,
+        jid: str,
+        worker: str,
+        token: str,
+        group: str,
+        message: str,
+        *,
+        delay: float | None = None,
+    ) -> str:
+        args = (worker, jid, token, group, wire.cap_message(message), wire.delay_ms(delay))
+        return wire.single(self.run_json("retry", *args))
+
+    # --- settings -----------------------------------------------------------------
+
+    def config_get(self) -> dict[str, float]:
+        """Every shared setting: the defaults, overlaid with what is set in Redis."""
+        values = {name: s.default for name, s in config.SHARED.items()}
+        with self._reaching():
+            stored = self.redis.hgetall(self.keys.key("config"))
+        for name, raw in stored.items():
+            values[text(name)] = float(text(raw))
+        return values
+
+    def config_set(self, name: str, value: str | float) -> float:
+        parsed = config.shared_setting(name).parse(value)
+        with self._reaching():
+            self.redis.hset(self.keys.key("config"), name, repr(parsed))
+        return parsed
+
+    def config_unset(self, name: str) -> None:
+        config.shared_setting(name)
+        with self._reaching():
+            self.redis.hdel(self.keys.key("config"), name)
+
+    def set_domain_limit(
+        self, domain: str, rate: float, period: float = 1.0, burst: int | None = None
+    ) -> None:
+        """Limits `domain` to `rate` job starts per `period` seconds (+ `burst`)."""
+        limit = wire.domain_limit(domain, rate, period, burst)
+        with self._reaching():
+            self.redis.hset(self.keys.key("domain_limits"), domain, limit)
+
+    def clear_domain_limit(self, domain: str) -> None:
+        with self._reaching():
+            self.redis.hdel(self.keys.key("domain_limits"), domain)
+
+
+class Queue:
+    """A named queue of one deployment; created on first use."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r})"
+
+    def put(
+        self,
+        klass: str | Any,
+        data: Mapping[str, Any] | None = None,
+        *,
+        priority: int = 0,
+        delay: float = 0,
+        at: Any = None,
+        tags: Iterable[str] = (),
+        retries: int = config.DEFAULT_RETRIES,
+        depends: Iterable[str] = (),
+        domain: str | None = None,
+        unique_key: str | None = None,
+        jid: str | None = None,
+        backoff: tuple[float, float] | None = None,
+        timeout: float | None = None,
+        tracked: bool = False,
+    ) -> str:
+        """Puts one job; returns its jid."""
+        spec = JobSpec.build(
+            self.name, klass, data, priority=priority, delay=delay, at=at, tags=tags,
+            retries=retries, depends=depends, domain=domain, unique_key=unique_key,
+            jid=jid, backoff=backoff, timeout=timeout, tracked=tracked,
+        )  # fmt: skip
+        return self.client.put_many([spec])[0]
+
+    def spec(self, klass: str | Any, data: Mapping[str, Any] | None = None, **opts: Any) -> JobSpec:
+        """A job for `Client.put_many` (same options as `put`)."""
+        return JobSpec.build(self.name, klass, data, **opts)
+
+    def pop(self, count: int = 1, worker: str | None = None) -> list[Job]:
+        """Leases up to `count` jobs to `worker` (default: this process)."""
+        reply = self.client.run_json(
+            "pop", worker or default_worker_id(), wire.check_count(count), wire.seed(),
+            "ordered", self.name,
+        )  # fmt: skip
+        return [Job.from_reply(r, self.client) for r in reply["jobs"]]
+
+    def peek(self, count: int = 10) -> list[Job]:
+        return [
+            Job.from_reply(r, self.client) for r in self.client.run_json("peek", self.name, count)
+        ]
+
+    def counts(self) -> dict[str, int | bool]:
+        return self.client.status(self.name)[self.name]
+
+    def pause(self) -> None:
+        self.client.run("set_paused", self.name, "1")
+
+    def resume(self) -> None:
+        self.client.run("set_paused", self.name, "0")

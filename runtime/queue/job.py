@@ -1,0 +1,163 @@
+"""What a job looks like to Python: `Job`, its `Failure` and its `HistoryEvent`s.
+
+The scripts store a job's meta with short names (see lua/lib/job.lua); this
+module is the one place that maps them to the public names. Times are Redis
+TIME in milliseconds since the epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from runtime.errors import WrongState
+
+if TYPE_CHECKING:
+    from runtime.queue.client import Client
+
+STATES = ("scheduled", "waiting", "running", "complete", "failed", "depends", "throttled")
+
+
+def _when(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+@dataclass(frozen=True)
+class Failure:
+    group: str
+    message: str
+    at_ms: int
+    worker: str | None
+
+    @property
+    def at(self) -> datetime | None:
+        return _when(self.at_ms)
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One step of a job's timeline: put, popped, lease-lost, retried, failed,
+    completed, unfailed, priority."""
+
+    event: str
+    at_ms: int
+    worker: str | None = None
+    queue: str | None = None
+    group: str | None = None
+    delay_ms: int | None = None
+    priority: int | None = None
+
+    @classmethod
+    def from_meta(cls, ev: dict[str, Any]) -> HistoryEvent:
+        return cls(
+            event=ev["e"],
+            at_ms=int(ev["t"]),
+            worker=ev.get("w"),
+            queue=ev.get("q"),
+            group=ev.get("g"),
+            delay_ms=ev.get("dl"),
+            priority=ev.get("p"),
+        )
+
+    @property
+    def at(self) -> datetime | None:
+        return _when(self.at_ms)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as read from Redis. Jobs returned by a pop carry their lease
+    (`worker`, `token`) and can report their outcome."""
+
+    jid: str
+    klass: str
+    queue: str
+    state: str
+    data: dict[str, Any]
+    priority: int
+    tags: tuple[str, ...]
+    retries: int
+    remaining: int
+    attempt: int
+    worker: str | None
+    token: str | None
+    failure: Failure | None
+    history: tuple[HistoryEvent, ...]
+    put_at_ms: int
+    due_at_ms: int | None = None
+    domain: str | None = None
+    unique_key: str | None = None
+    timeout_s: float | None = None
+    backoff: tuple[float, float] | None = None
+    tracked: bool = False
+    depends: tuple[str, ...] = ()
+    dependents: tuple[str, ...] = ()
+    lease_expires_ms: int | None = None
+    client: Client | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any], client: Client | None = None) -> Job:
+        meta: dict[str, Any] = reply["meta"]
+        failure = meta.get("f")
+        backoff = meta.get("bo")
+        return cls(
+            jid=reply["jid"],
+            klass=meta["k"],
+            queue=meta["q"],
+            state=reply.get("state", meta["s"]),
+            data=reply["data"],
+            priority=int(meta.get("p", 0)),
+            tags=tuple(meta.get("g", ())),
+            retries=int(meta["r"]),
+            remaining=int(meta["m"]),
+            attempt=int(meta.get("a", 0)),
+            worker=meta.get("w"),
+            token=meta.get("l"),
+            failure=None
+            if failure is None
+            else Failure(failure["g"], failure["m"], int(failure["t"]), failure.get("w")),
+            history=tuple(HistoryEvent.from_meta(ev) for ev in meta["h"]),
+            put_at_ms=int(meta["t"]),
+            due_at_ms=meta.get("d"),
+            domain=meta.get("dm"),
+            unique_key=meta.get("uk"),
+            timeout_s=meta.get("to"),
+            backoff=None if backoff is None else (float(backoff[0]), float(backoff[1])),
+            tracked=bool(meta.get("tr")),
+            depends=tuple(reply.get("depends", ())),
+            dependents=tuple(reply.get("dependents", ())),
+            lease_expires_ms=reply.get("lease_expires_ms"),
+            client=client,
+        )
+
+    # --- the lease holder's reports (jobs from a pop) ---------------------------
+
+    def _holder(self) -> tuple[Client, str, str]:
+        if self.client is None or self.worker is None or self.token is None:
+            raise WrongState(f"job {self.jid} carries no lease; pop it first")
+        return self.client, self.worker, self.token
+
+    def heartbeat(self) -> None:
+        """Renews this job's lease; raises LeaseLost if it is gone."""
+        client, worker, token = self._holder()
+        client.heartbeat(worker, {self.jid: token}, strict=True)
+
+    def complete(
+        self, next: str | None = None, delay: float | None = None, depends: Iterable[str] = ()
+    ) -> str:
+        client, worker, token = self._holder()
+        return client.complete(self.jid, worker, token, next=next, delay=delay, depends=depends)
+
+    def fail(self, group: str, message: str) -> str:
+        client, worker, token = self._holder()
+        return client.fail(self.jid, worker, token, group, message)
+
+    def retry(self, group: str, message: str, delay: float | None = None) -> str:
+        client, worker, token = self._holder()
+        return client.retry(self.jid, worker, token, group, message, delay=delay)
+
+    @property
+    def put_at(self) -> datetime | None:
+        return _when(self.put_at_ms)

@@ -1,0 +1,109 @@
+"""Every Redis key of a deployment, built in one place.
+
+A key is `{namespace}:` followed by one of the templates below. The braces make
+the namespace a hash tag, so all keys of one deployment live in one Cluster slot
+and a script may touch any of them. The Lua side does not spell keys itself: the
+same templates are rendered into `lua/lib` functions by `lua_key_builders`.
+
+Key schema (the kind of each key in brackets):
+
+    jobs                     [hash]  jid -> job record: meta JSON, "\\n", data JSON
+    config                   [hash]  shared setting -> value (see runtime.config.SHARED)
+    queues                   [zset]  queue name -> first-use time (ms)
+    q:<queue>                [hash]  paused, seq (order tickets), queued, throttled
+    q:<queue>:prios          [zset]  priorities that have ready lanes (score = priority)
+    q:<queue>:ready:<prio>   [zset]  domains whose lane is ready (score = head's ticket)
+    q:<queue>:lane:<prio>:<domain> [list] jids waiting, oldest first ('' = no domain)
+    q:<queue>:throttled      [zset]  "<prio>|<domain>" lanes over their limit -> free at (us)
+    q:<queue>:scheduled      [zset]  jid -> due time (us)
+    q:<queue>:running        [zset]  jid -> lease expiry (us)
+    q:<queue>:depends        [set]   jids waiting on other jobs
+    wake:<queue>             [list]  at most one token: an idle master BLPOPs it
+    wake-worker:<worker>     [list]  a master's own wake-up (timers, control)
+    completed                [zset]  jid -> completion time (us), for retention
+    failed                   [zset]  failure group -> failed jobs in it
+    failed:<group>           [list]  jids, newest first
+    tag:<tag>                [zset]  jid -> put time (ms)
+    tracked                  [zset]  jid -> time tracking began (ms)
+    workers                  [zset]  worker id -> last seen (ms)
+    w:<worker>:jobs          [set]   jids leased by the worker
+    deps:<jid>               [set]   jids this job waits on
+    dependents:<jid>         [set]   jids waiting on this job
+    domain-limits            [hash]  domain -> {"rate":..,"period":..,"burst":..}
+    domain-tat               [zset]  domain -> theoretical arrival time (us), GCRA
+    test-clock               [string] frozen time (us); set only by tests
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+TEMPLATES: dict[str, str] = {
+    "jobs": "jobs",
+    "config": "config",
+    "queues": "queues",
+    "queue": "q:{queue}",
+    "prios": "q:{queue}:prios",
+    "ready": "q:{queue}:ready:{prio}",
+    "lane": "q:{queue}:lane:{prio}:{domain}",
+    "throttled": "q:{queue}:throttled",
+    "scheduled": "q:{queue}:scheduled",
+    "running": "q:{queue}:running",
+    "depends": "q:{queue}:depends",
+    "wake": "wake:{queue}",
+    "worker_wake": "wake-worker:{worker}",
+    "completed": "completed",
+    "failed_groups": "failed",
+    "failed": "failed:{group}",
+    "tag": "tag:{tag}",
+    "tracked": "tracked",
+    "workers": "workers",
+    "worker_jobs": "w:{worker}:jobs",
+    "deps": "deps:{jid}",
+    "dependents": "dependents:{jid}",
+    "domain_limits": "domain-limits",
+    "domain_tat": "domain-tat",
+    "test_clock": "test-clock",
+}
+
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key builder for one namespace: `Keys("runtime").key("queue", queue="emails")`."""
+
+    namespace: str
+
+    @property
+    def root(self) -> str:
+        """The hash-tagged prefix; scripts receive it as KEYS[1]."""
+        return "{" + self.namespace + "}"
+
+    def key(self, name: str, **parts: object) -> str:
+        return f"{self.root}:{TEMPLATES[name].format(**parts)}"
+
+    def queue(self, queue: str) -> str:
+        return self.key("queue", queue=queue)
+
+    def wake(self, queue: str) -> str:
+        return self.key("wake", queue=queue)
+
+    def worker_wake(self, worker: str) -> str:
+        return self.key("worker_wake", worker=worker)
+
+
+def lua_key_builders() -> str:
+    """The Lua twin of `Keys`: `K.jobs` for fixed keys, `K.lane(queue, prio, domain)`."""
+    lines = ["local K = {}"]
+    for name, template in TEMPLATES.items():
+        fields = _FIELD.findall(template)
+        split = _FIELD.split(":" + template)  # literal, field, literal, field ...
+        pieces = [f"'{p}'" if i % 2 == 0 else p for i, p in enumerate(split)]
+        body = " .. ".join(["NS", *(p for p in pieces if p != "''")])
+        if fields:
+            lines.append(f"K.{name} = function({', '.join(fields)}) return {body} end")
+        else:
+            lines.append(f"K.{name} = {body}")
+    return "\n".join(lines)

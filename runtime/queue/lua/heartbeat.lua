@@ -1,0 +1,34 @@
+-- heartbeat.lua: renews many leases of one worker in one step.
+--
+-- KEYS[1]  the namespace root
+-- ARGV     worker, jid_1, token_1, jid_2, token_2, ...
+-- Reply    {"renewed": [jid, ...], "lost": [jid, ...]}
+--          lost: no longer leased to this worker with that token (expired,
+--          reclaimed, cancelled); its job must be stopped. Renewal touches only
+--          the lease expiry, never the job record; a call that renews nothing
+--          writes nothing.
+-- Errors   BAD_ARG
+
+local worker = Check.token('worker', ARGV[1], LIMITS.worker_max)
+if #ARGV % 2 ~= 1 then
+  E.bad('heartbeat takes a worker, then pairs of jid and token')
+end
+local now_us = Clock.now_us()
+
+local renewed, lost = {}, {}
+for i = 2, #ARGV, 2 do
+  local jid, token = ARGV[i], ARGV[i + 1]
+  local meta = Job.load(jid)
+  local expiry = meta and meta.s == 'running' and meta.w == worker and meta.l == token
+      and Lease.expiry(jid, meta)
+  if expiry and expiry >= now_us then
+    Lease.renew(jid, meta, now_us)
+    renewed[#renewed + 1] = jid
+  else
+    lost[#lost + 1] = jid
+  end
+end
+if #renewed > 0 then
+  redis.call('ZADD', K.workers, Clock.ms(now_us), worker)
+end
+return '{"renewed":' .. Json.array(renewed) .. ',"lost":' .. Json.array(lost) .. '}'

@@ -1,0 +1,86 @@
+-- job.lua: the job record, its history, and its reply form.
+--
+-- A record is one field of the hash K.jobs: meta JSON, "\n", data JSON. Data is
+-- the caller's JSON text, stored and returned byte for byte, never decoded here.
+-- Meta uses short names to keep a queued job small (runtime/queue/job.py maps
+-- them to the public names):
+--
+--   k klass          q queue           s state           p priority (absent: 0)
+--   g tags           r retries         m remaining       a attempts (pops so far)
+--   t put time (ms)  o order ticket    d due time (ms)   dm domain
+--   uk unique key    w worker (holder, or last holder)   l lease token
+--   lr what the holder of lease l last did: complete | fail | retry
+--   f failure {g group, m message, t time, w worker}
+--   bo backoff [min s, max s]          to timeout (s)    tr tracked (1)
+--   h history: [{e event, t time (ms), w worker, q queue, g group, ...}]
+
+local Job = {}
+
+function Job.load(jid)
+  local raw = redis.call('HGET', K.jobs, jid)
+  if not raw then
+    return nil
+  end
+  local nl = string.find(raw, '\n', 1, true)
+  return cjson.decode(string.sub(raw, 1, nl - 1)), string.sub(raw, nl + 1)
+end
+
+function Job.must(jid)
+  local meta, data = Job.load(jid)
+  if not meta then
+    E.raise('NO_SUCH_JOB', 'no job ' .. jid)
+  end
+  return meta, data
+end
+
+function Job.save(jid, meta, data)
+  redis.call('HSET', K.jobs, jid, cjson.encode(meta) .. '\n' .. data)
+end
+
+-- Appends an event; the history keeps its first event and the newest ones.
+function Job.event(meta, now_ms, event, fields)
+  local ev = fields or {}
+  ev.e = event
+  ev.t = now_ms
+  local h = meta.h
+  h[#h + 1] = ev
+  if #h > LIMITS.history_max then
+    table.remove(h, 2)
+  end
+end
+
+-- The state a reader sees: a waiting job whose lane is over its limit is throttled.
+function Job.visible_state(meta)
+  if meta.s == 'waiting' and meta.dm then
+    local lane = (meta.p or 0) .. '|' .. meta.dm
+    if redis.call('ZSCORE', K.throttled(meta.q), lane) then
+      return 'throttled'
+    end
+  end
+  return meta.s
+end
+
+-- {"jid":..,"meta":{..},"data":{..}} plus any pre-encoded extra fields.
+function Job.reply(jid, meta, data, extra)
+  local fields = { { 'jid', cjson.encode(jid) }, { 'meta', cjson.encode(meta) }, { 'data', data } }
+  for _, f in ipairs(extra or {}) do
+    fields[#fields + 1] = f
+  end
+  return Json.object(fields)
+end
+
+-- Cuts a failure message to the cap, keeping its tail (where a traceback ends).
+function Job.cap_message(message)
+  local cap = LIMITS.message_max_bytes
+  if #message <= cap then
+    return message
+  end
+  local marker = '[... cut ' .. (#message - cap) .. ' bytes ...]\n'
+  local start = #message - cap + #marker + 1
+  -- never start inside a UTF-8 sequence (continuation bytes are 0x80-0xBF)
+  while start <= #message and string.byte(message, start) >= 128
+      and string.byte(message, start) < 192 do
+    start = start + 1
+  end
+  return marker .. string.sub(message, start)
+end

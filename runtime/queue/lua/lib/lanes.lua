@@ -1,0 +1,239 @@
+-- lanes.lua: the waiting jobs of a queue, in pop order, with rate-limited domains.
+--
+-- Waiting jobs sit in lanes: one list per (priority, domain), oldest first
+-- (domain '' is "no domain"). Every job entering a lane gets the queue's next
+-- order ticket (K.queue field seq); since due scheduled jobs are promoted before
+-- anything else enters, tickets follow eligible time, then insertion order.
+--
+-- A non-empty lane is either ready, in K.ready(queue, prio) scored by its head's
+-- ticket (the priorities that have ready lanes are in K.prios), or throttled,
+-- in K.throttled(queue) scored by when its domain frees (us). A pop takes the
+-- lowest priority, then the ready lane with the oldest head, so it costs
+-- O(log lanes) whatever the number of domains, and a throttled domain never
+-- holds back another domain's jobs.
+--
+-- Counters in K.queue(queue): queued (jobs in lanes), throttled (in throttled lanes).
+
+local Lanes = {}
+
+local function lane_id(prio, domain)
+  return prio .. '|' .. domain
+end
+
+local function split_lane_id(id)
+  local bar = string.find(id, '|', 1, true)
+  return string.sub(id, 1, bar - 1), string.sub(id, bar + 1)
+end
+
+local function head_ticket(lane)
+  local jid = redis.call('LINDEX', lane, 0)
+  if not jid then
+    return nil
+  end
+  return Job.load(jid).o
+end
+
+local function make_ready(queue, prio, domain, ticket)
+  redis.call('ZADD', K.ready(queue, prio), ticket, domain)
+  redis.call('ZADD', K.prios(queue), prio, prio)
+end
+
+local function unready(queue, prio, domain)
+  local ready = K.ready(queue, prio)
+  redis.call('ZREM', ready, domain)
+  if redis.call('ZCARD', ready) == 0 then
+    redis.call('ZREM', K.prios(queue), prio)
+  end
+end
+
+local function throttle(queue, prio, domain, free_at_us, jobs)
+  redis.call('ZADD', K.throttled(queue), int(math.ceil(free_at_us)), lane_id(prio, domain))
+  redis.call('HINCRBY', K.queue(queue), 'throttled', jobs)
+end
+
+-- Adds a job to its lane: at the tail with a new ticket, or back at the head
+-- with the ticket it had (a job whose lease expired goes before younger jobs).
+function Lanes.push(queue, jid, meta, now_us, at_head)
+  local prio, domain = meta.p or 0, meta.dm or ''
+  local lane = K.lane(queue, prio, domain)
+  local n
+  if at_head then
+    n = redis.call('LPUSH', lane, jid)
+  else
+    meta.o = redis.call('HINCRBY', K.queue(queue), 'seq', 1)
+    n = redis.call('RPUSH', lane, jid)
+  end
+  redis.call('HINCRBY', K.queue(queue), 'queued', 1)
+  if n == 1 then
+    local free_at = Domains.free_at(domain, now_us)
+    if free_at then
+      throttle(queue, prio, domain, free_at, 1)
+    else
+      make_ready(queue, prio, domain, meta.o)
+    end
+  elseif redis.call('ZSCORE', K.throttled(queue), lane_id(prio, domain)) then
+    redis.call('HINCRBY', K.queue(queue), 'throttled', 1)
+  elseif at_head then
+    redis.call('ZADD', K.ready(queue, prio), meta.o, domain)
+  end
+end
+
+-- Takes a job out of its lane (cancel, priority change). False if it was not there.
+function Lanes.remove(queue, jid, meta)
+  local prio, domain = meta.p or 0, meta.dm or ''
+  local lane = K.lane(queue, prio, domain)
+  local was_head = redis.call('LINDEX', lane, 0) == jid
+  if redis.call('LREM', lane, 1, jid) == 0 then
+    return false
+  end
+  redis.call('HINCRBY', K.queue(queue), 'queued', -1)
+  local id = lane_id(prio, domain)
+  local throttled = redis.call('ZSCORE', K.throttled(queue), id)
+  if throttled then
+    redis.call('HINCRBY', K.queue(queue), 'throttled', -1)
+  end
+  local ticket = head_ticket(lane)
+  if ticket == nil then
+    if throttled then
+      redis.call('ZREM', K.throttled(queue), id)
+    else
+      unready(queue, prio, domain)
+    end
+  elseif was_head and not throttled then
+    redis.call('ZADD', K.ready(queue, prio), ticket, domain)
+  end
+  return true
+end
+
+-- Puts a job into its lane at the place its ticket says (priority change).
+function Lanes.insert_by_ticket(queue, jid, meta, now_us)
+  local prio, domain = meta.p or 0, meta.dm or ''
+  local lane = K.lane(queue, prio, domain)
+  local lo, hi = 0, redis.call('LLEN', lane) -- find the first job with a later ticket
+  local n = hi
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if Job.load(redis.call('LINDEX', lane, mid)).o < meta.o then
+      lo = mid + 1
+    else
+      hi = mid
+    end
+  end
+  if lo == 0 then
+    Lanes.push(queue, jid, meta, now_us, true) -- a new head: push keeps the books
+    return
+  elseif lo == n then
+    redis.call('RPUSH', lane, jid)
+  else
+    redis.call('LINSERT', lane, 'BEFORE', redis.call('LINDEX', lane, lo), jid)
+  end
+  redis.call('HINCRBY', K.queue(queue), 'queued', 1)
+  if redis.call('ZSCORE', K.throttled(queue), lane_id(prio, domain)) then
+    redis.call('HINCRBY', K.queue(queue), 'throttled', 1)
+  end
+end
+
+-- Lanes whose domain has freed become ready again (at most `count` of them).
+function Lanes.release(queue, now_us, count)
+  local key = K.throttled(queue)
+  local ids = redis.call('ZRANGEBYSCORE', key, '-inf', int(now_us), 'LIMIT', 0, count)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', key, id)
+    local prio, domain = split_lane_id(id)
+    local lane = K.lane(queue, prio, domain)
+    redis.call('HINCRBY', K.queue(queue), 'throttled', -redis.call('LLEN', lane))
+    local ticket = head_ticket(lane)
+    if ticket then
+      make_ready(queue, prio, domain, ticket)
+    end
+  end
+end
+
+-- Takes up to `room` jobs in pop order; calls take(jid, meta, data) for each.
+-- A lane whose domain is out of budget moves to the throttled set on the way.
+function Lanes.pop(queue, room, now_us, take)
+  local taken, steps = 0, 0
+  local qkey = K.queue(queue)
+  while taken < room and steps < room + LIMITS.pop_skips do
+    steps = steps + 1
+    local prio = redis.call('ZRANGE', K.prios(queue), 0, 0)[1]
+    if not prio then
+      break
+    end
+    local ready = K.ready(queue, prio)
+    local best = redis.call('ZRANGE', ready, 0, 1, 'WITHSCORES')
+    if #best == 0 then
+      redis.call('ZREM', K.prios(queue), prio) -- repair: a priority without lanes
+    else
+      local domain, bound = best[1], tonumber(best[4])
+      local lane = K.lane(queue, prio, domain)
+      local from_lane = 0
+      while taken < room do
+        local jid = redis.call('LINDEX', lane, 0)
+        if not jid then
+          unready(queue, prio, domain)
+          break
+        end
+        local meta, data = Job.load(jid)
+        if from_lane > 0 and bound and meta.o > bound then
+          redis.call('ZADD', ready, meta.o, domain) -- another lane's head is older now
+          break
+        end
+        local free_at = domain ~= '' and Domains.acquire(domain, now_us)
+        if free_at then
+          unready(queue, prio, domain)
+          throttle(queue, prio, domain, free_at, redis.call('LLEN', lane))
+          break
+        end
+        redis.call('LPOP', lane)
+        redis.call('HINCRBY', qkey, 'queued', -1)
+        taken, from_lane = taken + 1, from_lane + 1
+        take(jid, meta, data)
+        if taken == room then
+          local ticket = head_ticket(lane)
+          if ticket then
+            redis.call('ZADD', ready, ticket, domain)
+          else
+            unready(queue, prio, domain)
+          end
+        end
+      end
+    end
+  end
+  return taken
+end
+
+-- Up to `count` waiting jobs in pop order, without taking them: {jid, ...}.
+-- A merge over the ready lanes of the lowest priorities, one record read per job.
+function Lanes.peek(queue, count)
+  local out = {}
+  for _, prio in ipairs(redis.call('ZRANGE', K.prios(queue), 0, count - 1)) do
+    local cursors = {}
+    for _, domain in ipairs(redis.call('ZRANGE', K.ready(queue, prio), 0, count - 1)) do
+      local lane = K.lane(queue, prio, domain)
+      local jid = redis.call('LINDEX', lane, 0)
+      cursors[#cursors + 1] = { lane = lane, index = 0, jid = jid, ticket = Job.load(jid).o }
+    end
+    while #out < count and #cursors > 0 do
+      local best = 1
+      for i = 2, #cursors do
+        if cursors[i].ticket < cursors[best].ticket then
+          best = i
+        end
+      end
+      local c = cursors[best]
+      out[#out + 1] = c.jid
+      c.index = c.index + 1
+      c.jid = redis.call('LINDEX', c.lane, c.index)
+      if c.jid then
+        c.ticket = Job.load(c.jid).o
+      else
+        table.remove(cursors, best)
+      end
+    end
+    if #out >= count then
+      break
+    end
+  end
+  return out
+end

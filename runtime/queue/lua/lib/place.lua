@@ -1,0 +1,155 @@
+-- place.lua: where a job lives for each state, and the moves between states.
+--
+--   waiting   a lane of its queue (lanes.lua)     scheduled  K.scheduled(queue)
+--   running   K.running(queue) (lease.lua)        depends    K.depends(queue)
+--   failed    K.failed(group), K.failed_groups    complete   K.completed
+--
+-- Every move into waiting first promotes the queue's due scheduled jobs, so
+-- order tickets follow eligible time.
+
+local Place = {}
+local woken, promoted = {}, {}
+
+-- Leaves one wake-up token for the queue's idle masters (one per call at most).
+function Place.wake(queue)
+  if not woken[queue] then
+    woken[queue] = true
+    local key = K.wake(queue)
+    if redis.call('LLEN', key) == 0 then
+      redis.call('RPUSH', key, '1')
+    end
+  end
+end
+
+-- Moves the queue's due scheduled jobs into their lanes, earliest due first.
+function Place.promote(queue, now_us)
+  if promoted[queue] then
+    return
+  end
+  promoted[queue] = true
+  local key = K.scheduled(queue)
+  -- due times are whole milliseconds; the score's sub-millisecond digits only order
+  local bound = '(' .. int((Clock.ms(now_us) + 1) * 1000)
+  local jids = redis.call('ZRANGEBYSCORE', key, '-inf', bound, 'LIMIT', 0, LIMITS.promote_batch)
+  if #jids == 0 then
+    return
+  end
+  redis.call('ZREM', key, unpack(jids))
+  for _, jid in ipairs(jids) do
+    local meta, data = Job.load(jid)
+    meta.s, meta.d = 'waiting', nil
+    Lanes.push(queue, jid, meta, now_us, false)
+    Job.save(jid, meta, data)
+  end
+  Place.wake(queue)
+end
+
+-- Puts a job into its queue (meta.q) and saves it: depends while it waits on
+-- other jobs, scheduled while due_ms lies ahead, else waiting.
+function Place.enqueue(jid, meta, data, due_ms, now_us)
+  local queue = meta.q
+  redis.call('ZADD', K.queues, 'NX', Clock.ms(now_us), queue)
+  if redis.call('SCARD', K.deps(jid)) > 0 then
+    meta.s, meta.d = 'depends', due_ms
+    redis.call('SADD', K.depends(queue), jid)
+  elseif due_ms and due_ms > Clock.ms(now_us) then
+    meta.s, meta.d = 'scheduled', due_ms
+    -- the sub-millisecond digits keep jobs due in the same millisecond in put order
+    local seq = redis.call('HINCRBY', K.queue(queue), 'sseq', 1)
+    redis.call('ZADD', K.scheduled(queue), int(due_ms * 1000 + seq % 1000), jid)
+  else
+    Place.promote(queue, now_us)
+    meta.s, meta.d = 'waiting', nil
+    Lanes.push(queue, jid, meta, now_us, false)
+    Place.wake(queue)
+  end
+  Job.save(jid, meta, data)
+end
+
+-- Final failure: the job joins its group's list. The caller saves the record.
+function Place.fail(jid, meta, group, message, worker, now_us)
+  local now_ms = Clock.ms(now_us)
+  meta.s = 'failed'
+  meta.f = { g = group, m = Job.cap_message(message), t = now_ms, w = worker }
+  Job.event(meta, now_ms, 'failed', { w = worker, g = group })
+  redis.call('LPUSH', K.failed(group), jid)
+  redis.call('ZINCRBY', K.failed_groups, 1, group)
+end
+
+-- Takes a job out of the structure its state keeps it in; the record stays.
+function Place.remove(jid, meta)
+  local state, queue = meta.s, meta.q
+  if state == 'waiting' then
+    Lanes.remove(queue, jid, meta)
+  elseif state == 'scheduled' then
+    redis.call('ZREM', K.scheduled(queue), jid)
+  elseif state == 'running' then
+    Lease.drop(jid, meta)
+  elseif state == 'depends' then
+    redis.call('SREM', K.depends(queue), jid)
+  elseif state == 'failed' then
+    local group = meta.f.g
+    redis.call('LREM', K.failed(group), 1, jid)
+    if redis.call('ZINCRBY', K.failed_groups, -1, group) + 0 <= 0 then
+      redis.call('ZREM', K.failed_groups, group)
+    end
+  elseif state == 'complete' then
+    redis.call('ZREM', K.completed, jid)
+  end
+end
+
+-- Removes a job and every trace of it.
+function Place.delete(jid, meta)
+  Place.remove(jid, meta)
+  for _, tag in ipairs(meta.g or {}) do
+    redis.call('ZREM', K.tag(tag), jid)
+  end
+  if meta.tr then
+    redis.call('ZREM', K.tracked, jid)
+  end
+  for _, dep in ipairs(redis.call('SMEMBERS', K.deps(jid))) do
+    redis.call('SREM', K.dependents(dep), jid)
+  end
+  redis.call('DEL', K.deps(jid), K.dependents(jid))
+  redis.call('HDEL', K.jobs, jid)
+end
+
+-- A job completed: each job waiting on it that waits on nothing else moves on, once.
+function Place.release_dependents(jid, now_us)
+  local key = K.dependents(jid)
+  for _, other in ipairs(redis.call('SMEMBERS', key)) do
+    local deps = K.deps(other)
+    redis.call('SREM', deps, jid)
+    if redis.call('SCARD', deps) == 0 then
+      local meta, data = Job.load(other)
+      if meta and meta.s == 'depends' then
+        redis.call('SREM', K.depends(meta.q), other)
+        Place.enqueue(other, meta, data, meta.d, now_us)
+      end
+    end
+  end
+  redis.call('DEL', key)
+end
+
+-- Jobs whose lease expired go back to the head of their lane, one retry spent,
+-- or fail when none is left. At most `count` per call.
+function Place.reclaim(queue, now_us, count)
+  local jids = redis.call('ZRANGEBYSCORE', K.running(queue), '-inf', int(now_us), 'LIMIT', 0, count)
+  for _, jid in ipairs(jids) do
+    local meta, data = Job.load(jid)
+    local worker = meta.w
+    Lease.drop(jid, meta)
+    Job.event(meta, Clock.ms(now_us), 'lease-lost', { w = worker })
+    if meta.m <= 0 then
+      Place.fail(jid, meta, 'runtime.LeaseExpired',
+        'lease expired: worker ' .. worker .. ' stopped renewing it, and no retries are left',
+        worker, now_us)
+    else
+      meta.m = meta.m - 1
+      meta.s = 'waiting'
+      Lanes.push(queue, jid, meta, now_us, true)
+    end
+    Job.save(jid, meta, data)
+  end
+  return #jids
+end

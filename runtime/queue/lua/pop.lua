@@ -1,0 +1,94 @@
+-- pop.lua: leases up to `count` jobs from one or more queues in one step.
+--
+-- KEYS[1]  the namespace root
+-- ARGV     worker, count, seed, order, queue_1, queue_2, ...
+--          worker  the caller's worker id ("host-pid")
+--          count   most jobs to lease, 0..pop_max
+--          seed    random text from the caller; lease tokens derive from it
+--          order   "ordered": drain queue_1, then queue_2 ...;
+--                  "round-robin": one job from each queue in turn (the caller
+--                  rotates the list between calls)
+-- Before taking, each served queue (paused ones are skipped) reclaims jobs
+-- whose lease expired, promotes due scheduled jobs and frees throttled lanes.
+-- Reply    {"jobs": [job, ...], "wake_in_ms": n}
+--          job: {"jid", "meta", "data"} with the lease in meta (w, l);
+--          wake_in_ms: when something next comes due in these queues (a
+--          scheduled job, a throttled domain, a lease expiry), -1 for never
+-- Errors   BAD_ARG
+
+local worker = Check.token('worker', ARGV[1], LIMITS.worker_max)
+local count = Check.int('count', ARGV[2], 0, LIMITS.pop_max)
+local seed = Check.token('seed', ARGV[3], 64)
+local order = ARGV[4]
+if order ~= 'ordered' and order ~= 'round-robin' then
+  E.bad('order must be "ordered" or "round-robin", got ' .. tostring(order))
+end
+local queues = {}
+for i = 5, #ARGV do
+  queues[#queues + 1] = Check.queue('queue', ARGV[i])
+end
+
+local now_us = Clock.now_us()
+local now_ms = Clock.ms(now_us)
+redis.call('ZADD', K.workers, now_ms, worker)
+
+local active = {}
+for _, queue in ipairs(queues) do
+  if redis.call('HGET', K.queue(queue), 'paused') ~= '1' then
+    Place.reclaim(queue, now_us, LIMITS.reclaim_batch)
+    Place.promote(queue, now_us)
+    Lanes.release(queue, now_us, LIMITS.release_batch)
+    active[#active + 1] = queue
+  end
+end
+Domains.prune(now_us, LIMITS.prune_batch)
+
+local out = {}
+local function take(jid, meta, data)
+  Lease.grant(jid, meta, worker, seed, now_us)
+  Job.event(meta, now_ms, 'popped', { w = worker })
+  Job.save(jid, meta, data)
+  out[#out + 1] = Job.reply(jid, meta, data)
+end
+
+if order == 'ordered' then
+  for _, queue in ipairs(active) do
+    if #out >= count then
+      break
+    end
+    Lanes.pop(queue, count - #out, now_us, take)
+  end
+else
+  local live = active
+  while #out < count and #live > 0 do
+    local still = {}
+    for _, queue in ipairs(live) do
+      if #out < count and Lanes.pop(queue, 1, now_us, take) == 1 then
+        still[#still + 1] = queue
+      end
+    end
+    live = still
+  end
+end
+
+-- Work left behind wakes another master; this one learns when to look again.
+local wake_at
+for _, queue in ipairs(active) do
+  if #out >= count and redis.call('EXISTS', K.prios(queue)) == 1 then
+    Place.wake(queue)
+  end
+  for i, key in ipairs({ K.scheduled(queue), K.throttled(queue), K.running(queue) }) do
+    local first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+    if first and i == 1 then
+      first = math.floor(first / 1000) * 1000 -- a due time is a whole millisecond
+    end
+    if first and (not wake_at or first < wake_at) then
+      wake_at = first
+    end
+  end
+end
+local wake_in_ms = -1
+if wake_at then
+  wake_in_ms = math.max(0, math.ceil((wake_at - now_us) / 1000))
+end
+return '{"jobs":[' .. table.concat(out, ',') .. '],"wake_in_ms":' .. int(wake_in_ms) .. '}'

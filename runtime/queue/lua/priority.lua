@@ -1,0 +1,23 @@
+-- priority.lua: changes a job's priority. A waiting job moves to its new
+-- priority's lane, keeping its place in eligible-time order; in other states the
+-- priority applies when the job next waits.
+--
+-- KEYS[1]  the namespace root
+-- ARGV     jid, priority
+-- Reply    the job's state
+-- Errors   NO_SUCH_JOB, BAD_ARG
+
+local jid = ARGV[1]
+local priority = Check.int('priority', ARGV[2], LIMITS.priority_min, LIMITS.priority_max)
+local meta, data = Job.must(jid)
+local now_us = Clock.now_us()
+if meta.s == 'waiting' then
+  Lanes.remove(meta.q, jid, meta)
+end
+meta.p = priority ~= 0 and priority or nil
+Job.event(meta, Clock.ms(now_us), 'priority', { p = priority })
+if meta.s == 'waiting' then
+  Lanes.insert_by_ticket(meta.q, jid, meta, now_us)
+end
+Job.save(jid, meta, data)
+return meta.s

@@ -1,0 +1,214 @@
+"""What goes over the wire to the scripts, and what comes back: encoding and
+the client-side checks, shared by the synchronous and the asyncio client.
+
+The scripts check every argument again; the checks here give Python callers a
+typed error before a round trip, with the same limits (runtime.config.LIMITS).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NoReturn
+
+from runtime import config
+from runtime.errors import LUA_ERROR_CODES, BadArgument, Error, LeaseLost
+
+LIMITS = config.LIMITS
+COMPACT = (",", ":")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=COMPACT, ensure_ascii=False, allow_nan=False)
+
+
+def check_queue(name: str) -> str:
+    if not isinstance(name, str) or not config.QUEUE_NAME_RE.match(name):
+        raise BadArgument(
+            f"queue name must be 1-128 characters without blanks, '{{', '}}' or ':', got {name!r}"
+        )
+    return name
+
+
+def check_int(what: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise BadArgument(f"{what} must be an integer in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def check_priority(priority: Any) -> int:
+    return check_int("priority", priority, LIMITS["priority_min"], LIMITS["priority_max"])
+
+
+def check_count(count: Any) -> int:
+    return check_int("count", count, 0, LIMITS["pop_max"])
+
+
+def check_seconds(what: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadArgument(f"{what} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise BadArgument(f"{what} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def delay_ms(delay: float | None) -> int:
+    """Milliseconds for the scripts; -1 (use the backoff policy) for None."""
+    if delay is None:
+        return -1
+    return round(check_seconds("delay", delay) * 1000)
+
+
+def seed() -> str:
+    """Fresh randomness for the lease tokens of one pop."""
+    return secrets.token_hex(8)
+
+
+def klass_path(klass: Any) -> str:
+    """A klass as given ("pkg.mod:func"), or the import path of a function."""
+    if isinstance(klass, str):
+        return klass
+    module, qualname = getattr(klass, "__module__", None), getattr(klass, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        raise BadArgument(f"klass must be an import path or a module-level function, got {klass!r}")
+    return f"{module}:{qualname}"
+
+
+def encode_data(data: Mapping[str, Any] | None) -> str:
+    if data is None:
+        return "{}"
+    if not isinstance(data, Mapping):
+        raise BadArgument(f"data must be a JSON object (a dict), got {type(data).__name__}")
+    try:
+        return dumps(dict(data))
+    except (TypeError, ValueError) as err:
+        raise BadArgument(f"data is not JSON: {err}") from None
+
+
+def epoch_ms(at: Any) -> int:
+    if isinstance(at, datetime):
+        if at.tzinfo is None:
+            raise BadArgument("at must be a timezone-aware datetime (or epoch seconds)")
+        return round(at.timestamp() * 1000)
+    return round(check_seconds("at", at) * 1000)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job to put, checked and encoded (build it with `Queue.spec`)."""
+
+    queue: str
+    klass: str
+    data_json: str
+    options: Mapping[str, Any]
+
+    @classmethod
+    def build(
+        cls,
+        queue: str,
+        klass: Any,
+        data: Mapping[str, Any] | None = None,
+        *,
+        priority: int = 0,
+        delay: float = 0,
+        at: Any = None,
+        tags: Iterable[str] = (),
+        retries: int = config.DEFAULT_RETRIES,
+        depends: Iterable[str] = (),
+        domain: str | None = None,
+        unique_key: str | None = None,
+        jid: str | None = None,
+        backoff: tuple[float, float] | None = None,
+        timeout: float | None = None,
+        tracked: bool = False,
+    ) -> JobSpec:
+        if isinstance(tags, str) or isinstance(depends, str):
+            raise BadArgument("tags and depends must be lists of strings, not one string")
+        options: dict[str, Any] = {
+            "jid": jid if jid is not None else secrets.token_hex(16),
+            "priority": check_priority(priority),
+            "retries": check_int("retries", retries, 0, LIMITS["retries_max"]),
+            "tags": list(tags),
+            "depends": list(depends),
+            "domain": domain,
+            "unique_key": unique_key,
+            "tracked": bool(tracked),
+        }
+        if at is not None:
+            if delay:
+                raise BadArgument("give delay or at, not both")
+            options["at_ms"] = epoch_ms(at)
+        elif delay:
+            options["delay_ms"] = round(check_seconds("delay", delay) * 1000)
+        if backoff is not None:
+            lo, hi = (check_seconds("backoff", b) for b in backoff)
+            options["backoff"] = [lo, hi]
+        if timeout is not None:
+            options["timeout_s"] = check_seconds("timeout", timeout)
+        return cls(check_queue(queue), klass_path(klass), encode_data(data), options)
+
+    def to_wire(self) -> list[str]:
+        spec = {"queue": self.queue, "klass": self.klass, **self.options}
+        try:
+            return [dumps(spec), self.data_json]
+        except (TypeError, ValueError) as err:
+            raise BadArgument(f"job options are not JSON: {err}") from None
+
+
+def complete_options(next: str | None, delay: float | None, depends: Iterable[str]) -> str:
+    options: dict[str, Any] = {}
+    if next is not None:
+        options["next"] = check_queue(next)
+    if delay is not None:
+        options["delay_ms"] = round(check_seconds("delay", delay) * 1000)
+    deps = list(depends)
+    if deps:
+        options["depends"] = deps
+    return dumps(options)
+
+
+def cap_message(message: str) -> str:
+    """A failure message cut to the scripts' cap, keeping its tail."""
+    cap = LIMITS["message_max_bytes"]
+    raw = message.encode("utf-8", "replace")
+    if len(raw) <= cap:
+        return message
+    marker = f"[... cut {len(raw) - cap} bytes ...]\n"
+    return marker + raw[len(raw) - cap + len(marker.encode()) :].decode("utf-8", "ignore")
+
+
+def item_error(item: Mapping[str, Any]) -> Error:
+    cls = LUA_ERROR_CODES.get(item["error"], Error)
+    return cls(item.get("message") or item["error"])
+
+
+def single(reply: list[dict[str, Any]]) -> str:
+    """The state from a one-item batch reply, or its error raised."""
+    item = reply[0]
+    if "error" in item:
+        raise item_error(item)
+    return str(item["state"])
+
+
+def raise_lost(lost: Iterable[str]) -> NoReturn:
+    raise LeaseLost(f"lease lost on {', '.join(lost)}")
+
+
+def domain_limit(domain: str, rate: float, period: float, burst: int | None) -> str:
+    if (
+        not isinstance(domain, str)
+        or not domain
+        or len(domain) > LIMITS["domain_max"]
+        or any(c.isspace() for c in domain)
+    ):
+        raise BadArgument(f"domain must be 1-255 characters without blanks, got {domain!r}")
+    rate_ = check_seconds("rate", rate)
+    period_ = check_seconds("period", period)
+    if rate_ <= 0 or period_ <= 0:
+        raise BadArgument("rate and period must be above 0")
+    burst_ = check_int("burst", burst or 0, 0, 10**9)
+    return dumps({"rate": rate_, "period": period_, "burst": burst_})

@@ -1,0 +1,193 @@
+"""The command line: verbs, output, one-line errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime import Client
+from runtime.cli import run
+from tests.support.redis_server import RedisServer
+
+Invoke = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def cli(
+    plain_client: Client, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Invoke:
+    """Runs `runtime ARGS` in-process against the test namespace: (code, stdout, stderr)."""
+    monkeypatch.setenv("REDIS_URL", plain_client.url)
+    monkeypatch.setenv("RUNTIME_NAMESPACE", plain_client.keys.namespace)
+
+    def invoke(*args: str) -> tuple[int, str, str]:
+        code = run(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return invoke
+
+
+def test_put_then_status_and_job(cli: Invoke, plain_client: Client) -> None:
+    code, out, _ = cli("put", "emails", "myapp.jobs:send", '{"to": "a@b.c"}', "--tag", "vip")
+    assert code == 0
+    jid = out.strip()
+    assert plain_client.get_job(jid).data == {"to": "a@b.c"}  # type: ignore[union-attr]
+    code, out, _ = cli("status")
+    assert code == 0
+    header, row = out.splitlines()
+    assert header.split() == [
+        "queue",
+        "waiting",
+        "throttled",
+        "scheduled",
+        "running",
+        "stalled",
+        "depends",
+    ]
+    assert row.split() == ["emails", "1", "0", "0", "0", "0", "0"]
+    code, out, _ = cli("job", jid)
+    assert code == 0 and "state      waiting" in out and "put" in out and "vip" in out
+    code, out, _ = cli("job", jid, "--json")
+    assert json.loads(out)["data"] == {"to": "a@b.c"}
+    code, out, _ = cli("status", "--json")
+    assert json.loads(out)["emails"]["waiting"] == 1
+
+
+def test_data_from_a_file_and_stdin(
+    cli: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "d.json"
+    path.write_text('{"from": "file"}')
+    code, out, _ = cli("put", "q", "a.b:c", f"@{path}")
+    assert code == 0
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO('{"from": "stdin"}'))
+    code, out2, _ = cli("put", "q", "a.b:c", "-")
+    assert code == 0 and out.strip() != out2.strip()
+
+
+def test_failed_unfail_cancel_pause_resume(cli: Invoke, plain_client: Client) -> None:
+    q = plain_client.queue("q")
+    q.put("a.b:c", {}, jid="f1", retries=0)
+    [job] = q.pop(1, worker="w")
+    job.fail("builtins.ValueError", "Traceback\nValueError: nope")
+    code, out, _ = cli("failed")
+    assert code == 0 and out.split() == ["1", "builtins.ValueError"]
+    code, out, _ = cli("failed", "builtins.ValueError")
+    assert "f1" in out and "ValueError: nope" in out
+    code, out, _ = cli("unfail", "builtins.ValueError")
+    assert code == 0 and out.strip() == "moved 1 jobs to q"
+    assert cli("pause", "q")[0] == 0
+    assert plain_client.queue("q").pop(1, worker="w") == []
+    assert cli("resume", "q")[0] == 0
+    code, out, _ = cli("cancel", "f1", "missing")
+    assert out.strip() == "cancelled 1 of 2"
+
+
+def test_config_shows_sets_and_unsets(cli: Invoke) -> None:
+    code, out, _ = cli("config")
+    assert code == 0 and "heartbeat" in out and "jobs-history-count" in out
+    assert cli("config", "emails-heartbeat", "10")[1].strip() == "emails-heartbeat = 10"
+    assert cli("config", "emails-heartbeat", "--unset")[1].strip() == "emails-heartbeat = 60"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "fragment"),
+    [
+        (["put", "bad:queue", "a.b:c"], 2, "queue name"),
+        (["put", "q", "nodots"], 2, "klass"),
+        (["put", "q", "a.b:c", "{not json"], 2, "not JSON"),
+        (["put", "q", "a.b:c", "[1, 2]"], 2, "JSON object"),
+        (["put", "q", "a.b:c", "@/nonexistent/file"], 2, "cannot read"),
+        (["put", "q", "a.b:c", "--delay", "nan"], 2, "finite"),
+        (["put", "q", "a.b:c", "--delay", "-3"], 2, "finite"),
+        (["put", "q", "a.b:c", "--priority", "x"], 2, "priority"),
+        (["put", "q", "a.b:c", "--depends", "unknown"], 2, "unknown dependency"),
+        (["put", "q"], 2, "Missing argument"),
+        (["job", "nope"], 1, "no job nope"),
+        (["unfail", "nogroup"], 1, "no failed jobs"),
+        (["config", "bogus", "1"], 2, "unknown setting"),
+        (["config", "heartbeat", "0"], 2, "between"),
+        (["pause", "a b"], 2, "queue name"),
+        (["frobnicate"], 2, "No such command"),
+        (["status", "--bogus"], 2, "No such option"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr_with_an_exit_code(
+    cli: Invoke, args: list[str], code: int, fragment: str
+) -> None:
+    got, out, err = cli(*args)
+    assert got == code
+    if code:
+        assert err.count("\n") == 1 and fragment in err and err.startswith("runtime"), err
+        assert "Traceback" not in err + out
+
+
+def test_a_duplicate_jid_is_refused(cli: Invoke) -> None:
+    assert cli("put", "q", "a.b:c", "--jid", "dup")[0] == 0
+    code, _, err = cli("put", "q", "a.b:c", "--jid", "dup")
+    assert code == 1 and err.count("\n") == 1 and "already exists" in err
+
+
+def test_unreachable_redis_exits_3_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["--url", "redis://127.0.0.1:1/0", "status"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot reach Redis at redis://127.0.0.1:1/0" in err
+
+
+@pytest.fixture(scope="module")
+def password_server() -> Iterator[RedisServer]:
+    directory = Path(f"/tmp/rt-pw-{uuid.uuid4().hex[:8]}")
+    acl = "requirepass s3cret\nuser alice on >wonderland ~* &* +@all"
+    server = RedisServer(shutil.which("redis-server") or "redis-server", directory, extra=acl)
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_passwords_and_acl_users(
+    password_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sock = password_server.socket
+    assert run(["--url", f"unix://:s3cret@{sock}", "status"]) == 0
+    assert run(["--url", f"unix://alice:wonderland@{sock}", "status"]) == 0
+    capsys.readouterr()
+    assert run(["--url", f"unix://:wrong@{sock}", "status"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "refused the credentials" in err and "wrong" not in err
+    assert run(["--url", f"unix://{sock}", "status"]) == 3
+    assert "requires a password" in capsys.readouterr().err
+
+
+def test_the_installed_command_works_with_no_configuration(tmp_path: Path) -> None:
+    state = Path(f"/tmp/rt-cli-{uuid.uuid4().hex[:8]}")
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "RUNTIME_NAMESPACE")}
+    env["RUNTIME_STATE_DIR"] = str(state)
+    exe = shutil.which("runtime", path=os.path.dirname(sys.executable))
+    assert exe is not None
+    try:
+        put = subprocess.run([exe, "put", "emails", "myapp.jobs:send", '{"n": 1}'],
+                             env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert put.returncode == 0, put.stderr
+        status = subprocess.run(
+            [exe, "status"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert status.returncode == 0
+        assert status.stdout.splitlines()[1].split()[:2] == ["emails", "1"]
+        bad = subprocess.run([exe, "put", "emails", "x"], env=env, capture_output=True, text=True)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    finally:
+        pid = state / "redis.pid"
+        if pid.exists():
+            os.kill(int(pid.read_text()), signal.SIGKILL)
+        shutil.rmtree(state, ignore_errors=True)

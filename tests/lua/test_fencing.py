@@ -1,0 +1,106 @@
+"""Only the lease holder may report; anyone else changes nothing. Reports
+repeated after they succeeded (a client retrying after a lost reply) answer
+success and change nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from runtime import Client, LeaseLost, NoSuchJob
+from runtime.queue.job import Job
+from tests.conftest import raw_record, snapshot
+from tests.support.clock import FrozenClock
+
+
+@pytest.fixture
+def leased(client: Client, clock: FrozenClock) -> Job:
+    client.queue("q").put("a.b:c", {"x": 1}, jid="j1")
+    [job] = client.queue("q").pop(1, worker="holder")
+    return job
+
+
+REPORTS: dict[str, Callable[[Client, str, str], object]] = {
+    "heartbeat": lambda c, w, t: c.heartbeat(w, {"j1": t}, strict=True),
+    "complete": lambda c, w, t: c.complete("j1", w, t),
+    "complete-next": lambda c, w, t: c.complete("j1", w, t, next="other"),
+    "fail": lambda c, w, t: c.fail("j1", w, t, "g", "m"),
+    "retry": lambda c, w, t: c.retry("j1", w, t, "g", "m", delay=0),
+}
+
+
+@pytest.mark.parametrize("report", REPORTS.values(), ids=REPORTS.keys())
+@pytest.mark.parametrize(
+    ("worker", "token"),
+    [("holder", "0" * 24), ("intruder", None), ("intruder", "0" * 24)],
+    ids=["wrong-token", "wrong-worker", "both-wrong"],
+)
+def test_reports_from_anyone_but_the_holder_raise_lease_lost_and_change_nothing(
+    client: Client, leased: Job, report: Callable[[Client, str, str], object],
+    worker: str, token: str | None,
+) -> None:  # fmt: skip
+    before = snapshot(client)
+    with pytest.raises(LeaseLost):
+        report(client, worker, token or leased.token or "")
+    assert snapshot(client) == before
+
+
+@pytest.mark.parametrize("report", REPORTS.values(), ids=REPORTS.keys())
+def test_reports_after_the_lease_was_reclaimed_change_nothing(
+    client: Client, clock: FrozenClock, leased: Job, report: Callable[[Client, str, str], object]
+) -> None:
+    clock.advance(61)
+    [again] = client.queue("q").pop(1, worker="other-host")
+    before = snapshot(client)
+    with pytest.raises(LeaseLost):
+        report(client, "holder", leased.token or "")
+    assert snapshot(client) == before
+    assert again.complete() == "complete"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("complete", "complete"),
+        ("complete-next", "waiting"),
+        ("fail", "failed"),
+        ("retry", "waiting"),
+    ],
+)
+def test_a_report_repeated_with_the_same_token_answers_and_changes_nothing(
+    client: Client, leased: Job, name: str, expected: str
+) -> None:
+    report = REPORTS[name]
+    assert report(client, "holder", leased.token or "") == expected
+    after_first = snapshot(client)
+    assert report(client, "holder", leased.token or "") == expected
+    assert snapshot(client) == after_first
+
+
+def test_a_different_report_after_success_is_lease_lost(client: Client, leased: Job) -> None:
+    leased.complete()
+    stored = raw_record(client, "j1")
+    with pytest.raises(LeaseLost):
+        leased.fail("g", "m")
+    assert raw_record(client, "j1") == stored
+
+
+def test_reports_on_a_cancelled_job(client: Client, leased: Job) -> None:
+    client.cancel("j1")
+    assert client.heartbeat("holder", {"j1": leased.token or ""}).lost == ("j1",)
+    with pytest.raises(NoSuchJob):
+        leased.complete()
+
+
+def test_batched_complete_reports_each_job_on_its_own(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    for i in range(3):
+        q.put("a.b:c", {}, jid=f"j{i}")
+    jobs = q.pop(3, worker="w")
+    args = ["w"]
+    for job in jobs:
+        args += [job.jid, (job.token or "") if job.jid != "j1" else "bad", "{}"]
+    reply = client.run_json("complete", *args)
+    assert [r.get("state") or r["error"] for r in reply] == ["complete", "LEASE_LOST", "complete"]
+    assert client.get_job("j1").state == "running"  # type: ignore[union-attr]

@@ -1,0 +1,160 @@
+"""Whole timelines of one job under a frozen clock, asserting whole records."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime import Client, LeaseLost
+from tests.conftest import record
+from tests.support.clock import FrozenClock
+
+W1 = "host-1"
+
+
+def test_put_stores_the_whole_record_and_a_put_event(client: Client, clock: FrozenClock) -> None:
+    jid = client.queue("emails").put(
+        "myapp.jobs:send_email", {"to": "a@b.c"}, jid="j1", tags=["vip", "vip", "eu"]
+    )
+    assert jid == "j1"
+    meta, data = record(client, "j1")  # type: ignore[misc]
+    assert meta == {
+        "k": "myapp.jobs:send_email",
+        "q": "emails",
+        "s": "waiting",
+        "r": 5,
+        "m": 5,
+        "t": clock.now_ms,
+        "o": 1,
+        "g": ["vip", "eu"],
+        "h": [{"e": "put", "t": clock.now_ms, "q": "emails"}],
+    }
+    assert data == '{"to":"a@b.c"}'
+    assert client.redis.zscore(client.keys.key("tag", tag="vip"), "j1") == clock.now_ms
+
+
+def test_put_pop_heartbeat_complete_timeline(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("emails")
+    q.put("myapp.jobs:send", {"n": 1}, jid="j1", priority=-3, retries=2)
+    put_ms = clock.now_ms
+    clock.advance(1.5)
+    [job] = q.pop(5, worker=W1)
+    pop_ms = clock.now_ms
+    assert (job.jid, job.state, job.worker, job.attempt, job.priority) == (
+        "j1",
+        "running",
+        W1,
+        1,
+        -3,
+    )
+    assert len(job.token or "") == 24
+    assert job.data == {"n": 1}
+    clock.advance(20)
+    beat = client.heartbeat(W1, {"j1": job.token or ""})
+    assert beat.renewed == ("j1",) and beat.lost == ()
+    running = client.keys.key("running", queue="emails")
+    assert client.redis.zscore(running, "j1") == clock.now_us + 60_000_000
+    clock.advance(3)
+    assert job.complete() == "complete"
+    meta, _ = record(client, "j1")  # type: ignore[misc]
+    assert meta == {
+        "k": "myapp.jobs:send",
+        "q": "emails",
+        "s": "complete",
+        "p": -3,
+        "r": 2,
+        "m": 2,
+        "a": 1,
+        "t": put_ms,
+        "w": W1,
+        "l": job.token,
+        "lr": "complete",
+        "h": [
+            {"e": "put", "t": put_ms, "q": "emails"},
+            {"e": "popped", "t": pop_ms, "w": W1},
+            {"e": "completed", "t": clock.now_ms, "w": W1},
+        ],
+    }
+    assert client.redis.zscore(client.keys.key("completed"), "j1") == clock.now_us
+    assert client.redis.zcard(running) == 0
+    assert client.redis.scard(client.keys.key("worker_jobs", worker=W1)) == 0
+    assert q.counts() == {
+        "waiting": 0, "throttled": 0, "scheduled": 0, "running": 0,
+        "stalled": 0, "depends": 0, "paused": False,
+    }  # fmt: skip
+
+
+def test_public_job_fields_follow_the_record(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("emails")
+    q.put("a.b:c", {"x": [1, 2]}, jid="j1", tags=["t"], retries=3, priority=4)
+    job = client.get_job("j1")
+    assert job is not None
+    assert (job.state, job.data, job.queue, job.priority, job.tags) == (
+        "waiting", {"x": [1, 2]}, "emails", 4, ("t",),
+    )  # fmt: skip
+    assert (job.retries, job.remaining, job.worker, job.failure) == (3, 3, None, None)
+    assert [(e.event, e.at_ms) for e in job.history] == [("put", clock.now_ms)]
+    assert client.get_job("nope") is None
+
+
+def test_expired_lease_makes_the_job_poppable_again_with_one_retry_spent(
+    client: Client, clock: FrozenClock
+) -> None:
+    client.config_set("heartbeat", 10)
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="j1", retries=3)
+    q.put("a.b:c", {}, jid="j2", retries=3)
+    [first] = q.pop(1, worker=W1)
+    assert client.status("q")["q"]["running"] == 1
+    clock.advance(10.001)
+    assert client.status("q")["q"]["stalled"] == 1
+    [again] = q.pop(1, worker="host-2")
+    assert again.jid == "j1", "a reclaimed job goes before younger ones"
+    assert (again.remaining, again.attempt, again.worker) == (2, 2, "host-2")
+    assert again.token != first.token
+    assert [(e.event, e.worker) for e in again.history] == [
+        ("put", None), ("popped", W1), ("lease-lost", W1), ("popped", "host-2"),
+    ]  # fmt: skip
+    before = client.redis.hget(client.keys.key("jobs"), "j1")
+    with pytest.raises(LeaseLost):
+        first.complete()
+    assert client.redis.hget(client.keys.key("jobs"), "j1") == before
+
+
+def test_expired_lease_with_no_retries_left_fails_with_a_clear_group(
+    client: Client, clock: FrozenClock
+) -> None:
+    client.config_set("q-heartbeat", 5)
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="j1", retries=0)
+    q.pop(1, worker=W1)
+    clock.advance(6)
+    assert q.pop(1, worker="host-2") == []
+    job = client.get_job("j1")
+    assert job is not None and job.state == "failed"
+    assert job.failure is not None and job.failure.group == "runtime.LeaseExpired"
+    assert "host-1 stopped renewing" in job.failure.message
+    assert client.failed() == {"runtime.LeaseExpired": 1}
+
+
+def test_lease_expired_but_not_reclaimed_is_already_lost(
+    client: Client, clock: FrozenClock
+) -> None:
+    client.config_set("heartbeat", 2)
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="j1")
+    [job] = q.pop(1, worker=W1)
+    clock.advance(2.5)
+    assert client.heartbeat(W1, {"j1": job.token or ""}).lost == ("j1",)
+    with pytest.raises(LeaseLost):
+        job.complete()
+
+
+def test_per_queue_heartbeat_sets_the_lease_length(client: Client, clock: FrozenClock) -> None:
+    client.config_set("fast-heartbeat", 3)
+    client.queue("fast").put("a.b:c", {}, jid="f")
+    client.queue("slow").put("a.b:c", {}, jid="s")
+    client.queue("fast").pop(1, worker=W1)
+    client.queue("slow").pop(1, worker=W1)
+    f = client.redis.zscore(client.keys.key("running", queue="fast"), "f")
+    s = client.redis.zscore(client.keys.key("running", queue="slow"), "s")
+    assert (f, s) == (clock.now_us + 3_000_000, clock.now_us + 60_000_000)

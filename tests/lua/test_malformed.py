@@ -1,0 +1,167 @@
+"""A table of malformed arguments for every script: each gets its typed error
+and nothing at all is written."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from runtime import BadArgument, Client, JobExists, NoSuchJob
+from runtime.errors import Error
+from runtime.queue import scripts
+from tests.conftest import snapshot
+from tests.support.clock import FrozenClock
+
+
+def spec(**overrides: object) -> str:
+    base: dict[str, object] = {"jid": "new", "klass": "a.b:c", "queue": "q"}
+    base.update(overrides)
+    return json.dumps({k: v for k, v in base.items() if v is not ...})
+
+
+OK_DATA = "{}"
+
+CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
+    # put
+    ("put", (), BadArgument, "pairs"),
+    ("put", (spec(),), BadArgument, "pairs"),
+    ("put", ("not json", OK_DATA), BadArgument, "not a JSON object"),
+    ("put", (spec(jid=...), OK_DATA), BadArgument, "jid"),
+    ("put", (spec(jid="has space"), OK_DATA), BadArgument, "jid"),
+    ("put", (spec(jid="x" * 129), OK_DATA), BadArgument, "jid"),
+    ("put", (spec(klass="nodots"), OK_DATA), BadArgument, "klass"),
+    ("put", (spec(klass="a..b:c"), OK_DATA), BadArgument, "klass"),
+    ("put", (spec(klass="1a.b:c"), OK_DATA), BadArgument, "klass"),
+    ("put", (spec(klass="a.b:"), OK_DATA), BadArgument, "klass"),
+    ("put", (spec(klass=":c"), OK_DATA), BadArgument, "klass"),
+    ("put", (spec(klass="a b:c"), OK_DATA), BadArgument, "klass"),
+    ("put", (spec(klass=5), OK_DATA), BadArgument, "klass"),
+    ("put", (spec(queue="a{b"), OK_DATA), BadArgument, "queue"),
+    ("put", (spec(queue="a}b"), OK_DATA), BadArgument, "queue"),
+    ("put", (spec(queue="a:b"), OK_DATA), BadArgument, "queue"),
+    ("put", (spec(queue="a b"), OK_DATA), BadArgument, "queue"),
+    ("put", (spec(queue=""), OK_DATA), BadArgument, "queue"),
+    ("put", (spec(queue="q" * 129), OK_DATA), BadArgument, "queue"),
+    ("put", (spec(priority=2**31), OK_DATA), BadArgument, "priority"),
+    ("put", (spec(priority=1.5), OK_DATA), BadArgument, "priority"),
+    ("put", (spec(priority="high"), OK_DATA), BadArgument, "priority"),
+    ("put", (spec(retries=-1), OK_DATA), BadArgument, "retries"),
+    ("put", (spec(retries=10_001), OK_DATA), BadArgument, "retries"),
+    ("put", (spec(delay_ms=-1), OK_DATA), BadArgument, "delay_ms"),
+    ("put", (spec(delay_ms="NaN"), OK_DATA), BadArgument, "delay_ms"),
+    ("put", (spec(delay_ms=1, at_ms=1), OK_DATA), BadArgument, "not both"),
+    ("put", (spec(at_ms=-5), OK_DATA), BadArgument, "at_ms"),
+    ("put", (spec(tags="t"), OK_DATA), BadArgument, "tags"),
+    ("put", (spec(tags=["a b"]), OK_DATA), BadArgument, "tags"),
+    ("put", (spec(tags=[str(i) for i in range(65)]), OK_DATA), BadArgument, "tags"),
+    ("put", (spec(depends=["unknown"]), OK_DATA), BadArgument, "unknown dependency"),
+    ("put", (spec(depends=["new"]), OK_DATA), BadArgument, "itself"),
+    ("put", (spec(domain="a b"), OK_DATA), BadArgument, "domain"),
+    ("put", (spec(domain=""), OK_DATA), BadArgument, "domain"),
+    ("put", (spec(unique_key="x" * 200), OK_DATA), BadArgument, "unique_key"),
+    ("put", (spec(backoff=[5]), OK_DATA), BadArgument, "backoff"),
+    ("put", (spec(backoff=[5, 1]), OK_DATA), BadArgument, "backoff max"),
+    ("put", (spec(timeout_s=0), OK_DATA), BadArgument, "timeout_s"),
+    ("put", (spec(), "[1]"), BadArgument, "JSON object"),
+    ("put", (spec(), ""), BadArgument, "JSON object"),
+    ("put", (spec(), '{"big":"' + "x" * 2000 + '"}'), BadArgument, "max-data-bytes"),
+    ("put", (spec(jid="old"), OK_DATA), JobExists, "old"),
+    ("put", (spec(jid="twice"), OK_DATA, spec(jid="twice"), OK_DATA), JobExists, "twice"),
+    (
+        "put",
+        (spec(jid="fine"), OK_DATA, spec(jid="bad", queue="a:b"), OK_DATA),
+        BadArgument,
+        "queue",
+    ),
+    # pop
+    ("pop", ("", 1, "seed", "ordered", "q"), BadArgument, "worker"),
+    ("pop", ("w", -1, "seed", "ordered", "q"), BadArgument, "count"),
+    ("pop", ("w", 1001, "seed", "ordered", "q"), BadArgument, "count"),
+    ("pop", ("w", "many", "seed", "ordered", "q"), BadArgument, "count"),
+    ("pop", ("w", 1, "", "ordered", "q"), BadArgument, "seed"),
+    ("pop", ("w", 1, "seed", "random", "q"), BadArgument, "order"),
+    ("pop", ("w", 1, "seed", "ordered", "q:x"), BadArgument, "queue"),
+    # heartbeat
+    ("heartbeat", ("w", "old"), BadArgument, "pairs"),
+    ("heartbeat", ("", "old", "t"), BadArgument, "worker"),
+    # complete, fail, retry
+    ("complete", ("w", "old"), BadArgument, "triples"),
+    ("complete", ("w" * 201, "old", "t", "{}"), BadArgument, "worker"),
+    ("fail", ("w", "old", "t"), BadArgument, "groups"),
+    ("retry", ("w", "old", "t", "g", "m"), BadArgument, "groups"),
+    # cancel, priority, get, counts, peek, pause, failed, unfail
+    ("cancel", tuple(f"j{i}" for i in range(10_001)), BadArgument, "at most"),
+    ("priority", ("old", "1.5"), BadArgument, "priority"),
+    ("priority", ("old", "x"), BadArgument, "priority"),
+    ("priority", ("missing", "1"), NoSuchJob, "missing"),
+    ("get", tuple(f"j{i}" for i in range(1001)), BadArgument, "at most"),
+    ("counts", ("a b",), BadArgument, "queue"),
+    ("peek", ("q", 0), BadArgument, "count"),
+    ("peek", ("q", 1001), BadArgument, "count"),
+    ("peek", ("q{", 1), BadArgument, "queue"),
+    ("set_paused", ("q", "yes"), BadArgument, "paused"),
+    ("set_paused", ("", "1"), BadArgument, "queue"),
+    ("failed", ("g", -1, 5), BadArgument, "start"),
+    ("failed", ("g", 0, 5000), BadArgument, "count"),
+    ("unfail", ("g", "q", 0), BadArgument, "count"),
+    ("unfail", ("g", "q x", 1), BadArgument, "queue"),
+    ("unfail", ("", "q", 1), BadArgument, "group"),
+]
+
+
+def test_every_script_has_malformed_cases() -> None:
+    covered = {case[0] for case in CASES} | {"workers"}  # workers takes no arguments
+    assert covered == set(scripts.operations())
+
+
+@pytest.mark.parametrize(("op", "args", "error", "fragment"), CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])  # fmt: skip
+def test_malformed_arguments_raise_a_typed_error_and_write_nothing(
+    client: Client, clock: FrozenClock, op: str, args: tuple[object, ...],
+    error: type[Error], fragment: str,
+) -> None:  # fmt: skip
+    client.config_set("max-data-bytes", 1000)
+    client.queue("q").put("a.b:c", {}, jid="old")
+    before = snapshot(client)
+    with pytest.raises(error) as caught:
+        client.run(op, *args)
+    assert fragment in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert snapshot(client) == before
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"delay": math.nan}, "finite"),
+        ({"delay": -1}, "finite"),
+        ({"delay": math.inf}, "finite"),
+        ({"priority": 2**40}, "priority"),
+        ({"priority": True}, "priority"),
+        ({"retries": -2}, "retries"),
+        ({"tags": "single"}, "lists"),
+        ({"at": 5, "delay": 5}, "not both"),
+    ],
+)
+def test_the_client_checks_arguments_before_sending(
+    client: Client, kwargs: dict[str, object], fragment: str
+) -> None:
+    before = snapshot(client)
+    with pytest.raises(BadArgument) as caught:
+        client.queue("q").put("a.b:c", {}, **kwargs)  # type: ignore[arg-type]
+    assert fragment in str(caught.value)
+    assert snapshot(client) == before
+
+
+@pytest.mark.parametrize("data", [[1, 2], "text", {"bad": {1, 2}}, {"nan": math.nan}])
+def test_data_that_is_not_a_json_object_is_refused(client: Client, data: object) -> None:
+    with pytest.raises(BadArgument):
+        client.queue("q").put("a.b:c", data)  # type: ignore[arg-type]
+
+
+def test_bad_queue_names_are_refused_by_the_client(client: Client) -> None:
+    for name in ("", "a:b", "a b", "{x}", "x" * 129):
+        with pytest.raises(BadArgument):
+            client.queue(name)

@@ -1,0 +1,127 @@
+"""Pop order: priority, then eligible time, then insertion order (even within
+one microsecond), and scheduled jobs coming due."""
+
+from __future__ import annotations
+
+from runtime import Client
+from tests.support.clock import FrozenClock
+
+
+def pop_all(client: Client, queue: str, n: int = 1000) -> list[str]:
+    return [j.jid for j in client.queue(queue).pop(n, worker="w")]
+
+
+def test_same_instant_puts_pop_in_insertion_order(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    jids = [q.put("a.b:c", {}, jid=f"j{i:03d}") for i in range(200)]
+    shuffled = sorted(jids, key=hash)  # jid order is not insertion order
+    assert shuffled != jids
+    assert pop_all(client, "q") == jids
+
+
+def test_batched_put_keeps_its_order_within_one_call(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    names = [f"z{i}" for i in range(50)][::-1]
+    client.put_many(q.spec("a.b:c", {}, jid=j) for j in names)
+    assert pop_all(client, "q") == names
+
+
+def test_lower_priority_first_then_insertion(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="p0-a")
+    q.put("a.b:c", {}, jid="p5", priority=5)
+    q.put("a.b:c", {}, jid="pm2", priority=-2)
+    q.put("a.b:c", {}, jid="p0-b")
+    q.put("a.b:c", {}, jid="pm2-b", priority=-2)
+    assert pop_all(client, "q") == ["pm2", "pm2-b", "p0-a", "p0-b", "p5"]
+
+
+def test_earlier_eligible_time_goes_first(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="due-at-10", delay=10)
+    clock.advance(20)
+    q.put("a.b:c", {}, jid="put-at-20")
+    clock.advance(10)
+    assert pop_all(client, "q") == ["due-at-10", "put-at-20"]
+
+
+def test_scheduled_jobs_wait_until_due(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="later", delay=5)
+    assert client.get_job("later").state == "scheduled"  # type: ignore[union-attr]
+    assert q.counts()["scheduled"] == 1
+    clock.advance(4.999)
+    assert pop_all(client, "q") == []
+    clock.advance(0.001)
+    assert pop_all(client, "q") == ["later"]
+
+
+def test_jobs_due_in_the_same_millisecond_keep_put_order(
+    client: Client, clock: FrozenClock
+) -> None:
+    q = client.queue("q")
+    at = (clock.now_us // 1000 + 5000) / 1000
+    names = ["s3", "s1", "s2", "s0"]
+    for name in names:
+        q.put("a.b:c", {}, jid=name, at=at)
+        clock.advance(0.0002)
+    clock.advance(10)
+    assert pop_all(client, "q") == names
+
+
+def test_pop_wakes_in_ms_reports_the_next_due_time(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="later", delay=2.5)
+    reply = client.run_json("pop", "w", 1, "seed", "ordered", "q")
+    assert reply == {"jobs": [], "wake_in_ms": 2500}
+    reply = client.run_json("pop", "w", 1, "seed", "ordered", "empty")
+    assert reply["wake_in_ms"] == -1
+
+
+def test_ordered_pop_drains_the_first_queue_first(client: Client, clock: FrozenClock) -> None:
+    for queue in ("a", "b"):
+        for i in range(3):
+            client.queue(queue).put("a.b:c", {}, jid=f"{queue}{i}")
+    reply = client.run_json("pop", "w", 4, "seed", "ordered", "a", "b")
+    assert [j["jid"] for j in reply["jobs"]] == ["a0", "a1", "a2", "b0"]
+
+
+def test_round_robin_pop_alternates_queues_in_one_call(client: Client, clock: FrozenClock) -> None:
+    for queue, n in (("a", 3), ("b", 1), ("c", 2)):
+        for i in range(n):
+            client.queue(queue).put("a.b:c", {}, jid=f"{queue}{i}")
+    reply = client.run_json("pop", "w", 10, "seed", "round-robin", "a", "b", "c")
+    assert [j["jid"] for j in reply["jobs"]] == ["a0", "b0", "c0", "a1", "c1", "a2"]
+
+
+def test_paused_queue_is_skipped_until_resumed(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="j1")
+    q.pause()
+    assert q.counts()["paused"] is True
+    assert pop_all(client, "q") == []
+    q.resume()
+    assert pop_all(client, "q") == ["j1"]
+
+
+def test_priority_change_moves_a_waiting_job_keeping_its_age(
+    client: Client, clock: FrozenClock
+) -> None:
+    q = client.queue("q")
+    for name in ("a", "b", "c", "d"):
+        q.put("a.b:c", {}, jid=name, priority=1)
+    q.put("a.b:c", {}, jid="e")
+    assert client.set_priority("c", 0) == "waiting"
+    assert client.set_priority("a", 0) == "waiting"
+    assert [j.jid for j in q.peek(10)] == ["a", "c", "e", "b", "d"]
+    assert pop_all(client, "q") == ["a", "c", "e", "b", "d"]
+
+
+def test_peek_shows_pop_order_without_taking(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    for i in range(5):
+        q.put("a.b:c", {"i": i}, jid=f"j{i}", priority=-i % 2)
+    peeked = [j.jid for j in q.peek(3)]
+    assert peeked == ["j0", "j2", "j4"]
+    assert q.counts()["waiting"] == 5
+    assert pop_all(client, "q")[:3] == peeked

@@ -1,0 +1,1 @@
+"""Helpers for the tests: private Redis servers, a frozen clock, deadlines."""
