@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from runtime import config
-from runtime.errors import ConfigError, RedisUnavailable
+from runtime.errors import ConfigError, Error, RedisUnavailable
 from runtime.queue import embedded, scripts, wire
 from runtime.queue.job import Job
 from runtime.queue.keys import Keys
@@ -214,6 +214,13 @@ class Client:
     ) -> str:
         options = wire.complete_options(next, delay, depends)
         return wire.single(self.run_json("complete", worker, jid, token, options))
+
+    def complete_many(self, worker: str, leases: Mapping[str, str]) -> dict[str, str | Error]:
+        """Completes many leased jobs {jid: token} in one call: {jid: state or error}."""
+        args = [worker]
+        for jid, token in leases.items():
+            args += [jid, token, "{}"]
+        return wire.outcomes(self.run_json("complete", *args)) if leases else {}
 
     def fail(self, jid: str, worker: str, token: str, group: str, message: str) -> str:
         args = (worker, jid, token, group, wire.cap_message(message))

@@ -119,7 +119,7 @@ class Job:
             if failure is None
             else Failure(failure["g"], failure["m"], int(failure["t"]), failure.get("w")),
             history=tuple(HistoryEvent.from_meta(ev) for ev in meta["h"]),
-            put_at_ms=int(meta["t"]),
+            put_at_ms=int(meta["h"][0]["t"]),
             due_at_ms=meta.get("d"),
             domain=meta.get("dm"),
             unique_key=meta.get("uk"),

@@ -186,6 +186,13 @@ def item_error(item: Mapping[str, Any]) -> Error:
     return cls(item.get("message") or item["error"])
 
 
+def outcomes(reply: list[dict[str, Any]]) -> dict[str, str | Error]:
+    """{jid: state, or the error of that job} from a batch reply."""
+    return {
+        item["jid"]: item_error(item) if "error" in item else str(item["state"]) for item in reply
+    }
+
+
 def single(reply: list[dict[str, Any]]) -> str:
     """The state from a one-item batch reply, or its error raised."""
     item = reply[0]

@@ -125,3 +125,31 @@ def test_peek_shows_pop_order_without_taking(client: Client, clock: FrozenClock)
     assert peeked == ["j0", "j2", "j4"]
     assert q.counts()["waiting"] == 5
     assert pop_all(client, "q")[:3] == peeked
+
+
+def test_jobs_of_several_domains_pop_in_put_order(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    names = []
+    for i in range(9):
+        name = f"j{i}"
+        q.put("a.b:c", {}, jid=name, domain=("a.com", "b.com", None)[i % 3])
+        names.append(name)
+    assert [j.jid for j in q.peek(9)] == names
+    assert [pop_all(client, "q", 1)[0] for _ in range(9)] == names
+
+
+def test_a_throttled_domain_does_not_hold_back_other_jobs(
+    client: Client, clock: FrozenClock
+) -> None:
+    client.set_domain_limit("slow.com", rate=1, period=10)
+    q = client.queue("q")
+    for name, domain in (("s1", "slow.com"), ("n1", None), ("s2", "slow.com"), ("n2", "x.org")):
+        q.put("a.b:c", {}, jid=name, domain=domain)
+    assert pop_all(client, "q") == ["s1", "n1", "n2"]
+    assert client.get_job("s2").state == "throttled"  # type: ignore[union-attr]
+    assert q.counts()["throttled"] == 1 and q.counts()["waiting"] == 0
+    reply = client.run_json("pop", "w", 1, "seed", "ordered", "q")
+    assert reply == {"jobs": [], "wake_in_ms": 10_000}
+    clock.advance(10)
+    q.put("a.b:c", {}, jid="n3")
+    assert pop_all(client, "q") == ["s2", "n3"], "the freed lane's older head goes first"

@@ -57,7 +57,7 @@ local function complete(jid, token, options_json)
         redis.call('SADD', K.dependents(dep), jid)
       end
     end
-    Place.enqueue(jid, meta, data, delay_ms and now_ms + delay_ms, now_us)
+    Place.enqueue(jid, meta, data, delay_ms and now_ms + delay_ms, now_us, #depends > 0)
   else
     Job.event(meta, now_ms, 'completed', { w = worker })
     meta.s, meta.o = 'complete', nil

@@ -14,6 +14,7 @@
 --          job: {"jid", "meta", "data"} with the lease in meta (w, l);
 --          wake_in_ms: when something next comes due in these queues (a
 --          scheduled job, a throttled domain, a lease expiry), -1 for never
+--          or for a pop that got all it asked for
 -- Errors   BAD_ARG
 
 local worker = Check.token('worker', ARGV[1], LIMITS.worker_max)
@@ -71,19 +72,34 @@ else
   end
 end
 
--- Work left behind wakes another master; this one learns when to look again.
-local wake_at
-for _, queue in ipairs(active) do
-  if #out >= count and redis.call('EXISTS', K.prios(queue)) == 1 then
-    Place.wake(queue)
-  end
+-- When something next comes due in the queue (us): a scheduled job (whole
+-- milliseconds), a throttled lane's domain, a lease expiry.
+local function next_due_us(queue)
+  local due
   for i, key in ipairs({ K.scheduled(queue), K.throttled(queue), K.running(queue) }) do
     local first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
     if first and i == 1 then
-      first = math.floor(first / 1000) * 1000 -- a due time is a whole millisecond
+      first = math.floor(first / 1000) * 1000
     end
-    if first and (not wake_at or first < wake_at) then
-      wake_at = first
+    if first and (not due or first < due) then
+      due = first
+    end
+  end
+  return due
+end
+
+-- A full pop leaves a wake-up for another master when work is left; a pop that
+-- came back short tells this master when to look again.
+local wake_at
+for _, queue in ipairs(active) do
+  if #out >= count then
+    if redis.call('EXISTS', K.prios(queue)) == 1 then
+      Place.wake(queue)
+    end
+  else
+    local due = next_due_us(queue)
+    if due and (not wake_at or due < wake_at) then
+      wake_at = due
     end
   end
 end

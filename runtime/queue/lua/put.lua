@@ -100,7 +100,7 @@ local jids = {}
 for _, job in ipairs(jobs) do
   local jid = job.jid
   local meta = {
-    k = job.klass, q = job.queue, r = job.retries, m = job.retries, t = now_ms,
+    k = job.klass, q = job.queue, r = job.retries, m = job.retries,
     h = { { e = 'put', t = now_ms, q = job.queue } },
   }
   if job.priority ~= 0 then
@@ -139,7 +139,7 @@ for _, job in ipairs(jobs) do
       redis.call('SADD', K.dependents(dep), jid)
     end
   end
-  Place.enqueue(jid, meta, job.data, job.due_ms, now_us)
+  Place.enqueue(jid, meta, job.data, job.due_ms, now_us, #job.depends > 0)
   jids[#jids + 1] = jid
 end
 return Json.array(jids)

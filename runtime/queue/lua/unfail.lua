@@ -22,7 +22,7 @@ for _ = 1, count do
   if meta then
     meta.q, meta.m, meta.a, meta.f, meta.o = queue, meta.r, nil, nil, nil
     Job.event(meta, now_ms, 'unfailed', { q = queue })
-    Place.enqueue(jid, meta, data, nil, now_us)
+    Place.enqueue(jid, meta, data, nil, now_us, false)
     moved = moved + 1
   end
 end

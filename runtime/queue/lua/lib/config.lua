@@ -1,27 +1,19 @@
 -- config.lua: the deployment's shared settings (hash K.config), per queue first.
 --
 -- Config.get('heartbeat', 'emails') reads "emails-heartbeat", then "heartbeat",
--- then the default from runtime/config.py (rendered into DEFAULTS). Values are
--- memoized for the length of one script call.
+-- then the default from runtime/config.py (rendered into DEFAULTS). The hash is
+-- read once per script call.
 
 local Config = {}
-local config_memo = {}
+local config_values
 
 function Config.get(name, queue)
-  local memo_key = (queue or '') .. '\0' .. name
-  local value = config_memo[memo_key]
-  if value ~= nil then
-    return value
+  if not config_values then
+    config_values = {}
+    local flat = redis.call('HGETALL', K.config)
+    for i = 1, #flat, 2 do
+      config_values[flat[i]] = tonumber(flat[i + 1])
+    end
   end
-  if queue then
-    value = tonumber(redis.call('HGET', K.config, queue .. '-' .. name))
-  end
-  if value == nil then
-    value = tonumber(redis.call('HGET', K.config, name))
-  end
-  if value == nil then
-    value = DEFAULTS[name]
-  end
-  config_memo[memo_key] = value
-  return value
+  return (queue and config_values[queue .. '-' .. name]) or config_values[name] or DEFAULTS[name]
 end

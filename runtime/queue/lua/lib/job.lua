@@ -7,12 +7,13 @@
 --
 --   k klass          q queue           s state           p priority (absent: 0)
 --   g tags           r retries         m remaining       a attempts (pops so far)
---   t put time (ms)  o order ticket    d due time (ms)   dm domain
+--   o order ticket   d due time (ms)   dm domain
 --   uk unique key    w worker (holder, or last holder)   l lease token
 --   lr what the holder of lease l last did: complete | fail | retry
 --   f failure {g group, m message, t time, w worker}
 --   bo backoff [min s, max s]          to timeout (s)    tr tracked (1)
---   h history: [{e event, t time (ms), w worker, q queue, g group, ...}]
+--   h history: [{e event, t time (ms), w worker, q queue, g group, ...}]; h[1] is
+--     the put, so its time is the put time (the history keeps its first event)
 
 local Job = {}
 

@@ -5,12 +5,14 @@
 -- order ticket (K.queue field seq); since due scheduled jobs are promoted before
 -- anything else enters, tickets follow eligible time, then insertion order.
 --
--- A non-empty lane is either ready, in K.ready(queue, prio) scored by its head's
--- ticket (the priorities that have ready lanes are in K.prios), or throttled,
--- in K.throttled(queue) scored by when its domain frees (us). A pop takes the
--- lowest priority, then the ready lane with the oldest head, so it costs
--- O(log lanes) whatever the number of domains, and a throttled domain never
--- holds back another domain's jobs.
+-- A non-empty lane is either ready, in K.ready(queue, prio) (the priorities
+-- that have ready lanes are in K.prios), or throttled, in K.throttled(queue)
+-- scored by when its domain frees (us). A ready lane's score is a lower bound
+-- of its head's ticket: a pop does not re-score the lane it took from, and when
+-- the head it finds is younger than the next lane's score, it corrects the
+-- score and chooses again. A pop takes the lowest priority, then the ready lane
+-- with the oldest head, so it costs O(log lanes) whatever the number of
+-- domains, and a throttled domain never holds back another domain's jobs.
 --
 -- Counters in K.queue(queue): queued (jobs in lanes), throttled (in throttled lanes).
 
@@ -71,7 +73,7 @@ function Lanes.push(queue, jid, meta, now_us, at_head)
     else
       make_ready(queue, prio, domain, meta.o)
     end
-  elseif redis.call('ZSCORE', K.throttled(queue), lane_id(prio, domain)) then
+  elseif domain ~= '' and redis.call('ZSCORE', K.throttled(queue), lane_id(prio, domain)) then
     redis.call('HINCRBY', K.queue(queue), 'throttled', 1)
   elseif at_head then
     redis.call('ZADD', K.ready(queue, prio), meta.o, domain)
@@ -153,7 +155,6 @@ end
 -- A lane whose domain is out of budget moves to the throttled set on the way.
 function Lanes.pop(queue, room, now_us, take)
   local taken, steps = 0, 0
-  local qkey = K.queue(queue)
   while taken < room and steps < room + LIMITS.pop_skips do
     steps = steps + 1
     local prio = redis.call('ZRANGE', K.prios(queue), 0, 0)[1]
@@ -167,7 +168,6 @@ function Lanes.pop(queue, room, now_us, take)
     else
       local domain, bound = best[1], tonumber(best[4])
       local lane = K.lane(queue, prio, domain)
-      local from_lane = 0
       while taken < room do
         local jid = redis.call('LINDEX', lane, 0)
         if not jid then
@@ -175,8 +175,8 @@ function Lanes.pop(queue, room, now_us, take)
           break
         end
         local meta, data = Job.load(jid)
-        if from_lane > 0 and bound and meta.o > bound then
-          redis.call('ZADD', ready, meta.o, domain) -- another lane's head is older now
+        if bound and meta.o > bound then
+          redis.call('ZADD', ready, meta.o, domain) -- the score was stale: choose again
           break
         end
         local free_at = domain ~= '' and Domains.acquire(domain, now_us)
@@ -186,19 +186,13 @@ function Lanes.pop(queue, room, now_us, take)
           break
         end
         redis.call('LPOP', lane)
-        redis.call('HINCRBY', qkey, 'queued', -1)
-        taken, from_lane = taken + 1, from_lane + 1
+        taken = taken + 1
         take(jid, meta, data)
-        if taken == room then
-          local ticket = head_ticket(lane)
-          if ticket then
-            redis.call('ZADD', ready, ticket, domain)
-          else
-            unready(queue, prio, domain)
-          end
-        end
       end
     end
+  end
+  if taken > 0 then
+    redis.call('HINCRBY', K.queue(queue), 'queued', -taken)
   end
   return taken
 end

@@ -8,7 +8,7 @@
 -- order tickets follow eligible time.
 
 local Place = {}
-local woken, promoted = {}, {}
+local woken, promoted, known = {}, {}, {}
 
 -- Leaves one wake-up token for the queue's idle masters (one per call at most).
 function Place.wake(queue)
@@ -45,11 +45,15 @@ function Place.promote(queue, now_us)
 end
 
 -- Puts a job into its queue (meta.q) and saves it: depends while it waits on
--- other jobs, scheduled while due_ms lies ahead, else waiting.
-function Place.enqueue(jid, meta, data, due_ms, now_us)
+-- other jobs (only looked up when `may_depend`), scheduled while due_ms lies
+-- ahead, else waiting.
+function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
   local queue = meta.q
-  redis.call('ZADD', K.queues, 'NX', Clock.ms(now_us), queue)
-  if redis.call('SCARD', K.deps(jid)) > 0 then
+  if not known[queue] then
+    known[queue] = true
+    redis.call('ZADD', K.queues, 'NX', Clock.ms(now_us), queue)
+  end
+  if may_depend and redis.call('SCARD', K.deps(jid)) > 0 then
     meta.s, meta.d = 'depends', due_ms
     redis.call('SADD', K.depends(queue), jid)
   elseif due_ms and due_ms > Clock.ms(now_us) then
@@ -124,7 +128,7 @@ function Place.release_dependents(jid, now_us)
       local meta, data = Job.load(other)
       if meta and meta.s == 'depends' then
         redis.call('SREM', K.depends(meta.q), other)
-        Place.enqueue(other, meta, data, meta.d, now_us)
+        Place.enqueue(other, meta, data, meta.d, now_us, false)
       end
     end
   end

@@ -1,0 +1,84 @@
+"""`python -m bench [SUITE...] [--quick]`: runs benchmark suites, stores each
+suite's numbers in bench/results/<suite>.json and rewrites bench/RESULTS.md
+from every stored suite."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import core, machine
+from runtime.queue.embedded import find_server_binary
+
+HERE = Path(__file__).parent
+SUITES = {"core": core.run}
+TITLES = {"core": "Core operations from one process (issue: foundation)"}
+
+
+def _cell(runs: list[float]) -> str:
+    median = statistics.median(runs)
+    if len(runs) == 1:
+        return f"{median:,.0f}"
+    return f"{median:,.0f} ({min(runs):,.0f} – {max(runs):,.0f})"
+
+
+def render() -> str:
+    lines = [
+        "# Benchmark results",
+        "",
+        "Written by `./dev bench` (`python -m bench`); every number below comes from",
+        "that command. Cells: median of the runs, with (min – max) when repeated.",
+        "",
+    ]
+    for suite in SUITES:
+        path = HERE / "results" / f"{suite}.json"
+        if not path.exists():
+            continue
+        result: dict[str, Any] = json.loads(path.read_text())
+        lines += [f"## {TITLES[suite]}", ""]
+        lines.append(f"Run {result['when']} with `{result['command']}` "
+                     f"({result['jobs']} jobs, {result['repeat']} runs).")  # fmt: skip
+        lines.append("")
+        lines += ["| machine | |", "| --- | --- |"]
+        lines += [f"| {k} | {v} |" for k, v in result["machine"].items()]
+        lines += ["", "| measure | result |", "| --- | ---: |"]
+        lines += [f"| {name} | {_cell(runs)} |" for name, runs in result["measures"].items()]
+        notes = HERE / "results" / f"{suite}.notes.md"
+        if notes.exists():
+            lines += ["", notes.read_text().strip()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("suites", nargs="*", choices=[*SUITES, []], help="default: all")
+    parser.add_argument("--quick", action="store_true", help="small runs to check the harness")
+    args = parser.parse_args(argv)
+    (HERE / "results").mkdir(exist_ok=True)
+    for suite in args.suites or list(SUITES):
+        started = time.monotonic()
+        print(f"bench: running {suite} ...", file=sys.stderr)
+        result = SUITES[suite](quick=args.quick)
+        result["when"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        result["command"] = "python -m bench " + shlex.join(
+            argv if argv is not None else sys.argv[1:]
+        )
+        result["machine"] = machine.describe(find_server_binary())
+        result["seconds"] = round(time.monotonic() - started, 1)
+        if not args.quick:
+            (HERE / "results" / f"{suite}.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["measures"], indent=2), file=sys.stderr)
+    (HERE / "RESULTS.md").write_text(render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
