@@ -26,7 +26,7 @@ def _cell(runs: list[float]) -> str:
     median = statistics.median(runs)
     if len(runs) == 1:
         return f"{median:,.0f}"
-    return f"{median:,.0f} ({min(runs):,.0f} – {max(runs):,.0f})"
+    return f"{median:,.0f} ({min(runs):,.0f} to {max(runs):,.0f})"
 
 
 def render() -> str:
@@ -34,7 +34,7 @@ def render() -> str:
         "# Benchmark results",
         "",
         "Written by `./dev bench` (`python -m bench`); every number below comes from",
-        "that command. Cells: median of the runs, with (min – max) when repeated.",
+        "that command. Cells: median of the runs, with (min to max) when repeated.",
         "",
     ]
     for suite in SUITES:
