@@ -16,6 +16,7 @@ import pytest
 
 from runtime import Client
 from runtime.cli import run
+from runtime.queue.embedded import find_server_binary
 from tests.support.redis_server import RedisServer
 
 Invoke = Callable[..., tuple[int, str, str]]
@@ -148,7 +149,7 @@ def test_unreachable_redis_exits_3_with_one_line(capsys: pytest.CaptureFixture[s
 def password_server() -> Iterator[RedisServer]:
     directory = Path(f"/tmp/rt-pw-{uuid.uuid4().hex[:8]}")
     acl = "requirepass s3cret\nuser alice on >wonderland ~* &* +@all"
-    server = RedisServer(shutil.which("redis-server") or "redis-server", directory, extra=acl)
+    server = RedisServer(find_server_binary(), directory, extra=acl)
     server.start()
     yield server
     server.stop()
