@@ -26,6 +26,7 @@ from runtime.errors import ConfigError
 
 DEFAULT_NAMESPACE = "runtime"
 NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+QUEUE_NAME_RE = re.compile(r"^[^\s{}:]{1,128}$")
 
 
 def default_state_dir() -> Path:
@@ -100,6 +101,48 @@ def load_settings(
     return replace(Settings(), **values)
 
 
+ORDERS = ("ordered", "round-robin")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How one master runs: what it serves, how many children, their limits."""
+
+    modules: tuple[str, ...]
+    queues: tuple[str, ...]
+    concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
+    order: str = "ordered"
+    prefetch: int = 0  # jobs leased beyond the free children, to hide round trips
+    max_jobs_per_child: int | None = None
+    max_memory_per_child_mib: int | None = None  # recycle a child above this RSS
+    memory_limit_mib: int | None = None  # kill a job's child above this RSS
+    cpu_limit_s: float | None = None  # CPU seconds per job (RLIMIT_CPU)
+    address_space_mib: int | None = None  # RLIMIT_AS of children
+    open_files: int | None = None  # RLIMIT_NOFILE of children
+    max_processes: int | None = None  # RLIMIT_NPROC of children (per user)
+    user: str | None = None
+    group: str | None = None
+    grace_s: float = 30.0  # TERM: how long running jobs may finish
+    kill_grace_s: float = 5.0  # between SIGTERM and SIGKILL of a child
+    sandbox_dir: Path | None = None  # default: <state_dir>/sandboxes
+
+    def __post_init__(self) -> None:
+        if not self.modules:
+            raise ConfigError("name at least one MODULE: the jobs' modules, the allow-list")
+        if not self.queues:
+            raise ConfigError("name at least one queue (--queues a,b)")
+        for queue in self.queues:
+            if not QUEUE_NAME_RE.match(queue):
+                raise ConfigError(f"bad queue name {queue!r}")
+        if self.order not in ORDERS:
+            raise ConfigError(f"order must be one of {', '.join(ORDERS)}")
+        if self.concurrency < 0 or self.prefetch < 0:
+            raise ConfigError("concurrency and prefetch must be >= 0")
+        for name in ("grace_s", "kill_grace_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
+
+
 # --- settings shared by the deployment, stored in Redis -------------------------
 
 
@@ -136,6 +179,14 @@ SHARED: dict[str, SharedSetting] = {
             86400,
             True,
             "lease length in seconds; masters renew every third of it",
+        ),
+        SharedSetting(
+            "timeout",
+            3600,
+            0.001,
+            30 * 86400,
+            True,
+            "seconds a job may run without calling job.heartbeat() before it is killed",
         ),
         SharedSetting(
             "jobs-history",
@@ -203,8 +254,6 @@ SHARED: dict[str, SharedSetting] = {
         ),
     )
 }
-
-QUEUE_NAME_RE = re.compile(r"^[^\s{}:]{1,128}$")
 
 
 def shared_setting(name: str) -> SharedSetting:

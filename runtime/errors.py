@@ -54,6 +54,10 @@ class KlassNotAllowed(Error):
     """A job's klass lies outside the worker's allow-listed modules."""
 
 
+class KlassNotFound(Error):
+    """A job's klass is allowed but cannot be imported or found."""
+
+
 class ProtocolError(Error):
     """A message on a master-child pipe was malformed or too large."""
 

@@ -102,6 +102,8 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("peek", ("q", 1001), BadArgument, "count"),
     ("peek", ("q{", 1), BadArgument, "queue"),
     ("set_paused", ("q", "yes"), BadArgument, "paused"),
+    ("release", ("w", "old"), BadArgument, "pairs"),
+    ("forget_worker", ("",), BadArgument, "worker"),
     ("set_paused", ("", "1"), BadArgument, "queue"),
     ("failed", ("g", -1, 5), BadArgument, "start"),
     ("failed", ("g", 0, 5000), BadArgument, "count"),

@@ -11,10 +11,12 @@
 -- Before taking, each served queue (paused ones are skipped) reclaims jobs
 -- whose lease expired, promotes due scheduled jobs and frees throttled lanes.
 -- Reply    {"jobs": [job, ...], "wake_in_ms": n}
---          job: {"jid", "meta", "data"} with the lease in meta (w, l);
+--          job: {"jid", "meta", "data", "lease_ms", "timeout_s"} with the lease
+--          in meta (w, l); lease_ms: the lease length; timeout_s: how long the
+--          job may run without a sign of life (its own timeout, else the queue's);
 --          wake_in_ms: when something next comes due in these queues (a
 --          scheduled job, a throttled domain, a lease expiry), -1 for never
---          or for a pop that got all it asked for
+--          or for a pop that got all it asked for (count 0 only asks this)
 -- Errors   BAD_ARG
 
 local worker = Check.token('worker', ARGV[1], LIMITS.worker_max)
@@ -49,7 +51,10 @@ local function take(jid, meta, data)
   Lease.grant(jid, meta, worker, seed, now_us)
   Job.event(meta, now_ms, 'popped', { w = worker })
   Job.save(jid, meta, data)
-  out[#out + 1] = Job.reply(jid, meta, data)
+  out[#out + 1] = Job.reply(jid, meta, data, {
+    { 'lease_ms', int(Config.get('heartbeat', meta.q) * 1000) },
+    { 'timeout_s', cjson.encode(meta.to or Config.get('timeout', meta.q)) },
+  })
 end
 
 if order == 'ordered' then
@@ -92,7 +97,7 @@ end
 -- came back short tells this master when to look again.
 local wake_at
 for _, queue in ipairs(active) do
-  if #out >= count then
+  if count > 0 and #out >= count then
     if redis.call('EXISTS', K.prios(queue)) == 1 then
       Place.wake(queue)
     end

@@ -1,0 +1,229 @@
+"""The child: runs one job at a time for its master, over one socket.
+
+Its loop reads as its steps: receive a job, prepare the sandbox, import the
+klass through the allow-list, call it, report, empty the sandbox.
+
+A reader thread takes the master's messages off the socket, so a job that
+never yields cannot stop them: `lease` messages move the deadline, and when
+the deadline passes with a job still running (its master stopped renewing:
+frozen, or cut off from Redis) the child stops itself, before the lease can
+expire in Redis. Exit codes tell the master what happened (see EXIT_*).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import queue
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from runtime import sentry
+from runtime.children import allowlist, protocol
+from runtime.children.context import JobContext
+from runtime.errors import KlassNotAllowed, KlassNotFound, ProtocolError, Retry, SandboxError
+from runtime.proctitle import set_title
+from runtime.sandbox import sandbox
+
+log = logging.getLogger(__name__)
+
+EXIT_STOPPED = 0  # asked to stop, or the master went away
+EXIT_FENCED = 86  # the lease deadline passed: stopped itself
+EXIT_TERMINATED = 87  # SIGTERM from the master (timeout, shutdown) while running a job
+EXIT_SANDBOX = 88  # the sandbox could not be built
+
+
+class Terminated(BaseException):
+    """Raised in the job by SIGTERM, so its finally blocks run before the child exits."""
+
+
+@dataclass
+class Settings:
+    """What a child knows beyond its messages (inherited from the fork server)."""
+
+    index: int
+    modules: tuple[str, ...]
+    workdir: Path
+    worker: str
+    sentry_dsn: str | None = None
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+class Child:
+    def __init__(self, sock: socket.socket, settings: Settings) -> None:
+        self.sock = sock
+        self.settings = settings
+        self.inbox: queue.Queue[protocol.Run | None] = queue.Queue()
+        self.send_lock = threading.Lock()
+        self.running: str | None = None  # jid of the job being run
+        self.deadline = float("inf")
+
+    # --- messages ---------------------------------------------------------------
+
+    def send(self, message: protocol.Message) -> None:
+        frame = protocol.encode(message)
+        with self.send_lock:
+            self.sock.sendall(frame)
+
+    def _read_loop(self) -> None:
+        """Reader thread: queue jobs, move deadlines, fence when a deadline passes."""
+        frames = protocol.FrameBuffer()
+        while True:
+            wait = None
+            if self.running is not None:
+                wait = max(0.0, self.deadline - time.monotonic())
+            readable, _, _ = select.select([self.sock], [], [], wait)
+            if not readable:
+                if self.running is not None and time.monotonic() >= self.deadline:
+                    self._fence()
+                continue
+            try:
+                data = self.sock.recv(65536)
+                messages = frames.feed(data) if data else []
+            except (OSError, ProtocolError):
+                data, messages = b"", []
+            if not data:
+                self.inbox.put(None)
+                return
+            for message in messages:
+                if isinstance(message, protocol.Run):
+                    self.inbox.put(message)
+                elif isinstance(message, protocol.Lease) and message.jid == self.running:
+                    self.deadline = message.deadline
+                elif isinstance(message, protocol.Stop):
+                    self.inbox.put(None)
+
+    def _fence(self) -> None:
+        sandbox.kill_leftovers()
+        os._exit(EXIT_FENCED)
+
+    # --- the loop ---------------------------------------------------------------
+
+    def serve(self) -> int:
+        threading.Thread(target=self._read_loop, name="runtime-child-reader", daemon=True).start()
+        while True:
+            run = self.inbox.get()
+            if run is None:
+                return EXIT_STOPPED
+            self.run_job(run)
+
+    def run_job(self, run: protocol.Run) -> None:
+        self.deadline = run.deadline
+        self.running = run.jid
+        sandbox.limit_cpu_for_next_job(run.cpu_limit_s)
+        sandbox.empty(self.settings.workdir)
+        _title(self.settings, f"jid={run.jid} klass={run.klass}")
+        try:
+            outcome = self.call(run)
+        except Terminated:
+            self._clean_up()
+            os._exit(EXIT_TERMINATED)
+        self.running = None
+        self.send(outcome)
+        self._clean_up()
+        _title(self.settings, "idle")
+
+    def call(self, run: protocol.Run) -> protocol.Message:
+        try:
+            fn = allowlist.resolve(run.klass, self.settings.modules)
+        except KlassNotAllowed as err:
+            return self._failed(run, "runtime.KlassNotAllowed", str(err), retry=False)
+        except KlassNotFound as err:
+            return self._failed(run, "runtime.KlassNotFound", _format(err), error=err)
+        context = JobContext(
+            jid=run.jid, klass=run.klass, queue=run.queue, data=run.data, attempt=run.attempt,
+            retries=run.retries, remaining=run.remaining, sandbox=self.settings.workdir,
+            _beat=lambda: self.send(protocol.Heartbeat(run.jid)),
+        )  # fmt: skip
+        try:
+            result = fn(context)
+            if inspect.isawaitable(result):
+                _run_async(result)
+        except Retry as retry:
+            reason = retry.reason or f"the job asked for a retry (delay={retry.delay})"
+            return self._failed(run, "runtime.Retry", reason, delay=retry.delay)
+        except Exception as err:  # noqa: BLE001 - the job boundary: any error is the job's outcome
+            return self._failed(run, _class_path(err), _format(err), error=err)
+        return protocol.Done(run.jid)
+
+    def _failed(
+        self,
+        run: protocol.Run,
+        group: str,
+        message: str,
+        *,
+        retry: bool = True,
+        delay: float | None = None,
+        error: BaseException | None = None,
+    ) -> protocol.Failed:
+        if not retry or run.remaining <= 0:  # this failure is final: report it
+            tags = {"queue": run.queue, "klass": run.klass, "jid": run.jid,
+                    "attempt": run.attempt, "worker": self.settings.worker}  # fmt: skip
+            if sentry.init(self.settings.sentry_dsn, server_name=self.settings.worker):
+                sentry.report(group=group, message=message, tags=tags, error=error)
+        return protocol.Failed(run.jid, group, message, retry=retry, delay=delay)
+
+    def _clean_up(self) -> None:
+        sandbox.kill_leftovers()
+        sandbox.empty(self.settings.workdir)
+
+
+def _run_async(awaitable: Any) -> None:
+    async def main() -> None:
+        await awaitable
+
+    uvloop.run(main())
+
+
+def _class_path(err: BaseException) -> str:
+    cls = type(err)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _format(err: BaseException) -> str:
+    return "".join(traceback.format_exception(err))
+
+
+def _title(settings: Settings, state: str) -> None:
+    set_title(f"runtime child {settings.index}: {state}")
+
+
+def main(
+    sock: socket.socket, settings: Settings, spec: sandbox.Spec, fork_point: protocol.Ready
+) -> int:
+    """Runs in the freshly forked child; returns its exit code (the caller _exits).
+    `fork_point` describes the forking process (its pid is our parent's)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_term)
+    try:
+        sandbox.enter(spec, fork_point.pid)
+        sandbox.become_subreaper()
+    except SandboxError as err:
+        os.write(2, f"runtime child {settings.index}: {err}\n".encode())
+        return EXIT_SANDBOX
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    _title(settings, "idle")
+    child = Child(sock, settings)
+    try:
+        ready = protocol.Ready(
+            os.getpid(), fork_point.pid, fork_point.threads, fork_point.loop_running
+        )
+        child.send(ready)
+        return child.serve()
+    except (Terminated, BrokenPipeError, ConnectionResetError):
+        return EXIT_STOPPED

@@ -1,0 +1,172 @@
+"""Messages between a master and its children, and their framing on the pipe.
+
+A frame is a 4-byte big-endian length, then that many bytes of UTF-8 JSON: one
+object with a `kind`. Frames above `MAX_FRAME_BYTES` are a protocol error, as is
+anything that does not decode to a known message. Never pickle.
+
+master -> child   run, lease, stop
+child -> master   ready, heartbeat, done, failed
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+from runtime.errors import ProtocolError
+
+HEADER = struct.Struct("!I")
+MAX_FRAME_BYTES = 96 * 1024 * 1024  # largest job data (64 MiB) and a traceback, with room
+
+
+@dataclass(frozen=True)
+class Message:
+    kind: ClassVar[str]
+
+
+@dataclass(frozen=True)
+class Run(Message):
+    """Run one job. `deadline` is the CLOCK_MONOTONIC time the lease is safe until."""
+
+    kind: ClassVar[str] = "run"
+    jid: str
+    klass: str
+    queue: str
+    data: dict[str, Any]
+    attempt: int
+    retries: int
+    remaining: int
+    deadline: float
+    cpu_limit_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Lease(Message):
+    """The lease on the running job was renewed: safe until `deadline` (monotonic)."""
+
+    kind: ClassVar[str] = "lease"
+    jid: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Stop(Message):
+    """Exit once idle (recycling, fewer children, shutdown)."""
+
+    kind: ClassVar[str] = "stop"
+
+
+@dataclass(frozen=True)
+class Ready(Message):
+    """A child is up. `threads` and `loop_running` describe the process it was forked
+    from at the moment of the fork (a clean fork point has one thread, no loop)."""
+
+    kind: ClassVar[str] = "ready"
+    pid: int
+    parent: int
+    threads: int
+    loop_running: bool
+
+
+@dataclass(frozen=True)
+class Heartbeat(Message):
+    kind: ClassVar[str] = "heartbeat"
+    jid: str
+
+
+@dataclass(frozen=True)
+class Done(Message):
+    kind: ClassVar[str] = "done"
+    jid: str
+
+
+@dataclass(frozen=True)
+class Failed(Message):
+    """The job raised. `retry` False: fail now (e.g. klass not allowed).
+    `delay` None: the backoff policy decides when to retry."""
+
+    kind: ClassVar[str] = "failed"
+    jid: str
+    group: str
+    message: str
+    retry: bool = True
+    delay: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+KINDS: dict[str, type[Message]] = {
+    cls.kind: cls for cls in (Run, Lease, Stop, Ready, Heartbeat, Done, Failed)
+}
+
+
+def encode(message: Message) -> bytes:
+    body = json.dumps(
+        {"kind": message.kind, **asdict(message)}, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+    if len(body) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"{message.kind} message of {len(body)} bytes is over the frame limit")
+    return HEADER.pack(len(body)) + body
+
+
+def decode(body: bytes) -> Message:
+    try:
+        obj = json.loads(body)
+        cls = KINDS[obj.pop("kind")]
+        names = {f.name for f in fields(cls)}
+        if set(obj) - names:
+            raise ProtocolError(f"unknown fields {sorted(set(obj) - names)} in {cls.kind}")
+        return cls(**obj)
+    except ProtocolError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ProtocolError(f"malformed message: {err!r}"[:200]) from None
+
+
+class FrameBuffer:
+    """Accumulates bytes from a stream and yields complete messages."""
+
+    def __init__(self, limit: int = MAX_FRAME_BYTES) -> None:
+        self.limit = limit
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Message]:
+        self.buffer += data
+        out: list[Message] = []
+        while len(self.buffer) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self.buffer)
+            if size > self.limit:
+                raise ProtocolError(f"frame of {size} bytes is over the limit of {self.limit}")
+            end = HEADER.size + size
+            if len(self.buffer) < end:
+                break
+            out.append(decode(bytes(self.buffer[HEADER.size : end])))
+            del self.buffer[:end]
+        return out
+
+
+def read_message(sock: Any) -> Message | None:
+    """Blocking read of one message from a socket; None at end of stream."""
+    header = _read_exact(sock, HEADER.size)
+    if header is None:
+        return None
+    (size,) = HEADER.unpack(header)
+    if size > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {size} bytes is over the limit")
+    body = _read_exact(sock, size)
+    if body is None:
+        raise ProtocolError("stream ended inside a frame")
+    return decode(body)
+
+
+def _read_exact(sock: Any, size: int) -> bytes | None:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            if chunks:
+                raise ProtocolError("stream ended inside a frame")
+            return None
+        chunks += chunk
+    return bytes(chunks)

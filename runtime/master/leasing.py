@@ -1,0 +1,174 @@
+"""The master's traffic with Redis: reports and pops in one round trip, lease
+renewals in one batched call, and waiting for work without polling.
+
+`Leasing` holds what is in flight: outcomes not yet sent, jobs leased but not
+yet handed to a child. Its owner (the master) decides how many jobs it can
+take; `Leasing` decides when to ask and remembers when to ask again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from runtime.errors import Error, LeaseLost
+from runtime.queue.aio import AsyncClient, Leased, Outcomes
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 60.0  # an idle master looks again at least this often (BLPOP timeout)
+BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+
+def safety_margin(lease_s: float) -> float:
+    """How long before its lease runs out a job must be stopped if not renewed."""
+    return min(2.0, lease_s * 0.2)
+
+
+@dataclass
+class Pending:
+    """A job leased by a pop, not yet handed to a child."""
+
+    leased: Leased
+    lease_until: float  # monotonic
+
+
+class Leasing:
+    def __init__(
+        self,
+        client: AsyncClient,
+        queues: list[str],
+        order: str,
+        room: Callable[[], int],
+        on_change: Callable[[], None],
+    ) -> None:
+        self.client = client
+        self.room = room
+        self.queues = list(queues)
+        self.order = order
+        self.on_change = on_change
+        self.outcomes = Outcomes()
+        self.buffer: deque[Pending] = deque()
+        self.want_work = True  # the last pop was full, or something woke us since
+        self.waiter: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.failures = 0
+
+    # --- one round trip ---------------------------------------------------------
+
+    def needs_exchange(self, room: int, accepting: bool) -> bool:
+        return len(self.outcomes) > 0 or (accepting and self.want_work and room > 0)
+
+    def _rotated(self) -> list[str]:
+        if self.order == "round-robin" and len(self.queues) > 1:
+            self.queues.append(self.queues.pop(0))
+        return self.queues
+
+    async def exchange(self, room: int, accepting: bool) -> None:
+        """Sends the collected outcomes and, when accepting work, pops up to `room` jobs
+        into the buffer (a pop of 0 still tells when to look again)."""
+        outcomes = self.outcomes.take()
+        count = room if accepting else None
+        sent_at = time.monotonic()
+        try:
+            states, popped = await self.client.exchange(
+                outcomes, count, self._rotated(), self.order
+            )
+        except (redis.exceptions.RedisError, OSError) as err:
+            self._merge(outcomes)
+            await self._back_off(f"Redis exchange failed: {err}")
+            return
+        self.failures = 0
+        for jid, state in states.items():
+            if isinstance(state, LeaseLost):
+                log.warning("report dropped, the lease was lost jid=%s", jid)
+            elif isinstance(state, Error):
+                log.error("report refused: %s jid=%s", state, jid)
+        if popped is None:
+            return
+        for leased in popped.jobs:
+            self.buffer.append(Pending(leased, sent_at + leased.lease_s))
+        if count is not None and len(popped.jobs) < max(count, 1):
+            self.want_work = False
+            self._schedule(popped.wake_in_s)
+
+    def _merge(self, outcomes: Outcomes) -> None:
+        self.outcomes.complete.update(outcomes.complete)
+        self.outcomes.retry[:0] = outcomes.retry
+        self.outcomes.fail[:0] = outcomes.fail
+        self.outcomes.release.update(outcomes.release)
+
+    async def _back_off(self, message: str) -> None:
+        delay = BACKOFF_S[min(self.failures, len(BACKOFF_S) - 1)]
+        if self.failures in (0, 5) or self.failures % 50 == 0:
+            log.warning("%s; retrying every %.2f s", message, delay)
+        self.failures += 1
+        await asyncio.sleep(delay)
+
+    # --- waking up --------------------------------------------------------------
+
+    def _schedule(self, wake_in_s: float | None) -> None:
+        """Look again when the next scheduled job, throttled domain or lease is due."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if wake_in_s is not None:
+            self.timer = asyncio.get_running_loop().call_later(wake_in_s, self.wake)
+
+    def wake(self) -> None:
+        self.want_work = True
+        self.on_change()
+
+    def wait_for_work(self, active: bool) -> None:
+        """Keeps one BLPOP on the queues' wake-up lists while there is room and no work."""
+        if not active:
+            self.stop_waiting()
+        elif self.waiter is None and not self.want_work and self.room() > 0:
+            self.waiter = asyncio.get_running_loop().create_task(self._wait())
+
+    async def _wait(self) -> None:
+        try:
+            key = await self.client.wait_for_work(self.queues, IDLE_WAIT_S)
+            if (
+                key is not None
+                and self.room() == 0
+                and key != self.client.keys.worker_wake(self.client.worker)
+            ):
+                await self.client.give_back(key)  # filled up meanwhile: leave it to others
+        except (redis.exceptions.RedisError, OSError) as err:
+            await self._back_off(f"waiting for work failed: {err}")
+        finally:
+            self.waiter = None
+        self.wake()
+
+    def stop_waiting(self) -> None:
+        if self.waiter is not None:
+            self.waiter.cancel()
+            self.waiter = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    # --- leases -----------------------------------------------------------------
+
+    async def renew(self, leases: dict[str, str]) -> tuple[float, set[str]] | None:
+        """Renews every lease in one call: (when it was sent, the lost jids), None on error."""
+        sent_at = time.monotonic()
+        try:
+            lost = await self.client.heartbeat(leases)
+        except (redis.exceptions.RedisError, OSError) as err:
+            log.warning("lease renewal failed: %s", err)
+            return None
+        return sent_at, lost
+
+    async def close(self) -> None:
+        self.stop_waiting()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)

@@ -1,0 +1,30 @@
+"""Starting a master: `runtime worker MODULE... --queues a,b`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import uvloop
+
+from runtime import config
+from runtime.master.master import Master
+from runtime.proctitle import set_title
+from runtime.queue.client import default_worker_id, resolve_url
+
+log = logging.getLogger(__name__)
+
+
+def run_worker(
+    settings: config.Settings, worker: config.WorkerSettings, worker_id: str | None = None
+) -> int:
+    """Runs a master until it is told to stop; returns the exit code."""
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:  # `runtime worker myapp.jobs` from the project's directory
+        sys.path.insert(0, cwd)
+    url = resolve_url(settings)
+    worker_id = worker_id or default_worker_id()
+    set_title(f"runtime master {worker_id} starting")
+    master = Master(settings, worker, url, worker_id)
+    return int(uvloop.run(master.run()))

@@ -1,0 +1,180 @@
+"""The asyncio client of a master: the operations it runs, batched.
+
+One `exchange` sends everything the master has to say in one round trip: the
+completions, retries, failures and releases it collected, then a pop for its
+free children, pipelined. Idle masters block on their queues' wake-up lists
+(BLPOP on a connection of its own) instead of polling.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from runtime.errors import Error
+from runtime.queue import scripts, wire
+from runtime.queue.client import text
+from runtime.queue.keys import Keys
+
+
+@dataclass(frozen=True)
+class Leased:
+    """A job a pop leased to this master."""
+
+    jid: str
+    token: str
+    klass: str
+    queue: str
+    data: dict[str, Any]
+    attempt: int
+    retries: int
+    remaining: int
+    lease_s: float
+    timeout_s: float
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> Leased:
+        meta = reply["meta"]
+        return cls(
+            jid=reply["jid"], token=meta["l"], klass=meta["k"], queue=meta["q"],
+            data=reply["data"], attempt=int(meta.get("a", 1)), retries=int(meta["r"]),
+            remaining=int(meta["m"]), lease_s=reply["lease_ms"] / 1000,
+            timeout_s=float(reply["timeout_s"]),
+        )  # fmt: skip
+
+
+@dataclass
+class Outcomes:
+    """Reports collected by a master, sent together by the next exchange."""
+
+    complete: dict[str, str] = field(default_factory=dict)  # jid -> token
+    retry: list[tuple[str, str, str, str, int]] = field(default_factory=list)
+    fail: list[tuple[str, str, str, str]] = field(default_factory=list)
+    release: dict[str, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.complete) + len(self.retry) + len(self.fail) + len(self.release)
+
+    def take(self) -> Outcomes:
+        """These outcomes, leaving this collection empty."""
+        taken = Outcomes(self.complete, self.retry, self.fail, self.release)
+        self.complete, self.retry, self.fail, self.release = {}, [], [], {}
+        return taken
+
+    def calls(self, worker: str) -> list[tuple[str, list[Any]]]:
+        out: list[tuple[str, list[Any]]] = []
+        if self.complete:
+            out.append(
+                ("complete", [worker, *_flat((j, t, "{}") for j, t in self.complete.items())])
+            )
+        if self.retry:
+            out.append(("retry", [worker, *_flat(self.retry)]))
+        if self.fail:
+            out.append(("fail", [worker, *_flat(self.fail)]))
+        if self.release:
+            out.append(("release", [worker, *_flat(self.release.items())]))
+        return out
+
+
+def _flat(rows: Any) -> list[Any]:
+    return [value for row in rows for value in row]
+
+
+@dataclass(frozen=True)
+class Popped:
+    jobs: list[Leased]
+    wake_in_s: float | None  # None: nothing comes due, or the pop was full
+
+
+class AsyncClient:
+    """A master's connection to its deployment."""
+
+    def __init__(self, url: str, keys: Keys, worker: str) -> None:
+        self.url = url
+        self.keys = keys
+        self.worker = worker
+        self.redis: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url)
+        self.blocking: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, socket_timeout=None)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+        await self.blocking.aclose()
+
+    async def load_scripts(self) -> None:
+        for name in scripts.operations():
+            await self.redis.script_load(scripts.load(name).source)
+
+    async def _pipeline(self, calls: list[tuple[str, list[Any]]]) -> list[Any]:
+        """Runs the calls in one round trip; reloads scripts the server forgot."""
+        root = [self.keys.root]
+        pipe = self.redis.pipeline(transaction=False)
+        for name, args in calls:
+            pipe.evalsha(scripts.load(name).sha, 1, *root, *args)
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+        for i, (name, args) in enumerate(calls):
+            result = results[i]
+            if isinstance(result, redis.exceptions.NoScriptError):
+                results[i] = await scripts.acall(self.redis, name, root, args)
+            elif isinstance(result, redis.exceptions.ResponseError):
+                raise scripts.translate(name, result)
+            elif isinstance(result, Exception):
+                raise result
+        return results
+
+    async def exchange(
+        self, outcomes: Outcomes, pop_count: int | None, queues: list[str], order: str
+    ) -> tuple[dict[str, str | Error], Popped | None]:
+        """Sends the outcomes, then pops up to `pop_count` jobs (None: no pop; 0: only
+        learn when something comes due), in one round trip."""
+        calls = outcomes.calls(self.worker)
+        if pop_count is not None and queues:
+            calls.append(("pop", [self.worker, pop_count, wire.seed(), order, *queues]))
+        if not calls:
+            return {}, None
+        results = await self._pipeline(calls)
+        states: dict[str, str | Error] = {}
+        popped = None
+        for (name, _), result in zip(calls, results, strict=True):
+            reply = json.loads(result)
+            if name == "pop":
+                wake = reply["wake_in_ms"]
+                popped = Popped(
+                    [Leased.from_reply(j) for j in reply["jobs"]], None if wake < 0 else wake / 1000
+                )
+            else:
+                states.update(wire.outcomes(reply))
+        return states, popped
+
+    async def heartbeat(self, leases: dict[str, str]) -> set[str]:
+        """Renews the leases {jid: token}; returns the jids whose lease is lost."""
+        if not leases:
+            return set()
+        args = [self.worker, *_flat(leases.items())]
+        [reply] = await self._pipeline([("heartbeat", args)])
+        return set(json.loads(reply)["lost"])
+
+    async def wait_for_work(self, queues: list[str], timeout_s: float) -> str | None:
+        """Blocks until a wake-up token arrives (a put on one of the queues, or this
+        worker's own); returns the key it came from, None on timeout."""
+        keys = [self.keys.wake(q) for q in queues] + [self.keys.worker_wake(self.worker)]
+        got = await self.blocking.blpop(keys, timeout=timeout_s)
+        return None if got is None else text(got[0])
+
+    async def give_back(self, key: str) -> None:
+        """Puts back a wake-up token this master cannot use (at most one per key)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.rpush(key, "1")
+        pipe.ltrim(key, 0, 0)
+        await pipe.execute()
+
+    async def forget(self) -> int:
+        [held] = await self._pipeline([("forget_worker", [self.worker])])
+        await self.redis.delete(self.keys.worker_wake(self.worker))
+        return int(held)
+
+    async def ping(self) -> None:
+        await self.redis.ping()

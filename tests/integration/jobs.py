@@ -1,0 +1,165 @@
+"""Jobs the integration tests put: each does one thing a real job might do,
+and records what it saw in files named by its data (absolute paths)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from runtime import Retry
+
+
+def _append(path: str, line: str) -> None:
+    with open(path, "a") as fh:
+        fh.write(line + "\n")
+        fh.flush()
+
+
+def noop(job: Any) -> None:
+    pass
+
+
+def record(job: Any) -> None:
+    """Appends 'jid attempt start end pid' to data["path"]; sleeps data["seconds"]."""
+    start = time.time()
+    time.sleep(job.data.get("seconds", 0))
+    _append(job.data["path"], f"{job.jid} {job.attempt} {start} {time.time()} {os.getpid()}")
+
+
+def alive(job: Any) -> None:
+    """Writes 'jid attempt time' to data["path"] every 10 ms for data["seconds"],
+    never calling job.heartbeat(): overlapping attempts would interleave."""
+    end = time.time() + job.data["seconds"]
+    while time.time() < end:
+        _append(job.data["path"], f"{job.jid} {job.attempt} {time.time()}")
+        time.sleep(0.01)
+
+
+def spin(job: Any) -> None:
+    """CPU-bound for data["seconds"], no heartbeats, then records completion."""
+    end = time.monotonic() + job.data["seconds"]
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    _append(job.data["path"], f"{job.jid} {job.attempt} done")
+
+
+def beat(job: Any) -> None:
+    """Runs data["seconds"], calling job.heartbeat() every 0.2 s."""
+    end = time.monotonic() + job.data["seconds"]
+    while time.monotonic() < end:
+        job.heartbeat()
+        time.sleep(0.2)
+
+
+def sleep(job: Any) -> None:
+    time.sleep(job.data["seconds"])
+    if "path" in job.data:
+        _append(job.data["path"], f"{job.jid} {job.attempt} done")
+
+
+def crash(job: Any) -> None:
+    os.kill(os.getpid(), job.data.get("signal", signal.SIGSEGV))
+    time.sleep(5)
+
+
+def exit_early(job: Any) -> None:
+    sys.exit(0)
+
+
+def os_exit(job: Any) -> None:
+    os._exit(job.data.get("code", 3))
+
+
+def hog_memory(job: Any) -> None:
+    block = bytearray(job.data["mib"] * 1024 * 1024)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    time.sleep(job.data.get("hold", 5))
+
+
+def burn_cpu(job: Any) -> None:
+    while True:
+        pass
+
+
+def garbage(job: Any) -> None:
+    """Writes junk to the child's message socket (whatever fd it is)."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=int(fd))
+        except OSError:
+            continue
+        try:
+            if sock.type == socket.SOCK_STREAM:
+                sock.sendall(b"\x00\x00\x00\x05nope!")
+        finally:
+            sock.detach()
+    time.sleep(2)
+
+
+def spawn_daemon(job: Any) -> None:
+    """Double-forks a daemon (setsid) that would sleep for a minute; records its pid."""
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(w, str(os.getpid()).encode())
+            time.sleep(60)
+            os._exit(0)
+        os._exit(0)
+    os.close(w)
+    pid = os.read(r, 32).decode()
+    _append(job.data["path"], pid)
+
+
+def describe_process(job: Any) -> None:
+    """Records the child's environment, open fds, ids, cwd and parent."""
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the fd of the listing itself, closed by now
+            fds[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    with open("/proc/self/status") as fh:
+        status = dict(line.split(":", 1) for line in fh if ":" in line)
+    Path("made-by-the-job.txt").write_text("x")
+    info = {
+        "env": dict(os.environ), "fds": fds, "uid": os.getuid(), "gid": os.getgid(),
+        "cwd": os.getcwd(), "sandbox": str(job.sandbox), "ppid": os.getppid(),
+        "no_new_privs": status.get("NoNewPrivs", "").strip(),
+        "parent_threads": len(os.listdir(f"/proc/{os.getppid()}/task")),
+        "sandbox_files": sorted(os.listdir(job.sandbox)),
+        "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+    }  # fmt: skip
+    Path(job.data["path"]).write_text(json.dumps(info))
+
+
+def retry_once(job: Any) -> None:
+    if job.attempt == 1:
+        raise Retry(delay=0.1, reason="once more")
+    _append(job.data["path"], f"{job.jid} {job.attempt} done")
+
+
+def fail(job: Any) -> None:
+    raise ValueError(f"failing on purpose, password={job.data.get('password')}")
+
+
+async def async_job(job: Any) -> None:
+    await asyncio.sleep(0.01)
+    loop = type(asyncio.get_running_loop()).__module__
+    _append(job.data["path"], f"{job.jid} {loop}")
+
+
+def chatty(job: Any) -> None:
+    for i in range(job.data.get("lines", 100_000)):
+        print(f"line {i} " + "x" * 100)
+    print("THE END")
+    raise RuntimeError("chatty job failed after printing a lot")

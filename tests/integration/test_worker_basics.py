@@ -1,0 +1,142 @@
+"""A real master runs real jobs: outcomes, the allow-list, async jobs, the sandbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+from pathlib import Path
+
+import pytest
+
+from runtime import Client
+from tests.integration.conftest import StartMaster
+from tests.support.master import alive, wait_gone
+from tests.support.waiting import wait_for
+
+J = "tests.integration.jobs"
+
+
+def state_of(client: Client, jid: str) -> str | None:
+    job = client.get_job(jid)
+    return None if job is None else job.state
+
+
+def wait_state(client: Client, jid: str, state: str, timeout_s: float = 20) -> None:
+    wait_for(lambda: state_of(client, jid) == state, timeout_s, what=f"{jid} to be {state}")
+
+
+def test_jobs_complete_retry_and_fail(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    start_master("q", "-c", "2")
+    q = plain_client.queue("q")
+    path = str(workdir / "out")
+    ok = q.put(f"{J}:record", {"path": path})
+    again = q.put(f"{J}:retry_once", {"path": path})
+    bad = q.put(f"{J}:fail", {"password": "hunter2"}, retries=1, backoff=(0.05, 0.05))
+    wait_state(plain_client, ok, "complete")
+    wait_state(plain_client, again, "complete")
+    wait_state(plain_client, bad, "failed")
+    job = plain_client.get_job(bad)
+    assert job is not None and job.failure is not None
+    assert job.failure.group == "builtins.ValueError"
+    assert "Traceback (most recent call last)" in job.failure.message
+    assert "failing on purpose" in job.failure.message
+    assert [e.event for e in job.history] == ["put", "popped", "retried", "popped", "failed"]
+    lines = Path(path).read_text().split("\n")
+    assert any(line.startswith(f"{again} 2 done") for line in lines)
+
+
+def test_a_klass_outside_the_modules_fails_without_being_imported(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    start_master("q", "-c", "1")
+    marker = workdir / "imported"
+    jid = plain_client.queue("q").put("tests.integration.evil:run", {"marker": str(marker)})
+    wait_state(plain_client, jid, "failed")
+    job = plain_client.get_job(jid)
+    assert job is not None and job.failure is not None
+    assert job.failure.group == "runtime.KlassNotAllowed"
+    assert "klass not allowed" in job.failure.message
+    assert job.remaining == job.retries, "not allowed fails at once, no retries"
+    assert not marker.exists()
+    assert not Path("/tmp/runtime-evil-imported").exists()
+
+
+def test_async_jobs_run_on_uvloop(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    start_master("q", "-c", "1")
+    path = workdir / "out"
+    jid = plain_client.queue("q").put(f"{J}:async_job", {"path": str(path)})
+    wait_state(plain_client, jid, "complete")
+    assert path.read_text().split() == [jid, "uvloop"]
+
+
+def test_children_fork_from_a_clean_point(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    master = start_master("q", "-c", "2")
+    path = workdir / "proc.json"
+    jid = plain_client.queue("q").put(f"{J}:describe_process", {"path": str(path)})
+    wait_state(plain_client, jid, "complete")
+    info = json.loads(path.read_text())
+    assert info["parent_threads"] == 1, "the fork server has one thread"
+    assert info["ppid"] == master.fork_server_pid()
+    ready_lines = [line for line in master.log().splitlines() if "child ready" in line]
+    assert len(ready_lines) == 2
+    assert all("threads=1 loop=none" in line for line in ready_lines)
+    master_threads = len(os.listdir(f"/proc/{master.pid}/task"))
+    assert master_threads >= 1  # the master may have threads; it never forks children
+
+
+def test_the_sandbox(start_master: StartMaster, plain_client: Client, workdir: Path) -> None:
+    start_master(
+        "q", "-c", "1", "--open-files", "64",
+        env={"SENTRY_DSN": "http://k@127.0.0.1:9/1", "DB_PASSWORD": "x", "KEEP_ME": "yes"},
+    )  # fmt: skip
+    q = plain_client.queue("q")
+    first, second = workdir / "one.json", workdir / "two.json"
+    jids = [q.put(f"{J}:describe_process", {"path": str(p)}) for p in (first, second)]
+    for jid in jids:
+        wait_state(plain_client, jid, "complete")
+    info = json.loads(first.read_text())
+    env = info["env"]
+    assert "REDIS_URL" not in env and "SENTRY_DSN" not in env and "DB_PASSWORD" not in env
+    assert env["KEEP_ME"] == "yes"
+    assert info["cwd"] == info["sandbox"]
+    assert info["no_new_privs"] == "1"
+    assert info["nofile"] == 64
+    fds = info["fds"]
+    assert fds.pop("0") == "/dev/null"
+    assert fds.pop("1").startswith("pipe:") and fds.pop("2").startswith("pipe:")
+    assert [link.split(":")[0] for link in fds.values()] == ["socket"], info["fds"]
+    assert json.loads(second.read_text())["sandbox_files"] == ["made-by-the-job.txt"]
+    assert info["sandbox_files"] == ["made-by-the-job.txt"]
+
+
+def test_daemons_a_job_spawns_are_killed_after_it(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    start_master("q", "-c", "1")
+    path = workdir / "pid"
+    jid = plain_client.queue("q").put(f"{J}:spawn_daemon", {"path": str(path)})
+    wait_state(plain_client, jid, "complete")
+    daemon = int(path.read_text())
+    wait_gone(daemon, 5)
+    assert not alive(daemon)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_children_run_as_the_given_user(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    nobody = pwd.getpwnam("nobody")
+    workdir.chmod(0o777)
+    start_master("q", "-c", "1", "--user", "nobody")
+    path = workdir / "proc.json"
+    jid = plain_client.queue("q").put(f"{J}:describe_process", {"path": str(path)})
+    wait_state(plain_client, jid, "complete")
+    info = json.loads(path.read_text())
+    assert (info["uid"], info["gid"]) == (nobody.pw_uid, nobody.pw_gid)
