@@ -101,6 +101,8 @@ class Child:
                 return
             for message in messages:
                 if isinstance(message, protocol.Run):
+                    # the deadline holds from now, not from when the main thread starts it
+                    self.deadline, self.running = message.deadline, message.jid
                     self.inbox.put(message)
                 elif isinstance(message, protocol.Lease) and message.jid == self.running:
                     self.deadline = message.deadline
@@ -122,8 +124,6 @@ class Child:
             self.run_job(run)
 
     def run_job(self, run: protocol.Run) -> None:
-        self.deadline = run.deadline
-        self.running = run.jid
         sandbox.limit_cpu_for_next_job(run.cpu_limit_s)
         sandbox.empty(self.settings.workdir)
         _title(self.settings, f"jid={run.jid} klass={run.klass}")

@@ -72,6 +72,7 @@ class Master:
         self.client = AsyncClient(url, Keys(settings.namespace), worker_id)
         self.state = State(target=worker.concurrency)
         self.event = asyncio.Event()
+        self.renew_event = asyncio.Event()  # jobs were leased: the renewal plan changed
         self.leasing = Leasing(
             self.client, list(worker.queues), worker.order, self.room, self.event.set
         )
@@ -368,13 +369,21 @@ class Master:
 
     # --- renewing leases ----------------------------------------------------------
 
+    def _next_renewal(self) -> float | None:
+        """When a lease will be a third gone (monotonic), None when nothing is held."""
+        held: list[Running | Pending] = [c.job for c in self.busy() if c.job]
+        held += list(self.leasing.buffer)
+        return min((h.lease_until - h.leased.lease_s * 2 / 3 for h in held), default=None)
+
     async def _renew_forever(self) -> None:
         while True:
-            held = [c.job for c in self.busy() if c.job] + list(self.leasing.buffer)
-            if not held:
-                await asyncio.sleep(1.0)
+            due = self._next_renewal()
+            if due is None or due > time.monotonic():
+                timeout = None if due is None else due - time.monotonic()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.renew_event.wait(), timeout)
+                self.renew_event.clear()
                 continue
-            await asyncio.sleep(min(h.leased.lease_s for h in held) / 3)
             jobs = {c.job.leased.jid: c for c in self.busy() if c.job}
             pending = {p.leased.jid: p for p in self.leasing.buffer}
             leases = {jid: c.job.leased.token for jid, c in jobs.items() if c.job}
@@ -457,6 +466,7 @@ class Master:
             accepting = self.state.mode == "run" and not self.state.paused
             if self.leasing.needs_exchange(self.room(), accepting):
                 await self.leasing.exchange(self.room(), accepting)
+                self.renew_event.set()
                 self._hand_out()
                 continue
             self.leasing.wait_for_work(accepting)

@@ -1,0 +1,140 @@
+"""Leases under faults: a master killed or frozen, Redis out of reach. Jobs are
+never lost, and two attempts of one job never overlap in time."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime import Client
+from runtime.queue.embedded import ServerProcess, find_server_binary
+from tests.integration.conftest import StartMaster
+from tests.integration.test_worker_basics import wait_state
+from tests.support.master import MasterProcess, wait_gone
+from tests.support.waiting import wait_for
+
+J = "tests.integration.jobs"
+
+
+def attempts(path: Path) -> dict[tuple[str, int], tuple[float, float]]:
+    """(jid, attempt) -> (first, last) time an `alive` job wrote."""
+    spans: dict[tuple[str, int], tuple[float, float]] = {}
+    for line in path.read_text().splitlines():
+        jid, attempt, when = line.split()
+        key, t = (jid, int(attempt)), float(when)
+        first, last = spans.get(key, (t, t))
+        spans[key] = (min(first, t), max(last, t))
+    return spans
+
+
+def assert_no_overlap(path: Path) -> dict[tuple[str, int], tuple[float, float]]:
+    spans = attempts(path)
+    for (jid, attempt), (_, last) in spans.items():
+        later = spans.get((jid, attempt + 1))
+        if later is not None:
+            assert last < later[0], f"attempts {attempt} and {attempt + 1} of {jid} overlap"
+    return spans
+
+
+def test_a_cpu_bound_job_without_heartbeats_keeps_its_lease(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    plain_client.config_set("q-heartbeat", 1)
+    start_master("q", "-c", "1")
+    path = workdir / "spin"
+    jid = plain_client.queue("q").put(f"{J}:spin", {"seconds": 3.5, "path": str(path)})
+    wait_state(plain_client, jid, "complete", 20)
+    job = plain_client.get_job(jid)
+    assert job is not None and job.attempt == 1
+    assert [e.event for e in job.history] == ["put", "popped", "completed"]
+    assert path.read_text().split() == [jid, "1", "done"]
+
+
+def test_a_killed_master_s_jobs_run_again_elsewhere_once(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    plain_client.config_set("q-heartbeat", 1)
+    first = start_master("q", "-c", "2")
+    path = workdir / "alive"
+    jids = [plain_client.queue("q").put(f"{J}:alive", {"seconds": 1.5, "path": str(path)})
+            for _ in range(2)]  # fmt: skip
+    wait_for(lambda: plain_client.status("q")["q"]["running"] == 2, 10)
+    children = first.children()
+    first.kill()
+    for pid in children:
+        wait_gone(pid, 5)
+    start_master("q", "-c", "2")
+    for jid in jids:
+        wait_state(plain_client, jid, "complete", 30)
+        job = plain_client.get_job(jid)
+        assert job is not None and job.attempt == 2 and job.remaining == job.retries - 1
+        events = [e.event for e in job.history]
+        assert events == ["put", "popped", "lease-lost", "popped", "completed"]
+    assert_no_overlap(path)
+
+
+def test_a_frozen_master_s_children_stop_themselves_before_the_lease_expires(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    plain_client.config_set("q-heartbeat", 1)
+    frozen = start_master("q", "-c", "1")
+    path = workdir / "alive"
+    jid = plain_client.queue("q").put(f"{J}:alive", {"seconds": 4, "path": str(path)})
+    wait_for(lambda: path.exists(), 10)
+    frozen.send(signal.SIGSTOP)
+    stopped_at = time.time()
+    try:
+        other = start_master("q", "-c", "1")
+        wait_for(lambda: (plain_client.get_job(jid).attempt or 0) >= 2, 20)  # type: ignore[union-attr]
+        time.sleep(3 - (time.time() - stopped_at))  # frozen for three leases
+    finally:
+        frozen.send(signal.SIGCONT)
+    wait_state(plain_client, jid, "complete", 30)
+    spans = assert_no_overlap(path)
+    first_last = spans[(jid, 1)][1]
+    assert first_last < stopped_at + 1.0, "the child stopped itself within its lease"
+    wait_for(lambda: "job stopped, its lease was lost" in frozen.log(), 10)
+    job = plain_client.get_job(jid)
+    assert job is not None and job.worker is not None and str(other.pid) in job.worker
+    assert frozen.proc is not None and frozen.proc.poll() is None, "the master survives"
+
+
+@pytest.fixture
+def own_server() -> Iterator[ServerProcess]:
+    directory = Path(f"/tmp/rt-own-{uuid.uuid4().hex[:8]}")
+    server = ServerProcess(find_server_binary(), directory).start()
+    yield server
+    if server.process is not None:
+        server.process.send_signal(signal.SIGCONT)
+    server.stop()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_master_cut_off_from_redis_stops_its_jobs_before_their_lease_expires(
+    own_server: ServerProcess, workdir: Path
+) -> None:
+    client = Client.from_url(own_server.url, namespace="cutoff")
+    client.config_set("q-heartbeat", 1)
+    master = MasterProcess(own_server, "cutoff", workdir, "q", "-c", "1").start()
+    try:
+        path = workdir / "alive"
+        jid = client.queue("q").put(f"{J}:alive", {"seconds": 4, "path": str(path)})
+        wait_for(lambda: path.exists(), 10)
+        assert own_server.process is not None
+        own_server.process.send_signal(signal.SIGSTOP)
+        cut_at = time.time()
+        time.sleep(3)
+        own_server.process.send_signal(signal.SIGCONT)
+        wait_state(client, jid, "complete", 30)
+        spans = assert_no_overlap(path)
+        assert spans[(jid, 1)][1] < cut_at + 1.0, "stopped before the lease could expire"
+        assert master.proc is not None and master.proc.poll() is None
+    finally:
+        master.close()
+        client.close()
