@@ -86,7 +86,7 @@ def test_a_frozen_master_s_children_stop_themselves_before_the_lease_expires(
     frozen = start_master("q", "-c", "1")
     path = workdir / "alive"
     jid = plain_client.queue("q").put(f"{J}:alive", {"seconds": 4, "path": str(path)})
-    wait_for(lambda: path.exists(), 10)
+    wait_for(path.exists, 10)
     frozen.send(signal.SIGSTOP)
     stopped_at = time.time()
     try:
@@ -125,7 +125,7 @@ def test_a_master_cut_off_from_redis_stops_its_jobs_before_their_lease_expires(
     try:
         path = workdir / "alive"
         jid = client.queue("q").put(f"{J}:alive", {"seconds": 4, "path": str(path)})
-        wait_for(lambda: path.exists(), 10)
+        wait_for(path.exists, 10)
         assert own_server.process is not None
         own_server.process.send_signal(signal.SIGSTOP)
         cut_at = time.time()
