@@ -34,7 +34,7 @@ class Run(Message):
     jid: str
     klass: str
     queue: str
-    data: dict[str, Any]
+    data: dict[str, Any] = field(repr=False)  # reprs reach logs and error reports
     attempt: int
     retries: int
     remaining: int

@@ -1,0 +1,114 @@
+"""Final failures reach Sentry once, tagged and fingerprinted, with secrets
+scrubbed; a local HTTP server stands in for Sentry (no network)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+import zlib
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from runtime import Client
+from tests.integration.conftest import StartMaster
+from tests.integration.test_worker_basics import wait_state
+from tests.support.waiting import wait_for
+
+J = "tests.integration.jobs"
+
+
+class Collector(ThreadingHTTPServer):
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.bodies: list[bytes] = []
+
+    @property
+    def dsn(self) -> str:
+        return f"http://public@127.0.0.1:{self.server_address[1]}/1"
+
+    def events(self) -> list[dict[str, Any]]:
+        found = []
+        for body in list(self.bodies):
+            lines = body.split(b"\n")
+            for header, payload in zip(lines[1::2], lines[2::2], strict=False):
+                if json.loads(header).get("type") == "event":
+                    found.append(json.loads(payload))
+        return found
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 - the http.server API
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        encoding = self.headers.get("Content-Encoding")
+        if encoding == "gzip":
+            body = gzip.decompress(body)
+        elif encoding == "deflate":
+            body = zlib.decompress(body)
+        assert isinstance(self.server, Collector)
+        self.server.bodies.append(body)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def sentry() -> Iterator[Collector]:
+    server = Collector()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+
+
+def test_a_final_job_failure_is_one_scrubbed_event(
+    start_master: StartMaster, plain_client: Client, sentry: Collector
+) -> None:
+    master = start_master("q", "-c", "1", env={"SENTRY_DSN": sentry.dsn})
+    data = {"password": "hunter2", "api_key": "sk-live-123", "note": "plain"}
+    jid = plain_client.queue("q").put(f"{J}:fail", data, retries=1, backoff=(0.05, 0.05))
+    wait_state(plain_client, jid, "failed")
+    wait_for(sentry.events, 10, what="a Sentry event")
+    [event] = sentry.events()
+    assert event["tags"] == {
+        "queue": "q", "klass": f"{J}:fail", "jid": jid, "attempt": "2",
+        "worker": event["tags"]["worker"],
+    }  # fmt: skip
+    assert str(master.pid) in event["tags"]["worker"]
+    assert event["fingerprint"] == ["builtins.ValueError"]
+    assert event["exception"]["values"][-1]["type"] == "ValueError"
+    raw = b"".join(sentry.bodies)
+    assert b"hunter2" not in raw and b"sk-live-123" not in raw
+    frames = event["exception"]["values"][-1]["stacktrace"]["frames"]
+    job_frame = next(f for f in frames if f["function"] == "fail")
+    assert job_frame["vars"]["api_key"] == "[Filtered]"
+    assert job_frame["vars"]["settings"]["password"] == "[Filtered]"
+    assert job_frame["vars"]["settings"]["note"] == "'plain'"
+
+
+def test_a_crash_seen_by_the_master_is_reported_once(
+    start_master: StartMaster, plain_client: Client, sentry: Collector
+) -> None:
+    start_master("q", "-c", "1", env={"SENTRY_DSN": sentry.dsn})
+    jid = plain_client.queue("q").put(f"{J}:crash", {"signal": 9}, retries=0)
+    wait_state(plain_client, jid, "failed")
+    wait_for(sentry.events, 10, what="a Sentry event")
+    [event] = sentry.events()
+    assert event["fingerprint"] == ["runtime.ChildCrashed"]
+    assert event["tags"]["jid"] == jid and event["tags"]["attempt"] == "1"
+    assert "killed by signal 9 (SIGKILL)" in event["message"]
+
+
+def test_retries_are_not_reported(
+    start_master: StartMaster, plain_client: Client, sentry: Collector
+) -> None:
+    start_master("q", "-c", "1", env={"SENTRY_DSN": sentry.dsn})
+    jid = plain_client.queue("q").put(f"{J}:fail", {}, retries=3, backoff=(60, 60))
+    wait_state(plain_client, jid, "scheduled")
+    assert sentry.events() == []
