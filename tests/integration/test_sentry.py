@@ -41,7 +41,7 @@ class Collector(ThreadingHTTPServer):
 
 
 class Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - the http.server API
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         encoding = self.headers.get("Content-Encoding")
         if encoding == "gzip":
