@@ -14,12 +14,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import core, machine
+from bench import core, machine, worker
 from runtime.queue.embedded import find_server_binary
 
 HERE = Path(__file__).parent
-SUITES = {"core": core.run}
-TITLES = {"core": "Core operations from one process (issue: foundation)"}
+SUITES = {"core": core.run, "worker": worker.run}
+TITLES = {
+    "core": "Core operations from one process (issue: foundation)",
+    "worker": "The worker host end to end (issue: the worker host)",
+}
 
 
 def _cell(runs: list[float]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 DATA_100B = {"payload": "x" * 85}  # exactly 100 bytes of JSON
@@ -9,3 +10,25 @@ DATA_100B = {"payload": "x" * 85}  # exactly 100 bytes of JSON
 
 def noop(job: Any) -> None:
     """Does nothing: the benchmarks measure the runtime, not the job."""
+
+
+_conns: dict[str, Any] = {}
+
+
+def _redis(url: str) -> Any:
+    import redis  # noqa: PLC0415 - the bench jobs talk to Redis themselves, by URL in data
+
+    if url not in _conns:
+        _conns[url] = redis.Redis.from_url(url)
+    return _conns[url]
+
+
+def stamp(job: Any) -> None:
+    """Records when it started (time.time()) in the list data["key"]."""
+    started = time.time()
+    _redis(job.data["url"]).rpush(job.data["key"], f"{job.data.get('n', 0)} {started}")
+
+
+def count(job: Any) -> None:
+    """Increments the counter data["key"]: proof that the job really ran."""
+    _redis(job.data["url"]).incr(job.data["key"])

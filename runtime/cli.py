@@ -283,7 +283,11 @@ def config_cmd(ctx: click.Context, name: str | None, value: str | None, unset: b
 @click.option("-q", "--queues", required=True, help="Queues to serve, comma-separated.")
 @click.option("-c", "--concurrency", type=click.IntRange(0), help="Children (default: CPUs).")
 @click.option("--order", type=click.Choice(config.ORDERS), default="ordered", show_default=True)
-@click.option("--prefetch", type=click.IntRange(0), default=0, help="Jobs leased ahead.")
+@click.option(
+    "--prefetch",
+    type=click.IntRange(0),
+    help="Jobs leased ahead of free children, while jobs are short (default: --concurrency).",
+)
 @click.option("--max-jobs-per-child", type=click.IntRange(1), help="Recycle after N jobs.")
 @click.option("--max-memory-per-child", type=click.IntRange(1), help="Recycle above MiB.")
 @click.option("--memory-limit", type=click.IntRange(1), help="Kill a job above MiB (RSS).")
@@ -338,17 +342,25 @@ def workers(ctx: click.Context, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option("--timeout", type=click.FloatRange(1), default=60.0, show_default=True)
 @click.pass_context
-def demo(ctx: click.Context) -> None:
-    """Put the sample jobs of runtime.demo on queue "demo" and show the queues."""
+def demo(ctx: click.Context, timeout: float) -> None:
+    """Put the sample jobs of runtime.demo, run a worker over them, show the outcome."""
     client = _client(ctx)
     jids = demo_jobs.put_samples(client)
-    click.echo(f"put {len(jids)} sample jobs on queue {demo_jobs.QUEUE!r}:")
-    for jid in jids:
-        job = client.get_job(jid)
-        if job is not None:
-            click.echo(f"  {jid}  {job.klass:<28} {job.state}")
+    click.echo(f"put {len(jids)} sample jobs on queue {demo_jobs.QUEUE!r}; starting a worker")
+    jobs = demo_jobs.run_worker_until_done(client, jids, timeout)
+    click.echo(f"\n{'jid':<32}  {'klass':<20} {'state':<9} attempts  outcome")
+    for job in jobs:
+        outcome = job.failure.message.strip().splitlines()[-1] if job.failure else "-"
+        if job.state == "complete":
+            outcome = "done"
+        name = job.klass.rpartition(":")[2]
+        click.echo(f"{job.jid}  {name:<20} {job.state:<9} {job.attempt:>8}  {outcome}")
+    click.echo("")
     ctx.invoke(status)
+    if any(j.state not in ("complete", "failed") for j in jobs):
+        raise click.exceptions.Exit(_fail("the demo did not finish in time"))
 
 
 def _fail(message: str, code: int = EXIT_FAILED) -> int:

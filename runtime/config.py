@@ -112,7 +112,7 @@ class WorkerSettings:
     queues: tuple[str, ...]
     concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
     order: str = "ordered"
-    prefetch: int = 0  # jobs leased beyond the free children, to hide round trips
+    prefetch: int | None = None  # jobs leased ahead of free children (None: concurrency)
     max_jobs_per_child: int | None = None
     max_memory_per_child_mib: int | None = None  # recycle a child above this RSS
     memory_limit_mib: int | None = None  # kill a job's child above this RSS
@@ -136,7 +136,7 @@ class WorkerSettings:
                 raise ConfigError(f"bad queue name {queue!r}")
         if self.order not in ORDERS:
             raise ConfigError(f"order must be one of {', '.join(ORDERS)}")
-        if self.concurrency < 0 or self.prefetch < 0:
+        if self.concurrency < 0 or (self.prefetch is not None and self.prefetch < 0):
             raise ConfigError("concurrency and prefetch must be >= 0")
         for name in ("grace_s", "kill_grace_s"):
             if getattr(self, name) < 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from runtime.errors import ProtocolError
@@ -99,12 +99,15 @@ class Failed(Message):
 KINDS: dict[str, type[Message]] = {
     cls.kind: cls for cls in (Run, Lease, Stop, Ready, Heartbeat, Done, Failed)
 }
+_FIELDS: dict[type[Message], tuple[str, ...]] = {
+    cls: tuple(f.name for f in fields(cls)) for cls in KINDS.values()
+}
 
 
 def encode(message: Message) -> bytes:
-    body = json.dumps(
-        {"kind": message.kind, **asdict(message)}, separators=(",", ":"), ensure_ascii=False
-    ).encode()
+    obj = {"kind": message.kind}
+    obj.update((name, getattr(message, name)) for name in _FIELDS[type(message)])
+    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(f"{message.kind} message of {len(body)} bytes is over the frame limit")
     return HEADER.pack(len(body)) + body
@@ -114,9 +117,9 @@ def decode(body: bytes) -> Message:
     try:
         obj = json.loads(body)
         cls = KINDS[obj.pop("kind")]
-        names = {f.name for f in fields(cls)}
-        if set(obj) - names:
-            raise ProtocolError(f"unknown fields {sorted(set(obj) - names)} in {cls.kind}")
+        unknown = set(obj).difference(_FIELDS[cls])
+        if unknown:
+            raise ProtocolError(f"unknown fields {sorted(unknown)} in {cls.kind}")
         return cls(**obj)
     except ProtocolError:
         raise

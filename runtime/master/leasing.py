@@ -24,6 +24,8 @@ from runtime.queue.aio import AsyncClient, Leased, Outcomes
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 60.0  # an idle master looks again at least this often (BLPOP timeout)
+FLUSH_AFTER_S = 0.002  # how long a finished job's report may wait for company
+FLUSH_BATCH = 32  # reports that go at once, however young
 BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
 
@@ -63,8 +65,16 @@ class Leasing:
 
     # --- one round trip ---------------------------------------------------------
 
-    def needs_exchange(self, room: int, accepting: bool) -> bool:
-        return len(self.outcomes) > 0 or (accepting and self.want_work and room > 0)
+    def next_exchange(self, room: int, accepting: bool, urgent: bool) -> float | None:
+        """Seconds until the next round trip should go (0: now), None: nothing to send.
+        Outcomes wait up to FLUSH_AFTER_S to travel together, unless a child needs work."""
+        if accepting and self.want_work and room > 0 and urgent:
+            return 0.0
+        if not self.outcomes:
+            return None
+        if len(self.outcomes) >= FLUSH_BATCH or not accepting or self.outcomes.since is None:
+            return 0.0
+        return max(0.0, self.outcomes.since + FLUSH_AFTER_S - time.monotonic())
 
     def _rotated(self) -> list[str]:
         if self.order == "round-robin" and len(self.queues) > 1:
@@ -82,7 +92,7 @@ class Leasing:
                 outcomes, count, self._rotated(), self.order
             )
         except (redis.exceptions.RedisError, OSError) as err:
-            self._merge(outcomes)
+            self.outcomes.merge(outcomes)
             await self._back_off(f"Redis exchange failed: {err}")
             return
         self.failures = 0
@@ -98,12 +108,6 @@ class Leasing:
         if count is not None and len(popped.jobs) < max(count, 1):
             self.want_work = False
             self._schedule(popped.wake_in_s)
-
-    def _merge(self, outcomes: Outcomes) -> None:
-        self.outcomes.complete.update(outcomes.complete)
-        self.outcomes.retry[:0] = outcomes.retry
-        self.outcomes.fail[:0] = outcomes.fail
-        self.outcomes.release.update(outcomes.release)
 
     async def _back_off(self, message: str) -> None:
         delay = BACKOFF_S[min(self.failures, len(BACKOFF_S) - 1)]

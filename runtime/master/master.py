@@ -48,6 +48,7 @@ SIGNALS = {
     signal.SIGHUP: "replace", signal.SIGTTIN: "grow", signal.SIGTTOU: "shrink",
 }  # fmt: skip
 TICK_S = 0.1  # how often running jobs are checked (timeouts, memory, leases)
+PREFETCH_MAX_JOB_S = 0.05  # lease ahead only while jobs take less than this on average
 READY_TIMEOUT_S = 60.0
 RELEASED = "runtime.Released"  # not a failure: the job goes back unfinished
 LOST = "runtime.LeaseLost"  # not ours to report any more
@@ -84,6 +85,7 @@ class Master:
         self.last_check = 0.0
         self.recent_crashes: list[float] = []
         self.title = ""
+        self.jobs_seen, self.avg_run_s = 0, 0.0
         self.status_sent, self.status_at = "", 0.0
 
     # --- capacity ---------------------------------------------------------------
@@ -94,11 +96,29 @@ class Master:
     def busy(self) -> list[ChildHandle]:
         return [c for c in self.children.values() if c.job is not None]
 
+    def prefetch(self) -> int:
+        """Jobs to lease ahead of free children: only while jobs are short, since a job
+        leased ahead waits behind the running ones."""
+        wanted = self.worker.concurrency if self.worker.prefetch is None else self.worker.prefetch
+        warm = self.jobs_seen >= max(1, self.state.target) and self.avg_run_s < PREFETCH_MAX_JOB_S
+        return wanted if warm else 0
+
     def room(self) -> int:
         """How many more jobs to lease now."""
         if self.state.mode != "run" or self.state.paused:
             return 0
-        return max(0, len(self.idle()) + self.worker.prefetch - len(self.leasing.buffer))
+        return max(0, len(self.idle()) + self.prefetch() - len(self.leasing.buffer))
+
+    def _urgent(self) -> bool:
+        """A child has nothing to run next, or the jobs leased ahead run low."""
+        buffered = len(self.leasing.buffer)
+        return (buffered == 0 and bool(self.idle())) or buffered < (self.prefetch() + 1) // 2
+
+    def _timed(self, job: Running) -> None:
+        """Keeps a moving average of how long jobs run (it decides the prefetch)."""
+        took = time.monotonic() - job.sent_at
+        self.avg_run_s = took if self.jobs_seen == 0 else 0.9 * self.avg_run_s + 0.1 * took
+        self.jobs_seen += 1
 
     # --- signals: record the intent, nothing else --------------------------------
 
@@ -134,7 +154,7 @@ class Master:
             self.leasing.stop_waiting()
             while self.leasing.buffer:  # leased but never started: give back now
                 pending = self.leasing.buffer.popleft()
-                self.leasing.outcomes.release[pending.leased.jid] = pending.leased.token
+                self.leasing.outcomes.add_release(pending.leased.jid, pending.leased.token)
 
     # --- children -----------------------------------------------------------------
 
@@ -233,9 +253,11 @@ class Master:
             child.job.last_sign = time.monotonic()
             return
         elif isinstance(message, protocol.Done):
-            self.leasing.outcomes.complete[message.jid] = child.job.leased.token
+            self.leasing.outcomes.add_complete(message.jid, child.job.leased.token)
+            self._timed(child.job)
             self._job_over(child)
         elif isinstance(message, protocol.Failed):
+            self._timed(child.job)
             self._record_failure(child.job, message.group, message.message, message.retry,
                                  message.delay)  # fmt: skip
             self._job_over(child)
@@ -250,13 +272,13 @@ class Master:
         self, job: Running, group: str, message: str, retry: bool, delay: float | None
     ) -> None:
         leased = job.leased
-        log.info("job failed group=%s jid=%s queue=%s worker=%s", group, leased.jid, leased.queue,
-                 self.worker_id)  # fmt: skip
+        log.info("job attempt failed group=%s jid=%s queue=%s worker=%s",
+                 group, leased.jid, leased.queue, self.worker_id)  # fmt: skip
         if retry:
             delay_ms = -1 if delay is None else round(max(0.0, delay) * 1000)
-            self.leasing.outcomes.retry.append((leased.jid, leased.token, group, message, delay_ms))
+            self.leasing.outcomes.add_retry(leased.jid, leased.token, group, message, delay_ms)
         else:
-            self.leasing.outcomes.fail.append((leased.jid, leased.token, group, message))
+            self.leasing.outcomes.add_fail(leased.jid, leased.token, group, message)
 
     def _job_over(self, child: ChildHandle) -> None:
         child.job = None
@@ -270,6 +292,8 @@ class Master:
             self._stop(child)
         else:
             child.state = "idle"
+            if self.leasing.buffer and self.state.mode == "run":
+                self._run(child, self.leasing.buffer.popleft())  # at once, not after Redis
 
     def _on_exit(self, pid: int, code: int | None, sig: int | None) -> None:
         child = self.by_pid.pop(pid, None)
@@ -298,7 +322,7 @@ class Master:
                         self.worker_id)  # fmt: skip
             return
         if ending.group == RELEASED:
-            self.leasing.outcomes.release[leased.jid] = leased.token
+            self.leasing.outcomes.add_release(leased.jid, leased.token)
             return
         self.recent_crashes.append(time.monotonic())
         tail = child.output_tail()
@@ -464,14 +488,16 @@ class Master:
             if self._done():
                 return
             accepting = self.state.mode == "run" and not self.state.paused
-            if self.leasing.needs_exchange(self.room(), accepting):
+            delay = self.leasing.next_exchange(self.room(), accepting, self._urgent())
+            if delay == 0:
                 await self.leasing.exchange(self.room(), accepting)
                 self.renew_event.set()
                 self._hand_out()
                 continue
             self.leasing.wait_for_work(accepting)
+            waits = [w for w in (delay, self._next_wait()) if w is not None]
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.event.wait(), self._next_wait())
+                await asyncio.wait_for(self.event.wait(), min(waits) if waits else None)
             self.event.clear()
 
     async def _wait_ready(self) -> None:

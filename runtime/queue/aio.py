@@ -9,6 +9,7 @@ free children, pipelined. Idle masters block on their queues' wake-up lists
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,15 +56,46 @@ class Outcomes:
     retry: list[tuple[str, str, str, str, int]] = field(default_factory=list)
     fail: list[tuple[str, str, str, str]] = field(default_factory=list)
     release: dict[str, str] = field(default_factory=dict)
+    since: float | None = None  # monotonic time the oldest of them was recorded
 
     def __len__(self) -> int:
         return len(self.complete) + len(self.retry) + len(self.fail) + len(self.release)
 
+    def _noted(self) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+
+    def add_complete(self, jid: str, token: str) -> None:
+        self.complete[jid] = token
+        self._noted()
+
+    def add_retry(self, jid: str, token: str, group: str, message: str, delay_ms: int) -> None:
+        self.retry.append((jid, token, group, message, delay_ms))
+        self._noted()
+
+    def add_fail(self, jid: str, token: str, group: str, message: str) -> None:
+        self.fail.append((jid, token, group, message))
+        self._noted()
+
+    def add_release(self, jid: str, token: str) -> None:
+        self.release[jid] = token
+        self._noted()
+
     def take(self) -> Outcomes:
         """These outcomes, leaving this collection empty."""
-        taken = Outcomes(self.complete, self.retry, self.fail, self.release)
+        taken = Outcomes(self.complete, self.retry, self.fail, self.release, self.since)
         self.complete, self.retry, self.fail, self.release = {}, [], [], {}
+        self.since = None
         return taken
+
+    def merge(self, older: Outcomes) -> None:
+        """Puts back outcomes that could not be sent, ahead of newer ones."""
+        self.complete = {**older.complete, **self.complete}
+        self.retry[:0] = older.retry
+        self.fail[:0] = older.fail
+        self.release = {**older.release, **self.release}
+        if older.since is not None:
+            self.since = older.since
 
     def calls(self, worker: str) -> list[tuple[str, list[Any]]]:
         out: list[tuple[str, list[Any]]] = []

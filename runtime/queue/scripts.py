@@ -90,10 +90,11 @@ def _read(relative: str) -> str:
 class Script:
     name: str
     source: str
+    sha: str
 
-    @property
-    def sha(self) -> str:
-        return hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+
+def _script(name: str, source: str) -> Script:
+    return Script(name, source, hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest())
 
 
 @cache
@@ -102,7 +103,7 @@ def load(name: str) -> Script:
     parts = [_prelude()]
     parts += [_read(f"lib/{lib}.lua") for lib in LIBRARY]
     parts.append(_RUNNER.format(body=_read(f"{name}.lua")))
-    return Script(name, "\n".join(parts))
+    return _script(name, "\n".join(parts))
 
 
 def operations() -> list[str]:

@@ -139,6 +139,18 @@ def kill_leftovers(max_rounds: int = 50) -> int:
 
 
 def _children_of(parent: int) -> list[int]:
+    """Our child processes: from /proc/<pid>/task/*/children (cheap), else a /proc scan."""
+    try:
+        kids: list[int] = []
+        for task in os.listdir(f"/proc/{parent}/task"):
+            with open(f"/proc/{parent}/task/{task}/children", "rb") as fh:
+                kids += [int(pid) for pid in fh.read().split()]
+        return kids
+    except FileNotFoundError:  # a kernel without CONFIG_PROC_CHILDREN
+        return _scan_children_of(parent)
+
+
+def _scan_children_of(parent: int) -> list[int]:
     kids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():

@@ -50,11 +50,11 @@ local out = {}
 local function take(jid, meta, data)
   Lease.grant(jid, meta, worker, seed, now_us)
   Job.event(meta, now_ms, 'popped', { w = worker })
-  Job.save(jid, meta, data)
+  local encoded = Job.save(jid, meta, data)
   out[#out + 1] = Job.reply(jid, meta, data, {
     { 'lease_ms', int(Config.get('heartbeat', meta.q) * 1000) },
     { 'timeout_s', cjson.encode(meta.to or Config.get('timeout', meta.q)) },
-  })
+  }, encoded)
 end
 
 if order == 'ordered' then

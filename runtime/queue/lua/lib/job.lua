@@ -34,8 +34,11 @@ function Job.must(jid)
   return meta, data
 end
 
+-- Stores the record; returns the meta as encoded, for a reply to reuse.
 function Job.save(jid, meta, data)
-  redis.call('HSET', K.jobs, jid, cjson.encode(meta) .. '\n' .. data)
+  local encoded = cjson.encode(meta)
+  redis.call('HSET', K.jobs, jid, encoded .. '\n' .. data)
+  return encoded
 end
 
 -- Appends an event; the history keeps its first event and the newest ones.
@@ -61,9 +64,11 @@ function Job.visible_state(meta)
   return meta.s
 end
 
--- {"jid":..,"meta":{..},"data":{..}} plus any pre-encoded extra fields.
-function Job.reply(jid, meta, data, extra)
-  local fields = { { 'jid', cjson.encode(jid) }, { 'meta', cjson.encode(meta) }, { 'data', data } }
+-- {"jid":..,"meta":{..},"data":{..}} plus any pre-encoded extra fields; `encoded`
+-- is the meta already encoded (by Job.save), when at hand.
+function Job.reply(jid, meta, data, extra, encoded)
+  local fields = { { 'jid', cjson.encode(jid) }, { 'meta', encoded or cjson.encode(meta) },
+    { 'data', data } }
   for _, f in ipairs(extra or {}) do
     fields[#fields + 1] = f
   end

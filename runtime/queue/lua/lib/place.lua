@@ -61,6 +61,9 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
     -- the sub-millisecond digits keep jobs due in the same millisecond in put order
     local seq = redis.call('HINCRBY', K.queue(queue), 'sseq', 1)
     redis.call('ZADD', K.scheduled(queue), int(due_ms * 1000 + seq % 1000), jid)
+    if redis.call('ZRANGE', K.scheduled(queue), 0, 0)[1] == jid then
+      Place.wake(queue) -- due before all others: an idle master must learn the new time
+    end
   else
     Place.promote(queue, now_us)
     meta.s, meta.d = 'waiting', nil
