@@ -19,9 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -29,16 +27,15 @@ import redis
 
 from runtime import config, sentry
 from runtime.children import protocol
-from runtime.errors import Error, ProtocolError
-from runtime.master import reasons
+from runtime.errors import Error
+from runtime.master import guard, reasons
 from runtime.master.children import ChildHandle, Running
-from runtime.master.forkserver import ForkServer
 from runtime.master.leasing import Leasing, Pending, safety_margin
 from runtime.master.notify import Notifier
+from runtime.master.pool import Pool
 from runtime.proctitle import set_title
 from runtime.queue.aio import AsyncClient
 from runtime.queue.keys import Keys
-from runtime.sandbox import sandbox
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +46,6 @@ SIGNALS = {
 }  # fmt: skip
 TICK_S = 0.1  # how often running jobs are checked (timeouts, memory, leases)
 PREFETCH_MAX_JOB_S = 0.05  # lease ahead only while jobs take less than this on average
-READY_TIMEOUT_S = 60.0
-RELEASED = "runtime.Released"  # not a failure: the job goes back unfinished
-LOST = "runtime.LeaseLost"  # not ours to report any more
 
 
 @dataclass
@@ -77,24 +71,13 @@ class Master:
         self.leasing = Leasing(
             self.client, list(worker.queues), worker.order, self.room, self.event.set
         )
-        self.children: dict[int, ChildHandle] = {}
-        self.by_pid: dict[int, ChildHandle] = {}
-        self.server: ForkServer | None = None
-        self.retired: list[ForkServer] = []
+        self.pool = Pool(settings, worker, worker_id, self)
         self.notifier = Notifier()
         self.last_check = 0.0
-        self.recent_crashes: list[float] = []
-        self.title = ""
+        self.title, self.status_sent, self.status_at = "", "", 0.0
         self.jobs_seen, self.avg_run_s = 0, 0.0
-        self.status_sent, self.status_at = "", 0.0
 
-    # --- capacity ---------------------------------------------------------------
-
-    def idle(self) -> list[ChildHandle]:
-        return [c for c in self.children.values() if c.state == "idle" and c.job is None]
-
-    def busy(self) -> list[ChildHandle]:
-        return [c for c in self.children.values() if c.job is not None]
+    # --- capacity -----------------------------------------------------------------
 
     def prefetch(self) -> int:
         """Jobs to lease ahead of free children: only while jobs are short, since a job
@@ -107,18 +90,12 @@ class Master:
         """How many more jobs to lease now."""
         if self.state.mode != "run" or self.state.paused:
             return 0
-        return max(0, len(self.idle()) + self.prefetch() - len(self.leasing.buffer))
+        return max(0, len(self.pool.idle()) + self.prefetch() - len(self.leasing.buffer))
 
     def _urgent(self) -> bool:
         """A child has nothing to run next, or the jobs leased ahead run low."""
         buffered = len(self.leasing.buffer)
-        return (buffered == 0 and bool(self.idle())) or buffered < (self.prefetch() + 1) // 2
-
-    def _timed(self, job: Running) -> None:
-        """Keeps a moving average of how long jobs run (it decides the prefetch)."""
-        took = time.monotonic() - job.sent_at
-        self.avg_run_s = took if self.jobs_seen == 0 else 0.9 * self.avg_run_s + 0.1 * took
-        self.jobs_seen += 1
+        return (buffered == 0 and bool(self.pool.idle())) or buffered < (self.prefetch() + 1) // 2
 
     # --- signals: record the intent, nothing else --------------------------------
 
@@ -136,7 +113,7 @@ class Master:
             elif intent == "finish" and self.state.mode == "run":
                 self.state.mode = "finish"
             elif intent == "kill-jobs":
-                for child in self.busy():
+                for child in self.pool.busy():
                     why = "SIGUSR1 to the master"
                     child.kill_for(reasons.killed(9, why, "runtime.Killed"))
             elif intent == "pause":
@@ -145,7 +122,7 @@ class Master:
                 self.state.paused = False
                 self.leasing.wake()
             elif intent == "replace":
-                asyncio.get_running_loop().create_task(self._replace_children())
+                asyncio.get_running_loop().create_task(self.pool.replace())
             elif intent == "grow":
                 self.state.target += 1
             elif intent == "shrink":
@@ -156,193 +133,13 @@ class Master:
                 pending = self.leasing.buffer.popleft()
                 self.leasing.outcomes.add_release(pending.leased.jid, pending.leased.token)
 
-    # --- children -----------------------------------------------------------------
-
-    def _server_config(self) -> dict[str, object]:
-        w = self.worker
-        root = w.sandbox_dir or (self.settings.state_dir / "sandboxes")
-        return {
-            "modules": list(w.modules),
-            "worker": self.worker_id,
-            "sandbox_root": str(root / self.worker_id),
-            "sys_path": list(sys.path),
-            "sentry_dsn": self.settings.sentry_dsn,
-            "user": w.user,
-            "group": w.group,
-            "limits": {
-                "address_space_mib": w.address_space_mib,
-                "open_files": w.open_files,
-                "processes": w.max_processes,
-            },
-        }
-
-    async def _start_server(self) -> ForkServer:
-        env = sandbox.clean_environment(os.environ)
-        server = ForkServer(self._server_config(), env, self._on_exit)
-        await server.start()
-        return server
-
-    async def _spawn(self, index: int) -> None:
-        assert self.server is not None
-        pid, sock, out_fd = await self.server.spawn(index)
-        child = ChildHandle(index, pid, sock, out_fd, self.server, self)
-        self.children[index] = child
-        self.by_pid[pid] = child
-        child.attach()
-        log.debug("child started index=%d pid=%d worker=%s", index, pid, self.worker_id)
-
-    async def _reconcile_children(self) -> None:
-        if self.state.mode != "run":
-            for child in self.idle():
-                self._stop(child)
-            return
-        live = [c for c in self.children.values() if c.state != "stopping"]
-        for child in sorted(live, key=lambda c: -c.index)[: max(0, len(live) - self.state.target)]:
-            if child.job is None:
-                self._stop(child)
-        if len(self.children) < self.state.target and self._crash_pause() == 0:
-            free = [i for i in range(self.state.target) if i not in self.children]
-            for index in free:
-                await self._spawn(index)
-
-    def _crash_pause(self) -> float:
-        """Seconds to wait before spawning again when children keep dying young."""
-        now = time.monotonic()
-        self.recent_crashes = [t for t in self.recent_crashes if now - t < 10]
-        if len(self.recent_crashes) < 5:
-            return 0.0
-        return max(0.0, self.recent_crashes[-1] + 2.0 - now)
-
-    def _stop(self, child: ChildHandle) -> None:
-        if child.state in ("idle", "starting", "busy") and child.job is None:
-            child.state = "stopping"
-            child.send(protocol.Stop())
-
-    async def _replace_children(self) -> None:
-        """HUP: a new fork server (fresh imports); old children leave after their job."""
-        try:
-            server = await self._start_server()
-        except Error as err:
-            log.error("HUP: could not start a new fork server, keeping the old one: %s", err)
-            return
-        old, self.server = self.server, server
-        if old is not None:
-            self.retired.append(old)
-            old.retire()
-        for child in list(self.children.values()):
-            if child.server is old:
-                if child.job is None:
-                    self._stop(child)
-                else:
-                    child.state = "stopping"  # stops once its job is done
-        self.event.set()
-
-    # --- events from children ------------------------------------------------------
-
-    def on_message(self, child: ChildHandle, message: protocol.Message) -> None:
-        if isinstance(message, protocol.Ready):
-            child.fork_point = message
-            if child.state == "starting":
-                child.state = "idle"
-            log.info("child ready index=%d pid=%d forked by pid=%d threads=%d loop=%s worker=%s",
-                     child.index, child.pid, message.parent, message.threads,
-                     "running" if message.loop_running else "none", self.worker_id)  # fmt: skip
-        elif child.job is None or getattr(message, "jid", None) != child.job.leased.jid:
-            log.warning("unexpected %s from child pid=%d", message.kind, child.pid)
-        elif isinstance(message, protocol.Heartbeat):
-            child.job.last_sign = time.monotonic()
-            return
-        elif isinstance(message, protocol.Done):
-            self.leasing.outcomes.add_complete(message.jid, child.job.leased.token)
-            self._timed(child.job)
-            self._job_over(child)
-        elif isinstance(message, protocol.Failed):
-            self._timed(child.job)
-            self._record_failure(child.job, message.group, message.message, message.retry,
-                                 message.delay)  # fmt: skip
-            self._job_over(child)
-        self.event.set()
-
-    def on_broken(self, child: ChildHandle, error: ProtocolError) -> None:
-        child.kill_for(
-            reasons.Ending("runtime.ProtocolError", f"protocol error from child: {error}")
-        )
-
-    def _record_failure(
-        self, job: Running, group: str, message: str, retry: bool, delay: float | None
-    ) -> None:
-        leased = job.leased
-        log.info("job attempt failed group=%s jid=%s queue=%s worker=%s",
-                 group, leased.jid, leased.queue, self.worker_id)  # fmt: skip
-        if retry:
-            delay_ms = -1 if delay is None else round(max(0.0, delay) * 1000)
-            self.leasing.outcomes.add_retry(leased.jid, leased.token, group, message, delay_ms)
-        else:
-            self.leasing.outcomes.add_fail(leased.jid, leased.token, group, message)
-
-    def _job_over(self, child: ChildHandle) -> None:
-        child.job = None
-        child.jobs_done += 1
-        w = self.worker
-        recycle = (w.max_jobs_per_child and child.jobs_done >= w.max_jobs_per_child) or (
-            w.max_memory_per_child_mib and child.rss_bytes() > w.max_memory_per_child_mib << 20
-        )
-        if child.state == "stopping" or recycle:
-            child.state = "idle"
-            self._stop(child)
-        else:
-            child.state = "idle"
-            if self.leasing.buffer and self.state.mode == "run":
-                self._run(child, self.leasing.buffer.popleft())  # at once, not after Redis
-
-    def _on_exit(self, pid: int, code: int | None, sig: int | None) -> None:
-        child = self.by_pid.pop(pid, None)
-        if child is None:
-            return
-        child.detach()
-        child.state = "dead"
-        if self.children.get(child.index) is child:
-            del self.children[child.index]
-        job, child.job = child.job, None
-        if job is not None:
-            ending = child.kill or reasons.of_exit(code, sig, cpu_limit_s=self.worker.cpu_limit_s)
-            self._job_ended_with_child(child, job, ending)
-        elif child.kill is None and (code not in (0, None) or sig is not None):
-            self.recent_crashes.append(time.monotonic())
-            log.warning("idle child died code=%s signal=%s pid=%d output=%r", code, sig, pid,
-                        child.output_tail(500))  # fmt: skip
-        self.event.set()
-
-    def _job_ended_with_child(
-        self, child: ChildHandle, job: Running, ending: reasons.Ending
-    ) -> None:
-        leased = job.leased
-        if ending.group in (LOST, reasons.FENCED):
-            log.warning("job stopped, its lease was lost jid=%s worker=%s", leased.jid,
-                        self.worker_id)  # fmt: skip
-            return
-        if ending.group == RELEASED:
-            self.leasing.outcomes.add_release(leased.jid, leased.token)
-            return
-        self.recent_crashes.append(time.monotonic())
-        tail = child.output_tail()
-        message = ending.reason + (f"\n--- last output of the child ---\n{tail}" if tail else "")
-        log.warning("child of job ended: %s jid=%s worker=%s", ending.reason, leased.jid,
-                    self.worker_id)  # fmt: skip
-        self._record_failure(job, ending.group, message, retry=True, delay=None)
-        if leased.remaining <= 0:
-            tags = {"queue": leased.queue, "klass": leased.klass, "jid": leased.jid,
-                    "attempt": leased.attempt, "worker": self.worker_id}  # fmt: skip
-            sentry.report(group=ending.group, message=message, tags=tags)
-
-    # --- handing out jobs ---------------------------------------------------------
+    # --- jobs: handing out, outcomes ----------------------------------------------
 
     def _hand_out(self) -> None:
-        for child in self.idle():
+        for child in self.pool.idle():
             if not self.leasing.buffer:
                 return
-            pending = self.leasing.buffer.popleft()
-            self._run(child, pending)
+            self._run(child, self.leasing.buffer.popleft())
 
     def _run(self, child: ChildHandle, pending: Pending) -> None:
         leased, now = pending.leased, time.monotonic()
@@ -356,97 +153,114 @@ class Master:
             deadline=deadline, cpu_limit_s=self.worker.cpu_limit_s,
         ))  # fmt: skip
 
-    # --- watching running jobs ----------------------------------------------------
-
-    def _check_running(self) -> None:
-        now = time.monotonic()
-        if now - self.last_check < TICK_S:
+    def on_job_message(self, child: ChildHandle, message: protocol.Message) -> None:
+        job = child.job
+        assert job is not None
+        if isinstance(message, protocol.Heartbeat):
+            job.last_sign = time.monotonic()
             return
-        self.last_check = now
-        limit = (self.worker.memory_limit_mib or 0) << 20
-        for child in self.busy():
-            job = child.job
-            assert job is not None
-            margin = safety_margin(job.leased.lease_s)
-            if now >= job.lease_until - margin / 2:
-                child.kill_for(reasons.Ending(LOST, "its lease could not be renewed in time"))
-            elif job.terminated_at is None and now - job.last_sign > job.leased.timeout_s:
-                why = f"timed out after {job.leased.timeout_s:g} s"
-                child.kill_for(reasons.Ending("runtime.Timeout", why), signal.SIGTERM)
-                job.terminated_at = now
-            elif (
-                job.terminated_at is not None and now - job.terminated_at > self.worker.kill_grace_s
-            ):
-                child.send_signal(signal.SIGKILL)
-            elif limit and child.rss_bytes() > limit:
-                why = f"memory limit {self.worker.memory_limit_mib} MiB"
-                child.kill_for(reasons.killed(9, why, "runtime.MemoryLimit"))
-            elif self.state.deadline is not None and now >= self.state.deadline:
-                child.kill_for(reasons.Ending(RELEASED, "given back at shutdown"))
+        took = time.monotonic() - job.sent_at
+        self.avg_run_s = took if self.jobs_seen == 0 else 0.9 * self.avg_run_s + 0.1 * took
+        self.jobs_seen += 1
+        if isinstance(message, protocol.Done):
+            self.leasing.outcomes.add_complete(job.leased.jid, job.leased.token)
+        elif isinstance(message, protocol.Failed):
+            self._failure(job, message.group, message.message, message.retry, message.delay)
+        if self.pool.job_over(child) and self.leasing.buffer and self.state.mode == "run":
+            self._run(child, self.leasing.buffer.popleft())  # at once, not after Redis
+        self.event.set()
 
-    def _next_wait(self) -> float | None:
-        if self.busy() or self.state.mode != "run":
-            return TICK_S
-        if self.title != self.status_sent:  # a status change waits for its turn
-            return 0.5
-        return None
+    def on_job_ended(self, child: ChildHandle, job: Running, ending: reasons.Ending) -> None:
+        """A child died holding a job."""
+        leased = job.leased
+        if ending.group in (guard.LOST, reasons.FENCED):
+            log.warning("job stopped, its lease was lost jid=%s worker=%s", leased.jid,
+                        self.worker_id)  # fmt: skip
+            return
+        if ending.group == guard.RELEASED:
+            self.leasing.outcomes.add_release(leased.jid, leased.token)
+            return
+        tail = child.output_tail()
+        message = ending.reason + (f"\n--- last output of the child ---\n{tail}" if tail else "")
+        log.warning("child of job ended: %s jid=%s worker=%s", ending.reason, leased.jid,
+                    self.worker_id)  # fmt: skip
+        self._failure(job, ending.group, message, retry=True, delay=None)
+        if leased.remaining <= 0:
+            tags = {"queue": leased.queue, "klass": leased.klass, "jid": leased.jid,
+                    "attempt": leased.attempt, "worker": self.worker_id}  # fmt: skip
+            sentry.report(group=ending.group, message=message, tags=tags)
+
+    def _failure(
+        self, job: Running, group: str, message: str, retry: bool, delay: float | None
+    ) -> None:
+        leased = job.leased
+        log.info("job attempt failed group=%s jid=%s queue=%s worker=%s",
+                 group, leased.jid, leased.queue, self.worker_id)  # fmt: skip
+        if retry:
+            delay_ms = -1 if delay is None else round(max(0.0, delay) * 1000)
+            self.leasing.outcomes.add_retry(leased.jid, leased.token, group, message, delay_ms)
+        else:
+            self.leasing.outcomes.add_fail(leased.jid, leased.token, group, message)
+
+    def changed(self) -> None:
+        self.event.set()
 
     # --- renewing leases ----------------------------------------------------------
 
-    def _next_renewal(self) -> float | None:
-        """When a lease will be a third gone (monotonic), None when nothing is held."""
-        held: list[Running | Pending] = [c.job for c in self.busy() if c.job]
-        held += list(self.leasing.buffer)
-        return min((h.lease_until - h.leased.lease_s * 2 / 3 for h in held), default=None)
+    def _held(self) -> list[Running | Pending]:
+        held: list[Running | Pending] = [c.job for c in self.pool.busy() if c.job]
+        return held + list(self.leasing.buffer)
 
     async def _renew_forever(self) -> None:
         while True:
-            due = self._next_renewal()
+            held = self._held()
+            # renew when the oldest lease is a third gone
+            due = min((h.lease_until - h.leased.lease_s * 2 / 3 for h in held), default=None)
             if due is None or due > time.monotonic():
                 timeout = None if due is None else due - time.monotonic()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.renew_event.wait(), timeout)
                 self.renew_event.clear()
                 continue
-            jobs = {c.job.leased.jid: c for c in self.busy() if c.job}
-            pending = {p.leased.jid: p for p in self.leasing.buffer}
-            leases = {jid: c.job.leased.token for jid, c in jobs.items() if c.job}
-            leases.update({jid: p.leased.token for jid, p in pending.items()})
-            result = await self.leasing.renew(leases)
+            result = await self.leasing.renew({h.leased.jid: h.leased.token for h in held})
             if result is None:
-                continue
+                continue  # the guards stop jobs whose lease can no longer be trusted
             sent_at, lost = result
-            for jid, child in jobs.items():
-                job = child.job
-                if job is None or job.leased.jid != jid:
-                    continue
+            for entry in held:
+                jid = entry.leased.jid
                 if jid in lost:
-                    child.kill_for(reasons.Ending(LOST, "its lease was lost"))
-                else:
-                    job.lease_until = sent_at + job.leased.lease_s
-                    deadline = job.lease_until - safety_margin(job.leased.lease_s)
-                    child.send(protocol.Lease(jid, deadline))
-            for jid, entry in pending.items():
-                if jid in lost:
-                    self._drop_pending(entry)
+                    self._lost(entry)
                 else:
                     entry.lease_until = sent_at + entry.leased.lease_s
+                    if isinstance(entry, Running):
+                        self._tell_lease(entry)
             self.event.set()
 
-    def _drop_pending(self, entry: Pending) -> None:
-        with contextlib.suppress(ValueError):
-            self.leasing.buffer.remove(entry)
+    def _tell_lease(self, job: Running) -> None:
+        for child in self.pool.busy():
+            if child.job is job:
+                deadline = job.lease_until - safety_margin(job.leased.lease_s)
+                child.send(protocol.Lease(job.leased.jid, deadline))
 
-    # --- status ---------------------------------------------------------------------
+    def _lost(self, entry: Running | Pending) -> None:
+        if isinstance(entry, Pending):
+            with contextlib.suppress(ValueError):
+                self.leasing.buffer.remove(entry)
+            return
+        for child in self.pool.busy():
+            if child.job is entry:
+                child.kill_for(reasons.Ending(guard.LOST, "its lease was lost"))
+
+    # --- status -------------------------------------------------------------------
 
     def _describe(self) -> str:
         s = self.state
         flags = [s.mode] if s.mode != "run" else []
         flags += ["paused"] if s.paused else []
-        busy = len(self.busy())
         queues = ",".join(self.worker.queues)
-        return (f"queues={queues} children={len(self.children)}/{s.target} busy={busy}"
-                + (f" [{' '.join(flags)}]" if flags else ""))  # fmt: skip
+        text = f"queues={queues} children={len(self.pool.children)}/{s.target}"
+        text += f" busy={len(self.pool.busy())}"
+        return text + (f" [{' '.join(flags)}]" if flags else "")
 
     def _show(self) -> None:
         """Process title and systemd status, when they change (status at most 2/s)."""
@@ -465,20 +279,30 @@ class Master:
             self.notifier.watchdog()
             await asyncio.sleep(interval)
 
-    # --- the loop ---------------------------------------------------------------------
+    # --- the loop -----------------------------------------------------------------
+
+    def _next_wait(self) -> float | None:
+        if self.pool.busy() or self.state.mode != "run":
+            return TICK_S
+        if self.title != self.status_sent:  # a status change waits for its turn
+            return 0.5
+        return None
 
     def _done(self) -> bool:
         return (
             self.state.mode != "run"
-            and not self.busy()
+            and not self.pool.busy()
             and not self.leasing.buffer
             and not len(self.leasing.outcomes)
         )
 
     async def _pass(self) -> None:
         self._apply_intents()
-        self._check_running()
-        await self._reconcile_children()
+        now = time.monotonic()
+        if now - self.last_check >= TICK_S:
+            self.last_check = now
+            guard.check(self.pool.busy(), self.worker, self.state.deadline)
+        await self.pool.reconcile(self.state.target, running=self.state.mode == "run")
         self._hand_out()
         self._show()
 
@@ -500,16 +324,6 @@ class Master:
                 await asyncio.wait_for(self.event.wait(), min(waits) if waits else None)
             self.event.clear()
 
-    async def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while any(c.state == "starting" for c in self.children.values()):
-            if time.monotonic() > deadline:
-                raise Error("children did not start in time")
-            self.event.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.event.wait(), 1.0)
-            await self._reconcile_children()
-
     async def run(self) -> int:
         """Runs until a stop signal; returns the process exit code."""
         loop = asyncio.get_running_loop()
@@ -521,11 +335,9 @@ class Master:
             await self.client.load_scripts()
         except (redis.exceptions.RedisError, OSError) as err:
             raise Error(f"cannot reach Redis: {err}") from err
-        self.server = await self._start_server()
-        await self._reconcile_children()
-        await self._wait_ready()
+        await self.pool.start(self.state.target)
         log.info("master ready queues=%s children=%d worker=%s", ",".join(self.worker.queues),
-                 len(self.children), self.worker_id)  # fmt: skip
+                 len(self.pool.children), self.worker_id)  # fmt: skip
         self.notifier.ready(self._describe())
         tasks = [loop.create_task(self._renew_forever()), loop.create_task(self._watchdog())]
         try:
@@ -539,18 +351,7 @@ class Master:
 
     async def _shut_down(self) -> None:
         self.leasing.stop_waiting()
-        for child in list(self.children.values()):
-            self._stop(child)
-        deadline = time.monotonic() + 2.0
-        while self.children and time.monotonic() < deadline:
-            self.event.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.event.wait(), 0.05)
-        for child in list(self.children.values()):
-            child.send_signal(signal.SIGKILL)
-        for server in [*self.retired, self.server]:
-            if server is not None:
-                await server.stop(timeout_s=1.0)
+        await self.pool.close()
         try:
             held = await asyncio.wait_for(self.client.forget(), 1.0)
             if held:
