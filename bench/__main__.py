@@ -25,11 +25,17 @@ TITLES = {
 }
 
 
+def _num(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
 def _cell(runs: list[float]) -> str:
     median = statistics.median(runs)
     if len(runs) == 1:
-        return f"{median:,.0f}"
-    return f"{median:,.0f} ({min(runs):,.0f} to {max(runs):,.0f})"
+        return _num(median)
+    return f"{_num(median)} ({_num(min(runs))} to {_num(max(runs))})"
 
 
 def render() -> str:

@@ -51,8 +51,24 @@ def _namespace() -> str:
     return "w" + uuid.uuid4().hex[:10]
 
 
-def drain(server: ServerProcess, n: int, *args: str) -> float:
-    """Jobs per second: n queued counting jobs, two children, until the counter says n."""
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> list[int]:
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        kids = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+        for kid in map(int, kids):
+            out += [kid, *_descendants(kid)]
+    return out
+
+
+def drain(server: ServerProcess, n: int, *args: str) -> dict[str, float]:
+    """n queued counting jobs, two children, timed until the counter says n; with the
+    CPU each process spent per job."""
     ns = _namespace()
     client = Client.from_url(server.url, namespace=ns)
     key = f"bench:count:{ns}"
@@ -62,13 +78,25 @@ def drain(server: ServerProcess, n: int, *args: str) -> float:
         client.put_many(q.spec("bench.jobs:count", data) for _ in range(min(1000, n - offset)))
     conn = connect(server)
     master = Master(server, ns, "--concurrency", "2", *args)
+    assert server.process is not None
+    groups = {
+        "master": [master.proc.pid],
+        "redis": [server.process.pid],
+        "children": _descendants(master.proc.pid),  # the fork server and its children
+    }
+
+    def cpu() -> dict[str, float]:
+        return {name: sum(_cpu_s(pid) for pid in pids) for name, pids in groups.items()}
+
+    before = cpu()
     start = time.perf_counter()
     while int(conn.get(key) or 0) < n:
         time.sleep(0.002)
     elapsed = time.perf_counter() - start
+    used = {name: spent - before[name] for name, spent in cpu().items()}
     master.stop()
     assert int(conn.get(key) or 0) == n
-    return n / elapsed
+    return {"rate": n / elapsed, **{f"cpu_{k}_us": v / n * 1e6 for k, v in used.items()}}
 
 
 def bare(server: ServerProcess, n: int, processes: int = 2) -> float:
@@ -107,20 +135,25 @@ def _percentiles(values_ms: list[float]) -> dict[str, float]:
 
 
 def latency(server: ServerProcess, n: int = 300, rate: float = 50.0) -> dict[str, float]:
-    """Put-to-start latency (ms) at light load: one put every 1/rate s to an idle master."""
+    """Put-to-start latency (ms) at light load: one put every 1/rate s to an idle master;
+    also from the moment the put call returned (the put's own round trip left out)."""
     ns = _namespace()
     client = Client.from_url(server.url, namespace=ns)
     key = f"bench:stamps:{ns}"
     master = Master(server, ns, "--concurrency", "2")
     q = client.queue("bench")
-    put_at = {}
+    put_at, returned_at = {}, {}
     for i in range(n):
         put_at[i] = time.time()
         q.put("bench.jobs:stamp", {"url": server.url, "key": key, "n": i})
+        returned_at[i] = time.time()
         time.sleep(max(0.0, put_at[i] + 1 / rate - time.time()))
     started = _stamps(connect(server), key, n)
     master.stop()
-    return _percentiles([(started[i] - put_at[i]) * 1000 for i in range(n)])
+    out = _percentiles([(started[i] - put_at[i]) * 1000 for i in range(n)])
+    after = _percentiles([(started[i] - returned_at[i]) * 1000 for i in range(n)])
+    out["after_put_p50"], out["after_put_p99"] = after["p50"], after["p99"]
+    return out
 
 
 def lateness(server: ServerProcess, n: int = 100, delay_s: float = 2.0) -> dict[str, float]:
@@ -146,14 +179,20 @@ def run(quick: bool = False) -> dict[str, Any]:
     measures: dict[str, Any] = {}
     with private_server() as server:
         bare_runs = [bare(server, n) for _ in range(repeat)]
-        drain_runs = [drain(server, n) for _ in range(repeat)]
+        drains = [drain(server, n) for _ in range(repeat)]
         measures["bare redis-py loop, 2 processes, BLMOVE + LREM (items/s)"] = bare_runs
-        measures["runtime drain, --concurrency 2 (jobs/s)"] = drain_runs
-        ratios = [d / b for d, b in zip(drain_runs, bare_runs, strict=True)]
+        measures["runtime drain, --concurrency 2 (jobs/s)"] = [d["rate"] for d in drains]
+        ratios = [d["rate"] / b for d, b in zip(drains, bare_runs, strict=True)]
         measures["runtime / bare loop (ratio, same run)"] = ratios
+        for part in ("master", "redis", "children"):
+            measures[f"drain CPU per job, {part} (us)"] = [d[f"cpu_{part}_us"] for d in drains]
         lat = [latency(server, 100 if quick else 300) for _ in range(repeat)]
         for name in ("p50", "p95", "p99", "max"):
             measures[f"put-to-start latency {name} (ms)"] = [r[name] for r in lat]
+        for name in ("p50", "p99"):
+            measures[f"start after the put call returned {name} (ms)"] = [
+                r[f"after_put_{name}"] for r in lat
+            ]
         late = [lateness(server, 50 if quick else 100) for _ in range(repeat)]
         for name in ("p50", "p99", "max"):
             measures[f"delayed job lateness {name} (ms)"] = [r[name] for r in late]
