@@ -165,3 +165,15 @@ def chatty(job: Any) -> None:
         print(f"line {i} " + "x" * 100)
     print("THE END")
     raise RuntimeError("chatty job failed after printing a lot")
+
+
+_kept: list[bytearray] = []
+
+
+def grow_and_record(job: Any) -> None:
+    """Keeps data["mib"] MiB alive in the child after it returns, then records."""
+    block = bytearray(job.data["mib"] * 1024 * 1024)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    _kept.append(block)
+    record(job)

@@ -140,3 +140,60 @@ def test_children_run_as_the_given_user(
     wait_state(plain_client, jid, "complete")
     info = json.loads(path.read_text())
     assert (info["uid"], info["gid"]) == (nobody.pw_uid, nobody.pw_gid)
+
+
+def test_children_are_recycled_after_max_jobs(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    start_master("q", "-c", "1", "--max-jobs-per-child", "2")
+    path = workdir / "runs"
+    jids = plain_client.put_many(
+        plain_client.queue("q").spec(f"{J}:record", {"path": str(path)}) for _ in range(6)
+    )
+    for jid in jids:
+        wait_state(plain_client, jid, "complete")
+    pids = [line.split()[4] for line in path.read_text().splitlines()]
+    assert len(pids) == 6 and len(set(pids)) == 3
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4] == pids[5]
+
+
+def test_children_are_recycled_above_max_memory(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    start_master("q", "-c", "1", "--max-memory-per-child", "60")
+    path = workdir / "runs"
+    q = plain_client.queue("q")
+    big = q.put(f"{J}:grow_and_record", {"path": str(path), "mib": 120})
+    small = q.put(f"{J}:record", {"path": str(path)})
+    for jid in (big, small):
+        wait_state(plain_client, jid, "complete")
+    pids = [line.split()[4] for line in path.read_text().splitlines()]
+    assert len(set(pids)) == 2, "the child that grew past the limit was replaced"
+
+
+def test_the_address_space_limit_gives_a_memory_error(
+    start_master: StartMaster, plain_client: Client
+) -> None:
+    start_master("q", "-c", "1", "--address-space", "400")
+    jid = plain_client.queue("q").put(f"{J}:hog_memory", {"mib": 800}, retries=0)
+    wait_state(plain_client, jid, "failed")
+    job = plain_client.get_job(jid)
+    assert job is not None and job.failure is not None
+    assert job.failure.group == "builtins.MemoryError"
+
+
+def test_process_titles_tell_what_each_process_does(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    master = start_master("q", "-c", "1")
+
+    def title(pid: int) -> str:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+
+    wait_for(lambda: "queues=q children=1/1 busy=0" in title(master.pid), 10)
+    assert title(master.pid).startswith("runtime master ")
+    [child] = master.children()
+    assert title(child) == "runtime child 0: idle"
+    jid = plain_client.queue("q").put(f"{J}:sleep", {"seconds": 1})
+    wait_for(lambda: f"jid={jid}" in title(child), 10)
+    assert "busy=1" in title(master.pid)
