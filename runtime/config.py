@@ -303,4 +303,5 @@ LIMITS: dict[str, int] = {
     "peek_max": 1000,
     "unfail_max": 10_000,
     "workers_max": 10_000,
+    "stats_days": 30,  # how long a day's statistics are kept
 }

@@ -14,6 +14,7 @@ import socket
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,9 +22,10 @@ import redis
 
 from runtime import config
 from runtime.errors import ConfigError, Error, RedisUnavailable
-from runtime.queue import embedded, scripts, wire
+from runtime.queue import embedded, scripts, stats, wire
 from runtime.queue.job import Job
 from runtime.queue.keys import Keys
+from runtime.queue.stats import QueueStats
 from runtime.queue.wire import JobSpec
 
 
@@ -149,6 +151,12 @@ class Client:
         replies = self.run_json("get", *jids) if jids else []
         return [None if r is None else Job.from_reply(r, self) for r in replies]
 
+    def message_status(self, jid: str) -> str | None:
+        """queued, queued-with-backoff, locked, locked-with-requeue, done-awaiting-gc,
+        done-with-backoff, or None: the job's state as a de-duplicating queue names it."""
+        status = self.run("message_status", jid)
+        return None if status is None else text(status)
+
     def cancel(self, *jids: str) -> list[str]:
         """Deletes the jobs; refuses (DependedOn) while others depend on one of them."""
         cancelled: list[str] = self.run_json("cancel", *jids) if jids else []
@@ -166,6 +174,14 @@ class Client:
         """Counts by state for the queues (all known queues when none are named)."""
         counts: dict[str, dict[str, int | bool]] = self.run_json("counts", *queues)
         return counts
+
+    def stats(self, queue: str, day: date | None = None) -> QueueStats:
+        """Wait and run times, failures, failed and retries of a queue on a UTC day."""
+        day = day or stats.today()
+        key = self.keys.key("stats", queue=wire.check_queue(queue), day=stats.day_number(day))
+        with self._reaching():
+            raw = self.redis.hgetall(key)
+        return stats.parse(queue, day, {text(k): text(v) for k, v in raw.items()})
 
     def workers(self) -> dict[str, dict[str, Any]]:
         workers: dict[str, dict[str, Any]] = self.run_json("workers")
@@ -297,15 +313,19 @@ class Queue:
         depends: Iterable[str] = (),
         domain: str | None = None,
         unique_key: str | None = None,
+        unique_for: float | None = None,
+        requeue_if_running: bool = False,
         jid: str | None = None,
         backoff: tuple[float, float] | None = None,
         timeout: float | None = None,
         tracked: bool = False,
     ) -> str:
-        """Puts one job; returns its jid."""
+        """Puts one job; returns its jid (or, for a duplicate of a unique key, the jid
+        of the job holding that key)."""
         spec = JobSpec.build(
             self.name, klass, data, priority=priority, delay=delay, at=at, tags=tags,
             retries=retries, depends=depends, domain=domain, unique_key=unique_key,
+            unique_for=unique_for, requeue_if_running=requeue_if_running,
             jid=jid, backoff=backoff, timeout=timeout, tracked=tracked,
         )  # fmt: skip
         return self.client.put_many([spec])[0]

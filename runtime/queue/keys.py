@@ -24,6 +24,8 @@ Key schema (the kind of each key in brackets):
     failed                   [zset]  failure group -> failed jobs in it
     failed:<group>           [list]  jids, newest first
     tag:<tag>                [zset]  jid -> put time (ms)
+    stats:<queue>:<day>      [hash]  wait and run times, histograms, counts (day: UTC days)
+    unique:<key>             [string] jid of the job holding a unique key (TTL: unique_for)
     tracked                  [zset]  jid -> time tracking began (ms)
     workers                  [zset]  worker id -> last seen (ms)
     w:<worker>:jobs          [set]   jids leased by the worker
@@ -57,6 +59,8 @@ TEMPLATES: dict[str, str] = {
     "failed_groups": "failed",
     "failed": "failed:{group}",
     "tag": "tag:{tag}",
+    "stats": "stats:{queue}:{day}",
+    "unique": "unique:{key}",
     "tracked": "tracked",
     "workers": "workers",
     "worker_jobs": "w:{worker}:jobs",

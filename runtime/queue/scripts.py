@@ -29,6 +29,8 @@ LIBRARY = (
     "clock",
     "config",
     "job",
+    "stats",
+    "unique",
     "domains",
     "lanes",
     "lease",

@@ -121,6 +121,8 @@ class JobSpec:
         depends: Iterable[str] = (),
         domain: str | None = None,
         unique_key: str | None = None,
+        unique_for: float | None = None,
+        requeue_if_running: bool = False,
         jid: str | None = None,
         backoff: tuple[float, float] | None = None,
         timeout: float | None = None,
@@ -138,6 +140,10 @@ class JobSpec:
             "unique_key": unique_key,
             "tracked": bool(tracked),
         }
+        if unique_for is not None:
+            options["unique_for"] = check_seconds("unique_for", unique_for)
+        if requeue_if_running:
+            options["requeue_if_running"] = True
         if at is not None:
             if delay:
                 raise BadArgument("give delay or at, not both")

@@ -63,6 +63,7 @@ def test_put_pop_heartbeat_complete_timeline(client: Client, clock: FrozenClock)
         "r": 2,
         "m": 2,
         "a": 1,
+        "pt": pop_ms,
         "w": W1,
         "l": job.token,
         "lr": "complete",

@@ -64,6 +64,8 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("put", (spec(backoff=[5]), OK_DATA), BadArgument, "backoff"),
     ("put", (spec(backoff=[5, 1]), OK_DATA), BadArgument, "backoff max"),
     ("put", (spec(timeout_s=0), OK_DATA), BadArgument, "timeout_s"),
+    ("put", (spec(unique_key="k", unique_for=-1), OK_DATA), BadArgument, "unique_for"),
+    ("message_status", ("",), BadArgument, "jid"),
     ("put", (spec(), "[1]"), BadArgument, "JSON object"),
     ("put", (spec(), ""), BadArgument, "JSON object"),
     ("put", (spec(), '{"big":"' + "x" * 2000 + '"}'), BadArgument, "max-data-bytes"),

@@ -47,6 +47,7 @@ local function complete(jid, token, options_json)
   end
 
   Lease.drop(jid, meta)
+  Stats.time(meta.q, 'run', (now_ms - (meta.pt or now_ms)) / 1000, now_us)
   meta.lr, meta.f = 'complete', nil
   if next_queue then
     Job.event(meta, now_ms, 'completed', { w = worker, q = next_queue })
@@ -58,9 +59,14 @@ local function complete(jid, token, options_json)
       end
     end
     Place.enqueue(jid, meta, data, delay_ms and now_ms + delay_ms, now_us, #depends > 0)
+  elseif meta.rq then -- a duplicate came while it ran: once more
+    Job.event(meta, now_ms, 'completed', { w = worker, n = 'again' })
+    meta.rq, meta.m, meta.a, meta.o = nil, meta.r, nil, nil
+    Place.enqueue(jid, meta, data, nil, now_us, false)
   else
     Job.event(meta, now_ms, 'completed', { w = worker })
     meta.s, meta.o = 'complete', nil
+    Unique.release(jid, meta, meta.uf)
     redis.call('ZADD', K.completed, int(now_us), jid)
     Job.save(jid, meta, data)
     Place.release_dependents(jid, now_us)
@@ -73,4 +79,5 @@ for i = 2, #ARGV, 3 do
   out[#out + 1] = E.item(ARGV[i], E.attempt(complete, ARGV[i], ARGV[i + 1], ARGV[i + 2]))
 end
 Retention.trim(now_us)
+Stats.flush()
 return '[' .. table.concat(out, ',') .. ']'

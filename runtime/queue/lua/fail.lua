@@ -23,6 +23,7 @@ local function fail(jid, token, group, message)
   Check.token('group', group, LIMITS.group_max)
   Lease.drop(jid, meta)
   meta.lr = 'fail'
+  Stats.count(meta.q, 'failures', now_us)
   Place.fail(jid, meta, group, message, worker, now_us)
   Job.save(jid, meta, data)
   return meta.s
@@ -32,4 +33,5 @@ local out = {}
 for i = 2, #ARGV, 4 do
   out[#out + 1] = E.item(ARGV[i], E.attempt(fail, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]))
 end
+Stats.flush()
 return '[' .. table.concat(out, ',') .. ']'

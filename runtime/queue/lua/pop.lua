@@ -48,6 +48,7 @@ Domains.prune(now_us, LIMITS.prune_batch)
 
 local out = {}
 local function take(jid, meta, data)
+  Stats.time(meta.q, 'wait', (now_ms - (meta.qt or meta.h[1].t)) / 1000, now_us)
   Lease.grant(jid, meta, worker, seed, now_us)
   Job.event(meta, now_ms, 'popped', { w = worker })
   local encoded = Job.save(jid, meta, data)
@@ -108,6 +109,7 @@ for _, queue in ipairs(active) do
     end
   end
 end
+Stats.flush()
 local wake_in_ms = -1
 if wake_at then
   wake_in_ms = math.max(0, math.ceil((wake_at - now_us) / 1000))

@@ -9,10 +9,14 @@
 --            delay_ms | at_ms       integer ms from now | absolute epoch ms (not both)
 --            tags, depends          lists of strings
 --            domain, unique_key     strings or null
+--            unique_for             seconds the key stays taken after completion
+--            requeue_if_running     boolean: a duplicate while the holder runs asks
+--                                   for one more run after it
 --            backoff                [min s, max s] or null; timeout_s: number or null
 --            tracked                boolean
 --          data: the job's data, a JSON object as text
--- Reply    JSON list of the jids, in order
+-- Reply    JSON list of the jids, in order (for a duplicate of a unique key:
+--          the jid of the job holding it)
 -- Errors   BAD_ARG, JOB_EXISTS. Every job is checked before the first write:
 --          on an error nothing at all is written.
 
@@ -44,6 +48,8 @@ local function parse(spec_json, data)
       LIMITS.depends_max),
     domain = Check.optional(spec.domain),
     unique_key = Check.optional(spec.unique_key),
+    unique_for = optional_number('unique_for', spec.unique_for, 0, 86400 * 365),
+    requeue = spec.requeue_if_running == true,
     timeout_s = optional_number('timeout_s', spec.timeout_s, 0.001, 86400 * 365),
     tracked = spec.tracked == true,
     data = Check.data(data, max_data),
@@ -97,7 +103,7 @@ end
 
 -- 2. write
 local jids = {}
-for _, job in ipairs(jobs) do
+local function create(job)
   local jid = job.jid
   local meta = {
     k = job.klass, q = job.queue, r = job.retries, m = job.retries,
@@ -110,7 +116,8 @@ for _, job in ipairs(jobs) do
     meta.dm = job.domain
   end
   if job.unique_key then
-    meta.uk = job.unique_key
+    meta.uk, meta.uf = job.unique_key, job.unique_for
+    Unique.claim(job.unique_key, jid)
   end
   if job.backoff then
     meta.bo = job.backoff
@@ -140,6 +147,9 @@ for _, job in ipairs(jobs) do
     end
   end
   Place.enqueue(jid, meta, job.data, job.due_ms, now_us, #job.depends > 0)
-  jids[#jids + 1] = jid
+  return jid
+end
+for _, job in ipairs(jobs) do
+  jids[#jids + 1] = job.unique_key and Unique.holder(job.unique_key, job.requeue) or create(job)
 end
 return Json.array(jids)

@@ -38,6 +38,7 @@ local function retry(jid, token, group, message, delay_arg)
   local delay_ms = Check.int('delay_ms', delay_arg, -1, LIMITS.delay_max_ms)
   Lease.drop(jid, meta)
   meta.lr = 'retry'
+  Stats.count(meta.q, 'failures', now_us)
   if meta.m <= 0 then
     Place.fail(jid, meta, group, message, worker, now_us)
     Job.save(jid, meta, data)
@@ -46,6 +47,7 @@ local function retry(jid, token, group, message, delay_arg)
   if delay_ms < 0 then
     delay_ms = backoff_ms(jid, meta)
   end
+  Stats.count(meta.q, 'retries', now_us)
   meta.m = meta.m - 1
   meta.f = { g = group, m = Job.cap_message(message), t = now_ms, w = worker }
   Job.event(meta, now_ms, 'retried', { w = worker, g = group, dl = delay_ms })
@@ -58,4 +60,5 @@ for i = 2, #ARGV, 5 do
   out[#out + 1] = E.item(ARGV[i],
     E.attempt(retry, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]))
 end
+Stats.flush()
 return '[' .. table.concat(out, ',') .. ']'

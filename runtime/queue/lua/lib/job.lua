@@ -8,8 +8,10 @@
 --   k klass          q queue           s state           p priority (absent: 0)
 --   g tags           r retries         m remaining       a attempts (pops so far)
 --   o order ticket   d due time (ms)   dm domain
---   uk unique key    w worker (holder, or last holder)   l lease token
---   lr what the holder of lease l last did: complete | fail | retry
+--   uk unique key    uf unique_for (s)  rq run once more when done (requeue_if_running)
+--   w worker (holder, or last holder)   l lease token
+--   lr what the holder of lease l last did: complete | fail | retry | release
+--   qt when it last became eligible (ms; absent: its put time)   pt when popped (ms)
 --   f failure {g group, m message, t time, w worker}
 --   bo backoff [min s, max s]          to timeout (s)    tr tracked (1)
 --   h history: [{e event, t time (ms), w worker, q queue, g group, ...}]; h[1] is

@@ -12,7 +12,7 @@ local Lease = {}
 function Lease.grant(jid, meta, worker, seed, now_us)
   local expires_us = now_us + Config.get('heartbeat', meta.q) * 1000000
   meta.a = (meta.a or 0) + 1
-  meta.s, meta.w, meta.lr = 'running', worker, nil
+  meta.s, meta.w, meta.lr, meta.pt = 'running', worker, nil, Clock.ms(now_us)
   meta.l = string.sub(redis.sha1hex(seed .. jid .. meta.a), 1, 24)
   redis.call('ZADD', K.running(meta.q), int(expires_us), jid)
   redis.call('SADD', K.worker_jobs(worker), jid)

@@ -49,6 +49,8 @@ end
 -- ahead, else waiting.
 function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
   local queue = meta.q
+  local eligible = math.max(Clock.ms(now_us), due_ms or 0)
+  meta.qt = eligible ~= meta.h[1].t and eligible or nil
   if not known[queue] then
     known[queue] = true
     redis.call('ZADD', K.queues, 'NX', Clock.ms(now_us), queue)
@@ -76,6 +78,8 @@ end
 -- Final failure: the job joins its group's list. The caller saves the record.
 function Place.fail(jid, meta, group, message, worker, now_us)
   local now_ms = Clock.ms(now_us)
+  Stats.count(meta.q, 'failed', now_us)
+  Unique.release(jid, meta)
   meta.s = 'failed'
   meta.f = { g = group, m = Job.cap_message(message), t = now_ms, w = worker }
   Job.event(meta, now_ms, 'failed', { w = worker, g = group })
@@ -108,6 +112,7 @@ end
 -- Removes a job and every trace of it.
 function Place.delete(jid, meta)
   Place.remove(jid, meta)
+  Unique.release(jid, meta)
   for _, tag in ipairs(meta.g or {}) do
     redis.call('ZREM', K.tag(tag), jid)
   end
@@ -147,13 +152,15 @@ function Place.reclaim(queue, now_us, count)
     local worker = meta.w
     Lease.drop(jid, meta)
     Job.event(meta, Clock.ms(now_us), 'lease-lost', { w = worker })
+    Stats.count(queue, 'failures', now_us)
     if meta.m <= 0 then
       Place.fail(jid, meta, 'runtime.LeaseExpired',
         'lease expired: worker ' .. worker .. ' stopped renewing it, and no retries are left',
         worker, now_us)
     else
+      Stats.count(queue, 'retries', now_us)
       meta.m = meta.m - 1
-      meta.s = 'waiting'
+      meta.s, meta.qt = 'waiting', Clock.ms(now_us)
       Lanes.push(queue, jid, meta, now_us, true)
     end
     Job.save(jid, meta, data)

@@ -1,0 +1,33 @@
+-- message_status.lua: a job's state in the vocabulary of a de-duplicating
+-- message queue.
+--
+-- KEYS[1]  the namespace root
+-- ARGV     jid
+-- Reply    "queued" (waiting, throttled, depends), "queued-with-backoff"
+--          (scheduled: delayed or backing off), "locked" (running),
+--          "locked-with-requeue" (running, one more run asked for),
+--          "done-with-backoff" (complete, its unique key still taken),
+--          "done-awaiting-gc" (complete or failed, until retention removes it),
+--          or nil (no such job)
+-- Errors   BAD_ARG
+
+local jid = Check.token('jid', ARGV[1], LIMITS.jid_max)
+local meta = Job.load(jid)
+if not meta then
+  return nil
+end
+local s = meta.s
+if s == 'running' then
+  return meta.rq and 'locked-with-requeue' or 'locked'
+elseif s == 'scheduled' then
+  return 'queued-with-backoff'
+elseif s == 'complete' then
+  if meta.uk and redis.call('GET', K.unique(meta.uk)) == jid
+      and redis.call('PTTL', K.unique(meta.uk)) > 0 then
+    return 'done-with-backoff'
+  end
+  return 'done-awaiting-gc'
+elseif s == 'failed' then
+  return 'done-awaiting-gc'
+end
+return 'queued'
