@@ -304,4 +304,5 @@ LIMITS: dict[str, int] = {
     "unfail_max": 10_000,
     "workers_max": 10_000,
     "stats_days": 30,  # how long a day's statistics are kept
+    "graph_max": 10_000,  # jobs a cycle check may walk
 }

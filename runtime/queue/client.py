@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -161,6 +162,60 @@ class Client:
         """Deletes the jobs; refuses (DependedOn) while others depend on one of them."""
         cancelled: list[str] = self.run_json("cancel", *jids) if jids else []
         return cancelled
+
+    def depend(self, jid: str, *on: str) -> str:
+        """Makes a job that has not run yet wait on more jobs; returns its state."""
+        return text(self.run("depends", jid, "on", *on))
+
+    def undepend(self, jid: str, *on: str) -> str:
+        """Stops a job waiting on these jobs; with none left it moves on."""
+        return text(self.run("depends", jid, "off", *on))
+
+    def tag(self, jid: str, *tags: str) -> list[str]:
+        """Adds tags to a job; returns its tags."""
+        tagged: list[str] = self.run_json("tag", jid, "add", *tags)
+        return tagged
+
+    def untag(self, jid: str, *tags: str) -> list[str]:
+        tagged: list[str] = self.run_json("tag", jid, "remove", *tags)
+        return tagged
+
+    def tagged(self, tag: str, start: int = 0, count: int = 25) -> tuple[int, list[Job]]:
+        """(how many jobs carry `tag`, a page of them, newest first)."""
+        key = self.keys.key("tag", tag=tag)
+        with self._reaching():
+            total = int(self.redis.zcard(key))
+            jids = [text(j) for j in self.redis.zrevrange(key, start, start + count - 1)]
+        return total, [j for j in self.get_jobs(jids) if j is not None]
+
+    def track(self, jid: str) -> None:
+        """Lists the job among the tracked ones and publishes its events."""
+        self.run("track", jid, "on")
+
+    def untrack(self, jid: str) -> None:
+        self.run("track", jid, "off")
+
+    def tracked(self) -> list[Job]:
+        with self._reaching():
+            jids = [text(j) for j in self.redis.zrange(self.keys.key("tracked"), 0, 999)]
+        return [j for j in self.get_jobs(jids) if j is not None]
+
+    def events(self, idle_s: float | None = None) -> Iterator[dict[str, Any]]:
+        """Yields the events of tracked jobs as they happen; stops after `idle_s`
+        seconds without one (never, by default)."""
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        with self._reaching():
+            pubsub.subscribe(self.keys.key("events"))
+        last = time.monotonic()
+        try:
+            while idle_s is None or time.monotonic() - last < idle_s:
+                with self._reaching():
+                    message = pubsub.get_message(timeout=1.0)
+                if message is not None:
+                    last = time.monotonic()
+                    yield json.loads(message["data"])
+        finally:
+            pubsub.close()
 
     def set_priority(self, jid: str, priority: int) -> str:
         return str(self.run("priority", jid, wire.check_priority(priority)), "utf-8")

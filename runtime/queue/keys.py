@@ -27,6 +27,7 @@ Key schema (the kind of each key in brackets):
     stats:<queue>:<day>      [hash]  wait and run times, histograms, counts (day: UTC days)
     unique:<key>             [string] jid of the job holding a unique key (TTL: unique_for)
     tracked                  [zset]  jid -> time tracking began (ms)
+    events                   [channel] tracked jobs' events, JSON
     workers                  [zset]  worker id -> last seen (ms)
     w:<worker>:jobs          [set]   jids leased by the worker
     deps:<jid>               [set]   jids this job waits on
@@ -62,6 +63,7 @@ TEMPLATES: dict[str, str] = {
     "stats": "stats:{queue}:{day}",
     "unique": "unique:{key}",
     "tracked": "tracked",
+    "events": "events",
     "workers": "workers",
     "worker_jobs": "w:{worker}:jobs",
     "deps": "deps:{jid}",

@@ -35,6 +35,8 @@ LIBRARY = (
     "lanes",
     "lease",
     "place",
+    "deps",
+    "create",
     "retention",
 )
 

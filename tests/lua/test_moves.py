@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime import BadArgument, Client, DependedOn
+from runtime import BadArgument, Client, DependedOn, LeaseLost, WrongState
 from tests.conftest import snapshot
 from tests.support.clock import FrozenClock
 
@@ -172,3 +172,67 @@ def test_retention_removes_jobs_older_than_jobs_history(client: Client, clock: F
     finish(client, "q")
     assert client.get_job("old") is None
     assert client.get_job("new") is not None
+
+
+def test_depends_on_and_off_later(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="a")
+    q.put("a.b:c", {}, jid="b")
+    q.put("a.b:c", {}, jid="job", delay=30)
+    assert client.depend("job", "a", "b") == "depends"
+    assert q.counts()["scheduled"] == 0 and q.counts()["depends"] == 1
+    assert client.undepend("job", "a") == "depends"
+    assert client.undepend("job", "b") == "scheduled", "its due time still lies ahead"
+    clock.advance(31)
+    assert "job" in [j.jid for j in q.pop(10, worker="w")]
+
+
+def test_depending_on_complete_jobs_changes_nothing(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="a")
+    finish(client, "q")
+    q.put("a.b:c", {}, jid="job")
+    assert client.depend("job", "a") == "waiting"
+
+
+def test_cycles_are_refused(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="a")
+    q.put("a.b:c", {}, jid="b", depends=["a"])
+    q.put("a.b:c", {}, jid="c", depends=["b"])
+    before = snapshot(client)
+    with pytest.raises(BadArgument, match="cycle"):
+        client.depend("a", "c")
+    assert snapshot(client) == before
+    [a] = q.pop(1, worker="w")
+    with pytest.raises(BadArgument, match="cycle"):
+        a.complete(next="again", depends=["c"])
+
+
+def test_only_jobs_that_have_not_run_take_dependencies(client: Client, clock: FrozenClock) -> None:
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="a")
+    q.put("a.b:c", {}, jid="b")
+    q.pop(1, worker="w")
+    with pytest.raises(WrongState):
+        client.depend("a", "b")
+
+
+def test_a_dependent_moves_once_when_its_dependency_completes_after_a_redelivery(
+    client: Client, clock: FrozenClock
+) -> None:
+    client.config_set("q-heartbeat", 5)
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="dep")
+    q.put("a.b:c", {}, jid="after", depends=["dep"])
+    [first] = q.pop(1, worker="w1")
+    clock.advance(6)
+    [second] = q.pop(1, worker="w2")
+    assert second.jid == "dep"
+    second.complete()
+    with pytest.raises(LeaseLost):
+        first.complete()
+    after = client.get_job("after")
+    assert after is not None and after.state == "waiting"
+    assert [e.event for e in after.history] == ["put"]
+    assert [j.jid for j in q.pop(10, worker="w")] == ["after"]

@@ -37,34 +37,22 @@ local function complete(jid, token, options_json)
     if delay_ms ~= nil then
       Check.int('delay_ms', delay_ms, 0, LIMITS.delay_max_ms)
     end
-    for _, dep in ipairs(depends) do
-      if dep == jid then
-        E.bad('a job cannot depend on itself (' .. dep .. ')')
-      elseif redis.call('HEXISTS', K.jobs, dep) == 0 then
-        E.bad('unknown dependency ' .. dep)
-      end
-    end
+    Deps.check(jid, depends)
   end
 
   Lease.drop(jid, meta)
   Stats.time(meta.q, 'run', (now_ms - (meta.pt or now_ms)) / 1000, now_us)
   meta.lr, meta.f = 'complete', nil
   if next_queue then
-    Job.event(meta, now_ms, 'completed', { w = worker, q = next_queue })
+    Job.event(jid, meta, now_ms, 'completed', { w = worker, q = next_queue })
     meta.q, meta.m, meta.a, meta.o = next_queue, meta.r, nil, nil
-    for _, dep in ipairs(depends) do
-      if Job.load(dep).s ~= 'complete' then
-        redis.call('SADD', K.deps(jid), dep)
-        redis.call('SADD', K.dependents(dep), jid)
-      end
-    end
-    Place.enqueue(jid, meta, data, delay_ms and now_ms + delay_ms, now_us, #depends > 0)
+    Place.enqueue(jid, meta, data, delay_ms and now_ms + delay_ms, now_us, Deps.add(jid, depends) > 0)
   elseif meta.rq then -- a duplicate came while it ran: once more
-    Job.event(meta, now_ms, 'completed', { w = worker, n = 'again' })
+    Job.event(jid, meta, now_ms, 'completed', { w = worker, n = 'again' })
     meta.rq, meta.m, meta.a, meta.o = nil, meta.r, nil, nil
     Place.enqueue(jid, meta, data, nil, now_us, false)
   else
-    Job.event(meta, now_ms, 'completed', { w = worker })
+    Job.event(jid, meta, now_ms, 'completed', { w = worker })
     meta.s, meta.o = 'complete', nil
     Unique.release(jid, meta, meta.uf)
     redis.call('ZADD', K.completed, int(now_us), jid)

@@ -50,7 +50,7 @@ local out = {}
 local function take(jid, meta, data)
   Stats.time(meta.q, 'wait', (now_ms - (meta.qt or meta.h[1].t)) / 1000, now_us)
   Lease.grant(jid, meta, worker, seed, now_us)
-  Job.event(meta, now_ms, 'popped', { w = worker })
+  Job.event(jid, meta, now_ms, 'popped', { w = worker })
   local encoded = Job.save(jid, meta, data)
   out[#out + 1] = Job.reply(jid, meta, data, {
     { 'lease_ms', int(Config.get('heartbeat', meta.q) * 1000) },

@@ -15,7 +15,7 @@ if meta.s == 'waiting' then
   Lanes.remove(meta.q, jid, meta)
 end
 meta.p = priority ~= 0 and priority or nil
-Job.event(meta, Clock.ms(now_us), 'priority', { p = priority })
+Job.event(jid, meta, Clock.ms(now_us), 'priority', { p = priority })
 if meta.s == 'waiting' then
   Lanes.insert_by_ticket(meta.q, jid, meta, now_us)
 end

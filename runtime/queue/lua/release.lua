@@ -23,7 +23,7 @@ local function release(jid, token)
   Lease.drop(jid, meta)
   meta.lr = 'release'
   meta.a = math.max(0, (meta.a or 1) - 1)
-  Job.event(meta, Clock.ms(now_us), 'released', { w = worker })
+  Job.event(jid, meta, Clock.ms(now_us), 'released', { w = worker })
   meta.s = 'waiting'
   Lanes.push(meta.q, jid, meta, now_us, true)
   Place.wake(meta.q)

@@ -50,7 +50,7 @@ local function retry(jid, token, group, message, delay_arg)
   Stats.count(meta.q, 'retries', now_us)
   meta.m = meta.m - 1
   meta.f = { g = group, m = Job.cap_message(message), t = now_ms, w = worker }
-  Job.event(meta, now_ms, 'retried', { w = worker, g = group, dl = delay_ms })
+  Job.event(jid, meta, now_ms, 'retried', { w = worker, g = group, dl = delay_ms })
   Place.enqueue(jid, meta, data, now_ms + delay_ms, now_us, false)
   return meta.s
 end

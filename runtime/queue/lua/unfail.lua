@@ -21,7 +21,7 @@ for _ = 1, count do
   local meta, data = Job.load(jid)
   if meta then
     meta.q, meta.m, meta.a, meta.f, meta.o = queue, meta.r, nil, nil, nil
-    Job.event(meta, now_ms, 'unfailed', { q = queue })
+    Job.event(jid, meta, now_ms, 'unfailed', { q = queue })
     Place.enqueue(jid, meta, data, nil, now_us, false)
     moved = moved + 1
   end

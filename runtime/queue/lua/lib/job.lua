@@ -43,8 +43,21 @@ function Job.save(jid, meta, data)
   return encoded
 end
 
+-- Events a tracked job publishes on K.events.
+local PUBLISHED = { put = true, popped = true, completed = true, retried = true, failed = true,
+  ['lease-lost'] = true }
+
+-- Tells subscribers of K.events about a tracked job: {"event","jid","queue","t",...}.
+function Job.publish(jid, meta, ev)
+  if meta.tr and PUBLISHED[ev.e] then
+    local message = { event = ev.e, jid = jid, queue = meta.q, t = ev.t, worker = ev.w,
+      group = ev.g }
+    redis.call('PUBLISH', K.events, cjson.encode(message))
+  end
+end
+
 -- Appends an event; the history keeps its first event and the newest ones.
-function Job.event(meta, now_ms, event, fields)
+function Job.event(jid, meta, now_ms, event, fields)
   local ev = fields or {}
   ev.e = event
   ev.t = now_ms
@@ -53,6 +66,7 @@ function Job.event(meta, now_ms, event, fields)
   if #h > LIMITS.history_max then
     table.remove(h, 2)
   end
+  Job.publish(jid, meta, ev)
 end
 
 -- The state a reader sees: a waiting job whose lane is over its limit is throttled.

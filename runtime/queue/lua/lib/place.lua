@@ -82,7 +82,7 @@ function Place.fail(jid, meta, group, message, worker, now_us)
   Unique.release(jid, meta)
   meta.s = 'failed'
   meta.f = { g = group, m = Job.cap_message(message), t = now_ms, w = worker }
-  Job.event(meta, now_ms, 'failed', { w = worker, g = group })
+  Job.event(jid, meta, now_ms, 'failed', { w = worker, g = group })
   redis.call('LPUSH', K.failed(group), jid)
   redis.call('ZINCRBY', K.failed_groups, 1, group)
 end
@@ -151,7 +151,7 @@ function Place.reclaim(queue, now_us, count)
     local meta, data = Job.load(jid)
     local worker = meta.w
     Lease.drop(jid, meta)
-    Job.event(meta, Clock.ms(now_us), 'lease-lost', { w = worker })
+    Job.event(jid, meta, Clock.ms(now_us), 'lease-lost', { w = worker })
     Stats.count(queue, 'failures', now_us)
     if meta.m <= 0 then
       Place.fail(jid, meta, 'runtime.LeaseExpired',
