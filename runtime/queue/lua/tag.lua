@@ -20,15 +20,19 @@ for _, tag in ipairs(current) do
   has[tag] = true
 end
 if verb == 'add' then
+  local new = {}
   for _, tag in ipairs(tags) do
     if not has[tag] then
       has[tag] = true
-      current[#current + 1] = tag
-      redis.call('ZADD', K.tag(tag), now_ms, jid)
+      new[#new + 1] = tag
     end
   end
-  if #current > LIMITS.tags_max then
+  if #current + #new > LIMITS.tags_max then
     E.bad('a job has at most ' .. LIMITS.tags_max .. ' tags')
+  end
+  for _, tag in ipairs(new) do
+    current[#current + 1] = tag
+    redis.call('ZADD', K.tag(tag), now_ms, jid)
   end
 else
   local drop = {}
