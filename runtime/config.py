@@ -305,4 +305,9 @@ LIMITS: dict[str, int] = {
     "workers_max": 10_000,
     "stats_days": 30,  # how long a day's statistics are kept
     "graph_max": 10_000,  # jobs a cycle check may walk
+    "recur_batch": 100,  # recurrences one pop spawns for, per queue
+    "recur_catch_up": 1000,  # missed ticks one pop may spawn per recurrence
+    "recur_low": 16,  # cron ticks left when clients are asked for more
+    "recur_ticks_max": 256,  # cron ticks stored at once
+    "recur_id_max": 64,
 }

@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -62,6 +63,7 @@ class Leasing:
         self.waiter: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.failures = 0
+        self.extending: set[str] = set()
 
     # --- one round trip ---------------------------------------------------------
 
@@ -103,6 +105,8 @@ class Leasing:
                 log.error("report refused: %s jid=%s", state, jid)
         if popped is None:
             return
+        for low in popped.refill:
+            self._extend(low)
         for leased in popped.jobs:
             self.buffer.append(Pending(leased, sent_at + leased.lease_s))
         if count is not None and len(popped.jobs) < max(count, 1):
@@ -115,6 +119,22 @@ class Leasing:
             log.warning("%s; retrying every %.2f s", message, delay)
         self.failures += 1
         await asyncio.sleep(delay)
+
+    def _extend(self, low: dict[str, Any]) -> None:
+        """A cron recurrence runs low on ticks: compute more (one task per recurrence)."""
+        if low["id"] in self.extending:
+            return
+        self.extending.add(low["id"])
+
+        async def extend() -> None:
+            try:
+                await self.client.extend_recurrence(low["id"], low["cron"], low["tz"], low["after"])
+            except (redis.exceptions.RedisError, OSError, Error) as err:
+                log.warning("could not extend recurrence id=%s: %s", low["id"], err)
+            finally:
+                self.extending.discard(low["id"])
+
+        asyncio.get_running_loop().create_task(extend())
 
     # --- waking up --------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import redis
 import redis.asyncio
 
 from runtime.errors import Error
-from runtime.queue import scripts, wire
+from runtime.queue import recur, scripts, wire
 from runtime.queue.client import text
 from runtime.queue.keys import Keys
 
@@ -120,6 +120,7 @@ def _flat(rows: Any) -> list[Any]:
 class Popped:
     jobs: list[Leased]
     wake_in_s: float | None  # None: nothing comes due, or the pop was full
+    refill: list[dict[str, Any]] = field(default_factory=list)  # cron recurrences low on ticks
 
 
 class AsyncClient:
@@ -175,11 +176,19 @@ class AsyncClient:
             if name == "pop":
                 wake = reply["wake_in_ms"]
                 popped = Popped(
-                    [Leased.from_reply(j) for j in reply["jobs"]], None if wake < 0 else wake / 1000
+                    [Leased.from_reply(j) for j in reply["jobs"]],
+                    None if wake < 0 else wake / 1000,
+                    reply.get("refill", []),
                 )
             else:
                 states.update(wire.outcomes(reply))
         return states, popped
+
+    async def extend_recurrence(self, id: str, cron: str, tz: str, after_ms: int) -> int:
+        """Adds the next ticks of a cron recurrence (computed here: the scripts cannot)."""
+        ticks = recur.cron_ticks(cron, tz, after_ms)
+        [added] = await self._pipeline([("recur_ticks", [id, cron, *ticks])])
+        return int(added)
 
     async def heartbeat(self, leases: dict[str, str]) -> set[str]:
         """Renews the leases {jid: token}; returns the jids whose lease is lost."""

@@ -22,10 +22,11 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from runtime import config
-from runtime.errors import ConfigError, Error, RedisUnavailable
-from runtime.queue import embedded, scripts, stats, wire
+from runtime.errors import BadArgument, ConfigError, Error, RedisUnavailable
+from runtime.queue import embedded, recur, scripts, stats, wire
 from runtime.queue.job import Job
 from runtime.queue.keys import Keys
+from runtime.queue.recur import Recurrence
 from runtime.queue.stats import QueueStats
 from runtime.queue.wire import JobSpec
 
@@ -130,6 +131,10 @@ class Client:
     def run_json(self, operation: str, *args: Any) -> Any:
         return json.loads(self.run(operation, *args))
 
+    def now_ms(self) -> int:
+        """The deployment's time (Redis TIME), in ms: schedules never use ours."""
+        return int(self.run("now"))
+
     # --- queues and jobs --------------------------------------------------------
 
     def queue(self, name: str) -> Queue:
@@ -203,7 +208,7 @@ class Client:
     def events(self, idle_s: float | None = None) -> Iterator[dict[str, Any]]:
         """Yields the events of tracked jobs as they happen; stops after `idle_s`
         seconds without one (never, by default)."""
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         with self._reaching():
             pubsub.subscribe(self.keys.key("events"))
         last = time.monotonic()
@@ -241,6 +246,66 @@ class Client:
     def workers(self) -> dict[str, dict[str, Any]]:
         workers: dict[str, dict[str, Any]] = self.run_json("workers")
         return workers
+
+    # --- recurring jobs ---------------------------------------------------------
+
+    def recur(
+        self,
+        queue: str,
+        klass: str | Any,
+        data: Mapping[str, Any] | None = None,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        tz: str = "UTC",
+        policy: str = "once",
+        grace: float = 60.0,
+        first_at: Any = None,
+        id: str | None = None,
+        **job_options: Any,
+    ) -> Recurrence:
+        """Puts a job on `queue` every `every` seconds or at each `cron` tick (in `tz`),
+        once per tick however many masters run. Ticks missed while nothing popped the
+        queue follow `policy`: all (a job each), once (one job), skip (none later than
+        `grace` seconds). `id` (default "<queue>/<klass>") names it; recurring again
+        with the same id replaces it. Job options: priority, retries, tags, backoff,
+        timeout, domain."""
+        spec = JobSpec.build(queue, klass, data, **job_options)
+        if policy not in recur.POLICIES:
+            raise BadArgument(f"policy must be one of {', '.join(recur.POLICIES)}")
+        if (every is None) == (cron is None):
+            raise BadArgument("give every (seconds) or cron, one of them")
+        dropped = ("jid", "depends", "delay_ms", "at_ms", "unique_key")
+        options = {k: v for k, v in spec.options.items() if v is not None and k not in dropped}
+        definition: dict[str, Any] = {
+            "id": id or f"{queue}/{spec.klass}", "queue": queue, "policy": policy,
+            "grace": wire.check_seconds("grace", grace), "tz": tz,
+            "spec": {"klass": spec.klass, **options},
+        }  # fmt: skip
+        ticks: list[int] = []
+        if every is not None:
+            definition["every"] = wire.check_seconds("every", every)
+            if first_at is not None:
+                definition["first_ms"] = wire.epoch_ms(first_at)
+        else:
+            recur.zone(tz)
+            definition["cron"] = recur.check_cron(cron or "")
+            ticks = recur.cron_ticks(definition["cron"], tz, self.now_ms())
+        stored = self.run("recur", wire.dumps(definition), spec.data_json, *ticks)
+        return Recurrence.from_definition(stored)
+
+    def unrecur(self, id: str) -> bool:
+        """Removes a recurrence (the jobs it spawned stay); False if there was none."""
+        return bool(self.run("unrecur", id))
+
+    def recurrences(self) -> list[Recurrence]:
+        with self._reaching():
+            raw = self.redis.hgetall(self.keys.key("recur"))
+        return sorted((Recurrence.from_definition(v) for v in raw.values()), key=lambda r: r.id)
+
+    def extend_recurrence(self, id: str, cron: str, tz: str, after_ms: int) -> int:
+        """Adds the next cron ticks of a recurrence running low (masters do this)."""
+        return int(self.run("recur_ticks", id, cron, *recur.cron_ticks(cron, tz, after_ms)))
 
     # --- failures ---------------------------------------------------------------
 

@@ -26,6 +26,9 @@ Key schema (the kind of each key in brackets):
     tag:<tag>                [zset]  jid -> put time (ms)
     stats:<queue>:<day>      [hash]  wait and run times, histograms, counts (day: UTC days)
     unique:<key>             [string] jid of the job holding a unique key (TTL: unique_for)
+    recur                    [hash]  recurrence id -> definition (JSON)
+    q:<queue>:recur          [zset]  recurrence id -> its next tick (us)
+    recur-ticks:<id>         [zset]  a cron recurrence's upcoming ticks (ms)
     tracked                  [zset]  jid -> time tracking began (ms)
     events                   [channel] tracked jobs' events, JSON
     workers                  [zset]  worker id -> last seen (ms)
@@ -62,6 +65,9 @@ TEMPLATES: dict[str, str] = {
     "tag": "tag:{tag}",
     "stats": "stats:{queue}:{day}",
     "unique": "unique:{key}",
+    "recur": "recur",
+    "recurring": "q:{queue}:recur",
+    "recur_ticks": "recur-ticks:{id}",
     "tracked": "tracked",
     "events": "events",
     "workers": "workers",

@@ -37,6 +37,7 @@ LIBRARY = (
     "place",
     "deps",
     "create",
+    "recur",
     "retention",
 )
 

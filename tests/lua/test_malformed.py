@@ -72,12 +72,85 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("tag", ("missing", "add", "x"), NoSuchJob, "missing"),
     ("tag", ("old", "add", *[f"t{i}" for i in range(65)]), BadArgument, "at most"),
     ("track", ("old", "maybe"), BadArgument, "on"),
+    ("recur", ("not json", "{}"), BadArgument, "definition"),
+    (
+        "recur",
+        (json.dumps({"id": "r", "queue": "q", "spec": {"klass": "a.b:c"}}), "{}"),
+        BadArgument,
+        "every or cron",
+    ),
+    (
+        "recur",
+        (json.dumps({"id": "r", "queue": "q", "spec": {"klass": "bad"}, "every": 5}), "{}"),
+        BadArgument,
+        "klass",
+    ),
+    (
+        "recur",
+        (json.dumps({"id": "r", "queue": "q", "spec": {"klass": "a.b:c"}, "every": 0}), "{}"),
+        BadArgument,
+        "every",
+    ),
+    (
+        "recur",
+        (
+            json.dumps(
+                {"id": "r", "queue": "q", "spec": {"klass": "a.b:c"}, "every": 5, "policy": "often"}
+            ),
+            "{}",
+        ),
+        BadArgument,
+        "policy",
+    ),
+    (
+        "recur",
+        (
+            json.dumps(
+                {"id": "r", "queue": "q", "spec": {"klass": "a.b:c", "jid": "x"}, "every": 5}
+            ),
+            "{}",
+        ),
+        BadArgument,
+        "cannot set jid",
+    ),
+    (
+        "recur",
+        (
+            json.dumps({"id": "r", "queue": "q", "spec": {"klass": "a.b:c"}, "cron": "* * * * *"}),
+            "{}",
+        ),
+        BadArgument,
+        "ticks",
+    ),
+    (
+        "recur",
+        (
+            json.dumps({"id": "r", "queue": "q", "spec": {"klass": "a.b:c"}, "cron": "* * * * *"}),
+            "{}",
+            "2000",
+            "1000",
+        ),
+        BadArgument,
+        "ascending",
+    ),
+    (
+        "recur",
+        (json.dumps({"id": "r", "queue": "q:x", "spec": {"klass": "a.b:c"}, "every": 5}), "{}"),
+        BadArgument,
+        "queue",
+    ),
+    ("unrecur", ("",), BadArgument, "id"),
+    ("recur_ticks", ("",), BadArgument, "id"),
     ("track", ("missing", "on"), NoSuchJob, "missing"),
     ("depends", ("old", "on", "unknown"), BadArgument, "unknown dependency"),
     ("depends", ("old", "on", "old"), BadArgument, "itself"),
     ("depends", ("missing", "on", "old"), NoSuchJob, "missing"),
-    ("put", (spec(jid="a", depends=["b"]), OK_DATA, spec(jid="b", depends=["a"]), OK_DATA),
-     BadArgument, "cycle"),
+    (
+        "put",
+        (spec(jid="a", depends=["b"]), OK_DATA, spec(jid="b", depends=["a"]), OK_DATA),
+        BadArgument,
+        "cycle",
+    ),
     ("put", (spec(), "[1]"), BadArgument, "JSON object"),
     ("put", (spec(), ""), BadArgument, "JSON object"),
     ("put", (spec(), '{"big":"' + "x" * 2000 + '"}'), BadArgument, "max-data-bytes"),
@@ -128,7 +201,7 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
 
 
 def test_every_script_has_malformed_cases() -> None:
-    covered = {case[0] for case in CASES} | {"workers"}  # workers takes no arguments
+    covered = {case[0] for case in CASES} | {"workers", "now"}  # they take no arguments
     assert covered == set(scripts.operations())
 
 

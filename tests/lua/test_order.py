@@ -73,7 +73,7 @@ def test_pop_wakes_in_ms_reports_the_next_due_time(client: Client, clock: Frozen
     q = client.queue("q")
     q.put("a.b:c", {}, jid="later", delay=2.5)
     reply = client.run_json("pop", "w", 1, "seed", "ordered", "q")
-    assert reply == {"jobs": [], "wake_in_ms": 2500}
+    assert reply == {"jobs": [], "wake_in_ms": 2500, "refill": []}
     reply = client.run_json("pop", "w", 1, "seed", "ordered", "empty")
     assert reply["wake_in_ms"] == -1
 
@@ -149,7 +149,7 @@ def test_a_throttled_domain_does_not_hold_back_other_jobs(
     assert client.get_job("s2").state == "throttled"  # type: ignore[union-attr]
     assert q.counts()["throttled"] == 1 and q.counts()["waiting"] == 0
     reply = client.run_json("pop", "w", 1, "seed", "ordered", "q")
-    assert reply == {"jobs": [], "wake_in_ms": 10_000}
+    assert reply == {"jobs": [], "wake_in_ms": 10_000, "refill": []}
     clock.advance(10)
     q.put("a.b:c", {}, jid="n3")
     assert pop_all(client, "q") == ["s2", "n3"], "the freed lane's older head goes first"

@@ -94,5 +94,7 @@ def test_days_are_kept_apart(client: Client, clock: FrozenClock) -> None:
     q.pop(1, worker="w")[0].complete()
     assert client.stats("q", first).run.count == 1
     assert client.stats("q", day_of(clock)).run.count == 1
-    ttl = client.redis.ttl(client.keys.key("stats", queue="q", day=(clock.now_us // 86_400_000_000)))
+    ttl = client.redis.ttl(
+        client.keys.key("stats", queue="q", day=(clock.now_us // 86_400_000_000))
+    )
     assert 29 * 86400 < ttl <= 30 * 86400

@@ -31,7 +31,9 @@ def test_jobs_by_tag_are_paged_newest_first(client: Client, clock: FrozenClock) 
     assert total == 5 and [j.jid for j in page] == ["j3", "j2"]
 
 
-def test_tracked_jobs_are_listed_and_publish_their_events(client: Client, clock: FrozenClock) -> None:
+def test_tracked_jobs_are_listed_and_publish_their_events(
+    client: Client, clock: FrozenClock
+) -> None:
     client.config_set("q-heartbeat", 5)
     seen: list[dict[str, Any]] = []
     ready = threading.Event()

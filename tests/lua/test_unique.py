@@ -31,7 +31,9 @@ def test_duplicates_in_one_batch_collapse(client: Client, clock: FrozenClock) ->
     assert client.get_job("j1") is None
 
 
-def test_unique_for_keeps_the_key_taken_after_completion(client: Client, clock: FrozenClock) -> None:
+def test_unique_for_keeps_the_key_taken_after_completion(
+    client: Client, clock: FrozenClock
+) -> None:
     q = client.queue("q")
     first = q.put("a.b:c", {}, unique_key="k", unique_for=30)
     q.pop(1, worker="w")[0].complete()

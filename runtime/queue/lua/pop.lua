@@ -10,13 +10,16 @@
 --                  rotates the list between calls)
 -- Before taking, each served queue (paused ones are skipped) reclaims jobs
 -- whose lease expired, promotes due scheduled jobs and frees throttled lanes.
--- Reply    {"jobs": [job, ...], "wake_in_ms": n}
+-- Reply    {"jobs": [job, ...], "wake_in_ms": n, "refill": [recurrence, ...]}
 --          job: {"jid", "meta", "data", "lease_ms", "timeout_s"} with the lease
 --          in meta (w, l); lease_ms: the lease length; timeout_s: how long the
 --          job may run without a sign of life (its own timeout, else the queue's);
 --          wake_in_ms: when something next comes due in these queues (a
 --          scheduled job, a throttled domain, a lease expiry), -1 for never
---          or for a pop that got all it asked for (count 0 only asks this)
+--          or for a pop that got all it asked for (count 0 only asks this);
+--          refill: cron recurrences low on ticks, {id, cron, tz, after (ms)}: the
+--          caller computes more with croniter (recur_ticks.lua)
+-- Due recurrences of the served queues spawn their jobs first (lib/recur.lua).
 -- Errors   BAD_ARG
 
 local worker = Check.token('worker', ARGV[1], LIMITS.worker_max)
@@ -35,9 +38,12 @@ local now_us = Clock.now_us()
 local now_ms = Clock.ms(now_us)
 redis.call('ZADD', K.workers, now_ms, worker)
 
-local active = {}
+local active, refill = {}, {}
 for _, queue in ipairs(queues) do
   if redis.call('HGET', K.queue(queue), 'paused') ~= '1' then
+    for _, low in ipairs(Recur.spawn(queue, now_us)) do
+      refill[#refill + 1] = low
+    end
     Place.reclaim(queue, now_us, LIMITS.reclaim_batch)
     Place.promote(queue, now_us)
     Lanes.release(queue, now_us, LIMITS.release_batch)
@@ -82,7 +88,8 @@ end
 -- milliseconds), a throttled lane's domain, a lease expiry.
 local function next_due_us(queue)
   local due
-  for i, key in ipairs({ K.scheduled(queue), K.throttled(queue), K.running(queue) }) do
+  local keys = { K.scheduled(queue), K.throttled(queue), K.running(queue), K.recurring(queue) }
+  for i, key in ipairs(keys) do
     local first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
     if first and i == 1 then
       first = math.floor(first / 1000) * 1000
@@ -114,4 +121,5 @@ local wake_in_ms = -1
 if wake_at then
   wake_in_ms = math.max(0, math.ceil((wake_at - now_us) / 1000))
 end
-return '{"jobs":[' .. table.concat(out, ',') .. '],"wake_in_ms":' .. int(wake_in_ms) .. '}'
+return '{"jobs":[' .. table.concat(out, ',') .. '],"wake_in_ms":' .. int(wake_in_ms)
+  .. ',"refill":' .. Json.array(refill) .. '}'

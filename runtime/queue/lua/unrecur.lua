@@ -1,0 +1,16 @@
+-- unrecur.lua: removes a recurrence (jobs it already spawned stay).
+--
+-- KEYS[1]  the namespace root
+-- ARGV     id
+-- Reply    1 removed, 0 no such recurrence
+-- Errors   BAD_ARG
+
+local id = Check.token('id', ARGV[1], LIMITS.recur_id_max)
+local def = Recur.load(id)
+if not def then
+  return 0
+end
+redis.call('ZREM', K.recurring(def.q), id)
+redis.call('DEL', K.recur_ticks(id))
+redis.call('HDEL', K.recur, id)
+return 1
