@@ -189,6 +189,14 @@ SHARED: dict[str, SharedSetting] = {
             "seconds a job may run without calling job.heartbeat() before it is killed",
         ),
         SharedSetting(
+            "size-warning",
+            0,
+            0,
+            1e12,
+            True,
+            "masters log a warning when a queue holds more jobs than this (0: never)",
+        ),
+        SharedSetting(
             "jobs-history",
             7 * 86400,
             0,

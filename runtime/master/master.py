@@ -45,6 +45,8 @@ SIGNALS = {
     signal.SIGHUP: "replace", signal.SIGTTIN: "grow", signal.SIGTTOU: "shrink",
 }  # fmt: skip
 TICK_S = 0.1  # how often running jobs are checked (timeouts, memory, leases)
+SIZE_CHECK_S = 10.0  # how often queue sizes are compared with their size-warning
+SIZE_WARNING_EVERY_S = 60.0  # at most one warning per queue this often
 PREFETCH_MAX_JOB_S = 0.05  # lease ahead only while jobs take less than this on average
 
 
@@ -273,6 +275,26 @@ class Master:
             self.status_sent, self.status_at = text, now
             self.notifier.status(text)
 
+    async def _watch_sizes(self) -> None:
+        """Logs (at most once a minute per queue) queues above their size-warning."""
+        warned: dict[str, float] = {}
+        while True:
+            await asyncio.sleep(SIZE_CHECK_S)
+            try:
+                counts = await self.client.counts(list(self.worker.queues))
+            except (redis.exceptions.RedisError, OSError, Error):
+                continue
+            now = time.monotonic()
+            for queue, c in counts.items():
+                limit = c.get("size_warning") or 0
+                size = sum(
+                    c[k] for k in ("waiting", "throttled", "scheduled", "depends", "running")
+                )
+                if limit and size > limit and now - warned.get(queue, -1e9) >= SIZE_WARNING_EVERY_S:
+                    warned[queue] = now
+                    log.warning("queue is over its size warning: %d jobs > %g queue=%s worker=%s",
+                                size, limit, queue, self.worker_id)  # fmt: skip
+
     async def _watchdog(self) -> None:
         interval = (self.notifier.watchdog_s or 0) / 2
         while interval:
@@ -339,7 +361,11 @@ class Master:
         log.info("master ready queues=%s children=%d worker=%s", ",".join(self.worker.queues),
                  len(self.pool.children), self.worker_id)  # fmt: skip
         self.notifier.ready(self._describe())
-        tasks = [loop.create_task(self._renew_forever()), loop.create_task(self._watchdog())]
+        tasks = [
+            loop.create_task(self._renew_forever()),
+            loop.create_task(self._watchdog()),
+            loop.create_task(self._watch_sizes()),
+        ]
         try:
             await self._loop()
         finally:

@@ -190,6 +190,11 @@ class AsyncClient:
         [added] = await self._pipeline([("recur_ticks", [id, cron, *ticks])])
         return int(added)
 
+    async def counts(self, queues: list[str]) -> dict[str, dict[str, Any]]:
+        [reply] = await self._pipeline([("counts", list(queues))])
+        counts: dict[str, dict[str, Any]] = json.loads(reply)
+        return counts
+
     async def heartbeat(self, leases: dict[str, str]) -> set[str]:
         """Renews the leases {jid: token}; returns the jids whose lease is lost."""
         if not leases:

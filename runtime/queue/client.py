@@ -222,6 +222,10 @@ class Client:
         finally:
             pubsub.close()
 
+    def requeue(self, jid: str, queue: str | None = None) -> str:
+        """Runs a failed, complete or scheduled job again now (retries renewed)."""
+        return text(self.run("requeue", jid, "" if queue is None else wire.check_queue(queue)))
+
     def set_priority(self, jid: str, priority: int) -> str:
         return str(self.run("priority", jid, wire.check_priority(priority)), "utf-8")
 
@@ -404,6 +408,12 @@ class Client:
         limit = wire.domain_limit(domain, rate, period, burst)
         with self._reaching():
             self.redis.hset(self.keys.key("domain_limits"), domain, limit)
+
+    def domain_limits(self) -> dict[str, dict[str, float]]:
+        """{domain: {"rate", "period", "burst"}} for the domains with a limit of their own."""
+        with self._reaching():
+            raw = self.redis.hgetall(self.keys.key("domain_limits"))
+        return {text(k): json.loads(v) for k, v in raw.items()}
 
     def clear_domain_limit(self, domain: str) -> None:
         with self._reaching():

@@ -192,3 +192,56 @@ def test_the_installed_command_works_with_no_configuration(tmp_path: Path) -> No
         if pid.exists():
             os.kill(int(pid.read_text()), signal.SIGKILL)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def test_scheduler_verbs(cli: Invoke, plain_client: Client) -> None:
+    assert cli("limit", "example.com", "10/1", "--burst", "2")[0] == 0
+    code, out, _ = cli("limit")
+    assert out.split() == ["example.com", "10/1s", "burst", "2"]
+    assert cli("limit", "example.com", "ten")[0] == 2
+    assert cli("limit", "example.com", "--clear")[0] == 0 and cli("limit")[1] == ""
+    code, out, _ = cli("recur", "add", "q", "a.b:c", '{"k": 1}', "--every", "60", "--id", "r1")
+    assert code == 0 and out.startswith("r1: next at ")
+    code, out, _ = cli("recur", "list")
+    assert out.startswith("r1  q  a.b:c  every 60 s  policy once")
+    assert cli("recur", "add", "q", "a.b:c", "--cron", "nonsense")[0] == 2
+    assert cli("recur", "add", "q", "a.b:c")[0] == 2
+    assert cli("recur", "remove", "r1")[0] == 0 and cli("recur", "remove", "r1")[0] == 1
+
+
+def test_job_verbs(cli: Invoke, plain_client: Client) -> None:
+    q = plain_client.queue("q")
+    q.put("a.b:c", {}, jid="a")
+    q.put("a.b:c", {}, jid="b")
+    assert cli("tag", "a", "red", "blue")[1].split() == ["red", "blue"]
+    assert cli("untag", "a", "red")[1].split() == ["blue"]
+    code, out, _ = cli("tagged", "blue")
+    assert out.splitlines()[0] == "1 jobs tagged blue" and out.splitlines()[1].startswith("a ")
+    assert cli("depends", "b", "on", "a")[1].strip() == "depends"
+    assert cli("depends", "b", "off", "a")[1].strip() == "waiting"
+    assert cli("priority", "b", "-5")[1].strip() == "waiting"
+    assert cli("track", "a")[0] == 0
+    assert cli("tracked")[1].split()[0] == "a"
+    assert cli("track", "a", "--off")[0] == 0 and cli("tracked")[1] == ""
+    [job] = q.pop(1, worker="w")
+    assert job.jid == "b", "priority -5 first"
+    job.fail("g", "m")
+    assert cli("retry", "b")[1].strip() == "waiting"
+    assert cli("retry", "a")[0] == 1, "a waiting job cannot be retried"
+
+
+def test_stats_verb(cli: Invoke, plain_client: Client) -> None:
+    q = plain_client.queue("q")
+    q.put("a.b:c", {}, jid="a")
+    q.pop(1, worker="w")[0].complete()
+    code, out, _ = cli("stats", "q")
+    assert code == 0 and "failures 0, failed 0, retries 0" in out
+    assert "wait  1 jobs" in out and "run   1 jobs" in out
+    code, out, _ = cli("stats", "q", "--json")
+    assert json.loads(out)["run"]["count"] == 1
+    assert cli("stats", "q", "--day", "yesterday")[0] == 2
+
+
+def test_events_verb_stops_when_idle(cli: Invoke, plain_client: Client) -> None:
+    code, out, _ = cli("events", "--idle", "0.2")
+    assert code == 0 and out == ""

@@ -121,3 +121,22 @@ def test_unfail_checks_its_arguments(client: Client, clock: FrozenClock) -> None
         client.unfail("g", "bad queue", 1)
     with pytest.raises(BadArgument):
         client.unfail("g", "q", 0)
+
+
+def test_requeue_runs_a_failed_complete_or_scheduled_job_again(
+    client: Client, clock: FrozenClock
+) -> None:
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="f", retries=1)
+    pop_one(client).fail("g", "m")
+    assert client.failed() == {"g": 1}
+    assert client.requeue("f") == "waiting"
+    assert client.failed() == {}
+    again = pop_one(client)
+    assert (again.jid, again.remaining, again.failure) == ("f", 1, None)
+    again.complete()
+    assert client.requeue("f", "elsewhere") == "waiting"
+    assert pop_one(client, "elsewhere").jid == "f"
+    q.put("a.b:c", {}, jid="later", delay=3600)
+    assert client.requeue("later") == "waiting"
+    assert pop_one(client).jid == "later"

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from runtime import BadArgument, Client, JobExists, NoSuchJob
+from runtime import BadArgument, Client, JobExists, NoSuchJob, WrongState
 from runtime.errors import Error
 from runtime.queue import scripts
 from tests.conftest import snapshot
@@ -140,6 +140,9 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
         "queue",
     ),
     ("unrecur", ("",), BadArgument, "id"),
+    ("requeue", ("old", ""), WrongState, "waiting"),
+    ("requeue", ("missing", ""), NoSuchJob, "missing"),
+    ("requeue", ("old", "a b"), BadArgument, "queue"),
     ("recur_ticks", ("",), BadArgument, "id"),
     ("track", ("missing", "on"), NoSuchJob, "missing"),
     ("depends", ("old", "on", "unknown"), BadArgument, "unknown dependency"),

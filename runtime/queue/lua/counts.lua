@@ -4,7 +4,8 @@
 -- KEYS[1]  the namespace root
 -- ARGV     queue_1, queue_2, ... (none: every known queue, at most counts_max)
 -- Reply    {"<queue>": {"waiting", "throttled", "scheduled", "running",
---          "stalled", "depends", "paused"}, ...}
+--          "stalled", "depends", "paused", "size_warning"}, ...}
+--          size_warning: the queue's size-warning setting (0: none)
 --          running counts live leases; stalled, leases expired but not yet
 --          reclaimed by a pop.
 -- Errors   BAD_ARG
@@ -29,6 +30,7 @@ for i, queue in ipairs(queues) do
     stalled = stalled,
     depends = redis.call('SCARD', K.depends(queue)),
     paused = c[3] == '1',
+    size_warning = Config.get('size-warning', queue),
   })
 end
 return '{' .. table.concat(out, ',') .. '}'

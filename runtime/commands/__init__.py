@@ -1,0 +1,1 @@
+"""The verbs of the `runtime` command, grouped by what they act on."""

@@ -1,0 +1,68 @@
+"""What the verbs share: the client of the invocation, output helpers, exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from runtime import config
+from runtime.errors import BadArgument
+from runtime.queue.client import Client
+
+EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
+
+
+def client_of(ctx: click.Context) -> Client:
+    """The client for --url/--namespace, made once per invocation."""
+    obj: dict[str, Any] = ctx.find_root().ensure_object(dict)
+    if "client" not in obj:
+        settings = config.load_settings({"url": obj.get("url"), "namespace": obj.get("namespace")})
+        obj["client"] = Client(settings=settings)
+    client: Client = obj["client"]
+    return client
+
+
+def settings_of(ctx: click.Context) -> config.Settings:
+    obj: dict[str, Any] = ctx.find_root().ensure_object(dict)
+    return config.load_settings({"url": obj.get("url"), "namespace": obj.get("namespace")})
+
+
+def when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def emit(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def parse_data(text: str | None) -> dict[str, Any]:
+    """DATA given as JSON text, @file or - (stdin): a JSON object."""
+    if text is None:
+        return {}
+    if text == "-":
+        text = sys.stdin.read()
+    elif text.startswith("@"):
+        try:
+            with open(text[1:], encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as err:
+            raise BadArgument(f"cannot read {text[1:]}: {err.strerror}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise BadArgument(f"DATA is not JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise BadArgument('DATA must be a JSON object, like \'{"to": "a@b.c"}\'')
+    return data
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> int:
+    """Prints the one-line error; returns the exit code to leave with."""
+    click.echo(f"runtime: error: {message}", err=True)
+    return code

@@ -1,0 +1,203 @@
+"""Verbs about jobs: put, job, cancel, retry, priority, depends, tags, tracking."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import click
+
+from runtime import config
+from runtime.commands.common import client_of, emit, fail, parse_data, when
+from runtime.queue.job import Job
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("klass")
+@click.argument("data", required=False)
+@click.option("--priority", type=int, default=0, help="Lower pops first.")
+@click.option("--delay", type=float, default=0.0, help="Seconds before it may run.")
+@click.option("--tag", "tags", multiple=True, help="A tag (repeatable).")
+@click.option("--retries", type=int, default=config.DEFAULT_RETRIES)
+@click.option("--depends", multiple=True, help="A jid this job waits for (repeatable).")
+@click.option("--domain", help="Rate-limit key, e.g. a host name.")
+@click.option("--unique-key", help="De-duplication key.")
+@click.option("--jid", help="Your own job id.")
+@click.pass_context
+def put(
+    ctx: click.Context,
+    queue: str,
+    klass: str,
+    data: str | None,
+    priority: int,
+    delay: float,
+    tags: Sequence[str],
+    retries: int,
+    depends: Sequence[str],
+    domain: str | None,
+    unique_key: str | None,
+    jid: str | None,
+) -> None:
+    """Put a job: QUEUE KLASS [DATA as JSON, @file or -]."""
+    payload = parse_data(data)
+    jid = client_of(ctx).queue(queue).put(
+        klass, payload, priority=priority, delay=delay, tags=tags, retries=retries,
+        depends=depends, domain=domain, unique_key=unique_key, jid=jid,
+    )  # fmt: skip
+    click.echo(jid)
+
+
+def describe(job: Job) -> list[str]:
+    lines = [
+        f"jid        {job.jid}",
+        f"klass      {job.klass}",
+        f"queue      {job.queue}",
+        f"state      {job.state}",
+        f"priority   {job.priority}",
+        f"retries    {job.remaining} of {job.retries} left (attempt {job.attempt})",
+        f"worker     {job.worker or '-'}",
+        f"tags       {', '.join(job.tags) or '-'}",
+        f"data       {json.dumps(job.data)}",
+    ]
+    if job.domain:
+        lines.append(f"domain     {job.domain}")
+    if job.depends:
+        lines.append(f"depends    {', '.join(job.depends)}")
+    if job.failure:
+        lines.append(f"failure    {job.failure.group} at {when(job.failure.at_ms)}")
+        lines += ["  " + line for line in job.failure.message.splitlines()]
+    lines.append("history")
+    for ev in job.history:
+        extra = " ".join(
+            f"{k}={v}"
+            for k, v in (("worker", ev.worker), ("queue", ev.queue), ("group", ev.group),
+                         ("delay_ms", ev.delay_ms), ("priority", ev.priority))
+            if v is not None
+        )  # fmt: skip
+        lines.append(f"  {when(ev.at_ms)}  {ev.event:<10} {extra}".rstrip())
+    return lines
+
+
+@click.command()
+@click.argument("jid")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def job(ctx: click.Context, jid: str, as_json: bool) -> None:
+    """One job, with its history."""
+    found = client_of(ctx).get_job(jid)
+    if found is None:
+        raise click.exceptions.Exit(fail(f"no job {jid}"))
+    if as_json:
+        fields = {k: v for k, v in vars(found).items() if k != "client"}
+        emit(fields)
+    else:
+        click.echo("\n".join(describe(found)))
+
+
+@click.command()
+@click.argument("jids", nargs=-1, required=True)
+@click.pass_context
+def cancel(ctx: click.Context, jids: Sequence[str]) -> None:
+    """Cancel (delete) jobs."""
+    done = client_of(ctx).cancel(*jids)
+    click.echo(f"cancelled {len(done)} of {len(jids)}")
+
+
+@click.command("retry")
+@click.argument("jid")
+@click.option("--queue", help="Run it on this queue instead of its own.")
+@click.pass_context
+def retry_cmd(ctx: click.Context, jid: str, queue: str | None) -> None:
+    """Run a failed, complete or scheduled job again now (retries renewed)."""
+    click.echo(client_of(ctx).requeue(jid, queue))
+
+
+@click.command(context_settings={"ignore_unknown_options": True})  # VALUE may be negative
+@click.argument("jid")
+@click.argument("value", type=int)
+@click.pass_context
+def priority(ctx: click.Context, jid: str, value: int) -> None:
+    """Change a job's priority (lower pops first)."""
+    click.echo(client_of(ctx).set_priority(jid, value))
+
+
+@click.command()
+@click.argument("jid")
+@click.argument("verb", type=click.Choice(["on", "off"]))
+@click.argument("others", nargs=-1, required=True)
+@click.pass_context
+def depends(ctx: click.Context, jid: str, verb: str, others: Sequence[str]) -> None:
+    """Make JID wait (on) or stop waiting (off) on other jobs."""
+    client = client_of(ctx)
+    state = client.depend(jid, *others) if verb == "on" else client.undepend(jid, *others)
+    click.echo(state)
+
+
+@click.command()
+@click.argument("jid")
+@click.argument("tags", nargs=-1, required=True)
+@click.pass_context
+def tag(ctx: click.Context, jid: str, tags: Sequence[str]) -> None:
+    """Add tags to a job."""
+    click.echo(" ".join(client_of(ctx).tag(jid, *tags)))
+
+
+@click.command()
+@click.argument("jid")
+@click.argument("tags", nargs=-1, required=True)
+@click.pass_context
+def untag(ctx: click.Context, jid: str, tags: Sequence[str]) -> None:
+    """Remove tags from a job."""
+    click.echo(" ".join(client_of(ctx).untag(jid, *tags)))
+
+
+def _rows(jobs: Sequence[Job]) -> None:
+    for j in jobs:
+        click.echo(f"{j.jid}  {j.queue:<12} {j.state:<9} {j.klass}")
+
+
+@click.command()
+@click.argument("name")
+@click.option("--start", type=click.IntRange(0), default=0)
+@click.option("--count", type=click.IntRange(1, 1000), default=25)
+@click.pass_context
+def tagged(ctx: click.Context, name: str, start: int, count: int) -> None:
+    """Jobs carrying a tag, newest first."""
+    total, jobs = client_of(ctx).tagged(name, start, count)
+    click.echo(f"{total} jobs tagged {name}")
+    _rows(jobs)
+
+
+@click.command()
+@click.argument("jid")
+@click.option("--off", is_flag=True, help="Stop tracking it.")
+@click.pass_context
+def track(ctx: click.Context, jid: str, off: bool) -> None:
+    """Track a job: it is listed by `runtime tracked` and publishes its events."""
+    client = client_of(ctx)
+    if off:
+        client.untrack(jid)
+    else:
+        client.track(jid)
+    click.echo(f"{'untracked' if off else 'tracking'} {jid}")
+
+
+@click.command()
+@click.pass_context
+def tracked(ctx: click.Context) -> None:
+    """Tracked jobs."""
+    _rows(client_of(ctx).tracked())
+
+
+@click.command()
+@click.option("--idle", type=click.FloatRange(0), help="Stop after this many quiet seconds.")
+@click.pass_context
+def events(ctx: click.Context, idle: float | None) -> None:
+    """Follow the events of tracked jobs (one JSON line each)."""
+    for event in client_of(ctx).events(idle_s=idle):
+        click.echo(json.dumps(event, sort_keys=True))
+
+
+COMMANDS = [put, job, cancel, retry_cmd, priority, depends, tag, untag, tagged, track,
+            tracked, events]  # fmt: skip

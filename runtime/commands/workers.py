@@ -1,0 +1,101 @@
+"""Verbs about workers: worker, workers, demo."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runtime import config
+from runtime import demo as demo_jobs
+from runtime.commands.common import client_of, emit, fail, settings_of, when
+from runtime.commands.queues import status
+
+
+@click.command()
+@click.argument("modules", nargs=-1, required=True)
+@click.option("-q", "--queues", required=True, help="Queues to serve, comma-separated.")
+@click.option("-c", "--concurrency", type=click.IntRange(0), help="Children (default: CPUs).")
+@click.option("--order", type=click.Choice(config.ORDERS), default="ordered", show_default=True)
+@click.option(
+    "--prefetch",
+    type=click.IntRange(0),
+    help="Jobs leased ahead of free children, while jobs are short (default: --concurrency).",
+)
+@click.option("--max-jobs-per-child", type=click.IntRange(1), help="Recycle after N jobs.")
+@click.option("--max-memory-per-child", type=click.IntRange(1), help="Recycle above MiB.")
+@click.option("--memory-limit", type=click.IntRange(1), help="Kill a job above MiB (RSS).")
+@click.option("--cpu-limit", type=click.FloatRange(0, min_open=True), help="CPU s per job.")
+@click.option("--address-space", type=click.IntRange(1), help="RLIMIT_AS of children, MiB.")
+@click.option("--open-files", type=click.IntRange(16), help="RLIMIT_NOFILE of children.")
+@click.option("--max-processes", type=click.IntRange(1), help="RLIMIT_NPROC of children.")
+@click.option("--user", help="Run children as this user.")
+@click.option("--group", help="Run children as this group.")
+@click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="TERM: seconds running jobs get to finish.")  # fmt: skip
+@click.option("--kill-grace", type=click.FloatRange(0), default=5.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL of a timed-out job.")  # fmt: skip
+@click.option("--sandbox-dir", type=click.Path(file_okay=False), help="Where children work.")
+@click.option("--worker-id", help="Default: hostname-pid.")
+@click.pass_context
+def worker(ctx: click.Context, /, modules: Sequence[str], queues: str, **options: Any) -> None:
+    """Run a master serving QUEUES with jobs from MODULES (the allow-list)."""
+    from runtime.master.main import run_worker  # noqa: PLC0415 - only this verb needs it
+
+    if logging.getLogger().level > logging.INFO:
+        logging.getLogger().setLevel(logging.INFO)
+    renamed = {"max_memory_per_child": "max_memory_per_child_mib",
+               "memory_limit": "memory_limit_mib", "cpu_limit": "cpu_limit_s",
+               "address_space": "address_space_mib", "grace": "grace_s",
+               "kill_grace": "kill_grace_s"}  # fmt: skip
+    fields = {renamed.get(k, k): v for k, v in options.items() if v is not None}
+    worker_id = fields.pop("worker_id", None)
+    if "sandbox_dir" in fields:
+        fields["sandbox_dir"] = Path(fields["sandbox_dir"])
+    names = tuple(q.strip() for q in queues.split(",") if q.strip())
+    settings = config.WorkerSettings(modules=tuple(modules), queues=names, **fields)
+    raise click.exceptions.Exit(run_worker(settings_of(ctx), settings, worker_id))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def workers(ctx: click.Context, as_json: bool) -> None:
+    """Masters seen lately, and the jobs each holds."""
+    found = client_of(ctx).workers()
+    if as_json:
+        emit(found)
+        return
+    if not found:
+        click.echo("no workers seen")
+    for name, info in found.items():
+        jobs = info["jobs"]
+        click.echo(f"{name}  seen {when(info['seen_ms'])}  {len(jobs)} jobs  {' '.join(jobs)}")
+
+
+@click.command()
+@click.option("--timeout", type=click.FloatRange(1), default=60.0, show_default=True)
+@click.pass_context
+def demo(ctx: click.Context, timeout: float) -> None:
+    """Put the sample jobs of runtime.demo, run a worker over them, show the outcome."""
+    client = client_of(ctx)
+    jids = demo_jobs.put_samples(client)
+    click.echo(f"put {len(jids)} sample jobs on queue {demo_jobs.QUEUE!r}; starting a worker")
+    jobs = demo_jobs.run_worker_until_done(client, jids, timeout)
+    click.echo(f"\n{'jid':<32}  {'klass':<20} {'state':<9} attempts  outcome")
+    for job in jobs:
+        outcome = job.failure.message.strip().splitlines()[-1] if job.failure else "-"
+        if job.state == "complete":
+            outcome = "done"
+        name = job.klass.rpartition(":")[2]
+        click.echo(f"{job.jid}  {name:<20} {job.state:<9} {job.attempt:>8}  {outcome}")
+    click.echo("")
+    ctx.invoke(status)
+    if any(j.state not in ("complete", "failed") for j in jobs):
+        raise click.exceptions.Exit(fail("the demo did not finish in time"))
+
+
+COMMANDS = [worker, workers, demo]
