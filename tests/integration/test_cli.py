@@ -215,7 +215,7 @@ def test_job_verbs(cli: Invoke, plain_client: Client) -> None:
     q.put("a.b:c", {}, jid="b")
     assert cli("tag", "a", "red", "blue")[1].split() == ["red", "blue"]
     assert cli("untag", "a", "red")[1].split() == ["blue"]
-    code, out, _ = cli("tagged", "blue")
+    _, out, _ = cli("tagged", "blue")
     assert out.splitlines()[0] == "1 jobs tagged blue" and out.splitlines()[1].startswith("a ")
     assert cli("depends", "b", "on", "a")[1].strip() == "depends"
     assert cli("depends", "b", "off", "a")[1].strip() == "waiting"
