@@ -14,14 +14,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import core, machine, worker
+from bench import core, machine, scheduler, worker
 from runtime.queue.embedded import find_server_binary
 
 HERE = Path(__file__).parent
-SUITES = {"core": core.run, "worker": worker.run}
+SUITES = {"core": core.run, "worker": worker.run, "scheduler": scheduler.run}
 TITLES = {
     "core": "Core operations from one process (issue: foundation)",
     "worker": "The worker host end to end (issue: the worker host)",
+    "scheduler": "The embedded scheduler at scale (issue: the embedded scheduler)",
 }
 
 

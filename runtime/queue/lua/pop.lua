@@ -14,7 +14,8 @@
 --          job: {"jid", "meta", "data", "lease_ms", "timeout_s"} with the lease
 --          in meta (w, l); lease_ms: the lease length; timeout_s: how long the
 --          job may run without a sign of life (its own timeout, else the queue's);
---          wake_in_ms: when something next comes due in these queues (a
+--          wake_in_ms: in how many ms (to the microsecond) something next
+--          comes due in these queues (a
 --          scheduled job, a throttled domain, a lease expiry), -1 for never
 --          or for a pop that got all it asked for (count 0 only asks this);
 --          refill: cron recurrences low on ticks, {id, cron, tz, after (ms)}: the
@@ -117,9 +118,9 @@ for _, queue in ipairs(active) do
   end
 end
 Stats.flush()
-local wake_in_ms = -1
+local wake_in_ms = '-1'
 if wake_at then
-  wake_in_ms = math.max(0, math.ceil((wake_at - now_us) / 1000))
+  wake_in_ms = string.format('%.3f', math.max(0, wake_at - now_us) / 1000)
 end
-return '{"jobs":[' .. table.concat(out, ',') .. '],"wake_in_ms":' .. int(wake_in_ms)
+return '{"jobs":[' .. table.concat(out, ',') .. '],"wake_in_ms":' .. wake_in_ms
   .. ',"refill":' .. Json.array(refill) .. '}'
