@@ -1,0 +1,95 @@
+"""runtime: one master (`runtime worker`) with two forked children; acks after
+completion (a lease, renewed by the master, ended by `complete`)."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from typing import Any
+
+from bench.peers import common
+from runtime import Client
+
+TASKS = "bench.peers.runtime_tasks"
+BATCH = 1000
+
+
+def _client(url: str) -> Client:
+    return Client.from_url(url)
+
+
+def _workers(url: str) -> common.Workers:
+    argv = [common.bin_of("runtime"), "worker", TASKS, "--queues", common.QUEUE,
+            "--concurrency", "2", "--url", url]  # fmt: skip
+    return common.Workers([argv], url, RUNTIME_STATE_DIR=f"/tmp/rt-bench-{uuid.uuid4().hex[:8]}")
+
+
+def enqueue_one(url: str, n: int) -> dict[str, float]:
+    q = _client(url).queue(common.QUEUE)
+    started = time.perf_counter()
+    for _ in range(n):
+        q.put(f"{TASKS}:noop", common.PAYLOAD)
+    return common.rate(n, started)
+
+
+def enqueue_bulk(url: str, n: int) -> dict[str, float]:
+    client = _client(url)
+    q = client.queue(common.QUEUE)
+    started = time.perf_counter()
+    for offset in range(0, n, BATCH):
+        client.put_many(
+            q.spec(f"{TASKS}:noop", common.PAYLOAD) for _ in range(min(BATCH, n - offset))
+        )
+    return common.rate(n, started)
+
+
+def fill(url: str, n: int) -> dict[str, Any]:
+    enqueue_bulk(url, n)
+    return {}
+
+
+def drain(url: str, n: int) -> dict[str, float]:
+    client = _client(url)
+    q = client.queue(common.QUEUE)
+    for offset in range(0, n, BATCH):
+        client.put_many(q.spec(f"{TASKS}:count") for _ in range(min(BATCH, n - offset)))
+    with _workers(url):
+        return common.drained(url, n)
+
+
+def _put(url: str) -> Any:
+    q = _client(url).queue(common.QUEUE)
+    return lambda i: q.put(f"{TASKS}:stamp", {"n": i})
+
+
+def latency(url: str, n: int) -> dict[str, Any]:
+    with _workers(url):
+        return common.latency_of(url, n, _put(url))
+
+
+def lateness(url: str, n: int) -> dict[str, Any]:
+    q = _client(url).queue(common.QUEUE)
+    with _workers(url):
+        return common.lateness_of(
+            url, n, lambda i, due: q.put(f"{TASKS}:stamp", {"n": i}, at=due), _put(url)
+        )
+
+
+def ratelimit(url: str, seconds: float) -> dict[str, Any]:
+    client = _client(url)
+    client.set_domain_limit(common.LIMIT_KEY, common.LIMIT_RATE, 1.0)
+    q = client.queue(common.QUEUE)
+    specs = []
+    for i in range(int(common.LIMIT_RATE * seconds * 1.5)):
+        specs.append(q.spec(f"{TASKS}:stamp", {"n": i, "key": common.STAMPS + ":limited"},
+                            domain=common.LIMIT_KEY))  # fmt: skip
+        specs += [q.spec(f"{TASKS}:stamp", {"n": i, "key": common.STAMPS + ":free"},
+                         domain=common.FREE_KEY) for _ in range(5)]  # fmt: skip
+    client.put_many(specs)
+    with _workers(url):
+        return common.limited(url, seconds)
+
+
+if __name__ == "__main__":
+    sys.exit(common.main(sys.modules[__name__]))
