@@ -3,7 +3,10 @@ one microsecond), and scheduled jobs coming due."""
 
 from __future__ import annotations
 
+import pytest
+
 from runtime import Client
+from runtime.config import LIMITS
 from tests.support.clock import FrozenClock
 
 
@@ -153,3 +156,44 @@ def test_a_throttled_domain_does_not_hold_back_other_jobs(
     clock.advance(10)
     q.put("a.b:c", {}, jid="n3")
     assert pop_all(client, "q") == ["s2", "n3"], "the freed lane's older head goes first"
+
+
+@pytest.mark.parametrize("fillers", [998, 1998])
+def test_jobs_due_in_one_millisecond_keep_put_order_across_a_thousand_puts(
+    client: Client, clock: FrozenClock, fillers: int
+) -> None:
+    q = client.queue("q")
+    client.put_many(q.spec("a.b:c", {}, jid=f"f{i}", delay=3600) for i in range(fillers))
+    at = (clock.now_ms + 5000) / 1000
+    q.put("a.b:c", {}, jid="first", at=at)
+    q.put("a.b:c", {}, jid="second", at=at)
+    clock.advance(10)
+    assert pop_all(client, "q") == ["first", "second"]
+
+
+def test_more_jobs_due_in_one_millisecond_than_one_promotion_takes_keep_put_order(
+    client: Client, clock: FrozenClock
+) -> None:
+    q = client.queue("q")
+    n = LIMITS["promote_batch"] + 200
+    names = [f"j{n - i:05d}" for i in range(n)]  # jid order is the reverse of put order
+    at = (clock.now_ms + 5000) / 1000
+    client.put_many(q.spec("a.b:c", {}, jid=name, at=at) for name in names)
+    clock.advance(10)
+    popped = pop_all(client, "q", LIMITS["pop_max"])
+    popped += pop_all(client, "q", LIMITS["pop_max"])
+    assert popped == names
+
+
+def test_scheduled_jobs_due_at_different_times_pop_by_due_time_then_put_order(
+    client: Client, clock: FrozenClock
+) -> None:
+    q = client.queue("q")
+    base = clock.now_ms + 5000
+    for name, due_ms in (("late-1", base + 2), ("early-1", base), ("late-2", base + 2)):
+        q.put("a.b:c", {}, jid=name, at=due_ms / 1000)
+    q.put("a.b:c", {}, jid="early-2", at=base / 1000)
+    client.cancel("late-1")
+    clock.advance(10)
+    assert pop_all(client, "q") == ["early-1", "early-2", "late-2"]
+    assert q.counts()["scheduled"] == 0

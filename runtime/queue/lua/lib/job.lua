@@ -7,7 +7,8 @@
 --
 --   k klass          q queue           s state           p priority (absent: 0)
 --   g tags           r retries         m remaining       a attempts (pops so far)
---   o order ticket   d due time (ms)   dm domain
+--   o order ticket (waiting: lane ticket; scheduled: put ticket)
+--   d due time (ms)   dm domain
 --   uk unique key    uf unique_for (s)  rq run once more when done (requeue_if_running)
 --   w worker (holder, or last holder)   l lease token
 --   lr what the holder of lease l last did: complete | fail | retry | release

@@ -6,9 +6,26 @@
 --
 -- Every move into waiting first promotes the queue's due scheduled jobs, so
 -- order tickets follow eligible time.
+--
+-- A scheduled job is scored by its due time (us, whole milliseconds) and keeps
+-- its put ticket (the queue's counter sseq) in meta.o while scheduled; its member
+-- is that ticket, fixed-order encoded, then the jid. Members of equal score sort
+-- bytewise, so the set is in (due, put order) for any number of jobs, and a
+-- promotion batch cut anywhere still takes the oldest first.
 
 local Place = {}
 local woken, promoted, known = {}, {}, {}
+
+-- The scheduled-set member of a job: one hex digit saying how many hex digits
+-- the ticket has, the ticket in hex, then the jid (so shorter tickets sort first).
+local function scheduled_member(jid, ticket)
+  local hex = string.format('%x', ticket)
+  return string.format('%x', #hex) .. hex .. jid
+end
+
+local function scheduled_jid(member)
+  return string.sub(member, tonumber(string.sub(member, 1, 1), 16) + 2)
+end
 
 -- Leaves one wake-up token for the queue's idle masters (one per call at most).
 function Place.wake(queue)
@@ -28,14 +45,14 @@ function Place.promote(queue, now_us)
   end
   promoted[queue] = true
   local key = K.scheduled(queue)
-  -- due times are whole milliseconds; the score's sub-millisecond digits only order
-  local bound = '(' .. int((Clock.ms(now_us) + 1) * 1000)
-  local jids = redis.call('ZRANGEBYSCORE', key, '-inf', bound, 'LIMIT', 0, LIMITS.promote_batch)
-  if #jids == 0 then
+  local bound = int(Clock.ms(now_us) * 1000) -- due times are whole milliseconds
+  local members = redis.call('ZRANGEBYSCORE', key, '-inf', bound, 'LIMIT', 0, LIMITS.promote_batch)
+  if #members == 0 then
     return
   end
-  redis.call('ZREM', key, unpack(jids))
-  for _, jid in ipairs(jids) do
+  redis.call('ZREM', key, unpack(members))
+  for _, member in ipairs(members) do
+    local jid = scheduled_jid(member)
     local meta, data = Job.load(jid)
     meta.s, meta.d = 'waiting', nil
     Lanes.push(queue, jid, meta, now_us, false)
@@ -60,10 +77,10 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
     redis.call('SADD', K.depends(queue), jid)
   elseif due_ms and due_ms > Clock.ms(now_us) then
     meta.s, meta.d = 'scheduled', due_ms
-    -- the sub-millisecond digits keep jobs due in the same millisecond in put order
-    local seq = redis.call('HINCRBY', K.queue(queue), 'sseq', 1)
-    redis.call('ZADD', K.scheduled(queue), int(due_ms * 1000 + seq % 1000), jid)
-    if redis.call('ZRANGE', K.scheduled(queue), 0, 0)[1] == jid then
+    meta.o = redis.call('HINCRBY', K.queue(queue), 'sseq', 1) -- put order among equal dues
+    local member = scheduled_member(jid, meta.o)
+    redis.call('ZADD', K.scheduled(queue), int(due_ms * 1000), member)
+    if redis.call('ZRANGE', K.scheduled(queue), 0, 0)[1] == member then
       Place.wake(queue) -- due before all others: an idle master must learn the new time
     end
   else
@@ -93,7 +110,7 @@ function Place.remove(jid, meta)
   if state == 'waiting' then
     Lanes.remove(queue, jid, meta)
   elseif state == 'scheduled' then
-    redis.call('ZREM', K.scheduled(queue), jid)
+    redis.call('ZREM', K.scheduled(queue), scheduled_member(jid, meta.o))
   elseif state == 'running' then
     Lease.drop(jid, meta)
   elseif state == 'depends' then
