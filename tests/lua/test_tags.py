@@ -44,7 +44,7 @@ def test_tracked_jobs_are_listed_and_publish_their_events(
         ready.set()
         for event in events:
             seen.append(event)
-            if len(seen) == 6:
+            if len(seen) == 10:
                 return
 
     thread = threading.Thread(target=listen, daemon=True)
@@ -61,10 +61,21 @@ def test_tracked_jobs_are_listed_and_publish_their_events(
     clock.advance(6)
     [job] = q.pop(1, worker="w2")
     job.complete()
+    q.put("a.b:c", {}, jid="t2", tracked=True, retries=0)
+    [job] = q.pop(1, worker="w3")
+    job.fail("myapp.Broken", "Traceback: broken")
     thread.join(10)
     assert [(e["event"], e["jid"]) for e in seen] == [
         ("put", "t1"), ("popped", "t1"), ("retried", "t1"), ("popped", "t1"),
-        ("lease-lost", "t1"), ("popped", "t1"),
+        ("lease-lost", "t1"), ("popped", "t1"), ("completed", "t1"),
+        ("put", "t2"), ("popped", "t2"), ("failed", "t2"),
     ]  # fmt: skip
+    completed, failed = seen[6], seen[9]
+    assert completed == {"event": "completed", "jid": "t1", "queue": "q",
+                         "t": clock.now_ms, "worker": "w2"}  # fmt: skip
+    assert failed == {"event": "failed", "jid": "t2", "queue": "q", "t": clock.now_ms,
+                      "worker": "w3", "group": "myapp.Broken"}  # fmt: skip
+    assert client.get_job("t2").state == "failed"  # type: ignore[union-attr]
     client.untrack("t1")
+    client.untrack("t2")
     assert client.tracked() == []
