@@ -148,7 +148,8 @@ class WorkerSettings:
 
 @dataclass(frozen=True)
 class SharedSetting:
-    """One deployment-wide setting kept in Redis; `per_queue` allows `<queue>-<name>`."""
+    """One deployment-wide setting kept in Redis; `per_queue` allows `<queue>-<name>`;
+    `integer` for counts and sizes, which take whole numbers only."""
 
     name: str
     default: float
@@ -156,6 +157,7 @@ class SharedSetting:
     maximum: float
     per_queue: bool
     help: str
+    integer: bool = False
 
     def parse(self, raw: str | float) -> float:
         try:
@@ -166,6 +168,8 @@ class SharedSetting:
             raise ConfigError(
                 f"{self.name} must be between {self.minimum:g} and {self.maximum:g}, got {raw!r}"
             )
+        if self.integer and not value.is_integer():
+            raise ConfigError(f"{self.name} must be a whole number, got {raw!r}")
         return value
 
 
@@ -195,6 +199,7 @@ SHARED: dict[str, SharedSetting] = {
             1e12,
             True,
             "masters log a warning when a queue holds more jobs than this (0: never)",
+            integer=True,
         ),
         SharedSetting(
             "jobs-history",
@@ -211,6 +216,7 @@ SHARED: dict[str, SharedSetting] = {
             1e9,
             False,
             "most completed jobs kept",
+            integer=True,
         ),
         SharedSetting(
             "max-data-bytes",
@@ -219,6 +225,7 @@ SHARED: dict[str, SharedSetting] = {
             64 << 20,
             False,
             "largest job data accepted, in bytes of JSON",
+            integer=True,
         ),
         SharedSetting(
             "backoff-min",
@@ -259,6 +266,7 @@ SHARED: dict[str, SharedSetting] = {
             1e9,
             False,
             "extra starts the default domain limit allows at once",
+            integer=True,
         ),
     )
 }
@@ -304,7 +312,8 @@ LIMITS: dict[str, int] = {
     "reclaim_batch": 100,
     "release_batch": 100,
     "prune_batch": 10,
-    "retention_batch": 100,
+    "retention_batch": 100,  # completed jobs one complete call may delete
+    "retention_pop_batch": 10,  # completed jobs one pop may delete (when none complete)
     "cancel_max": 10_000,
     "get_max": 1000,
     "counts_max": 10_000,

@@ -118,6 +118,7 @@ def test_config_shows_sets_and_unsets(cli: Invoke) -> None:
         (["unfail", "nogroup"], 1, "no failed jobs"),
         (["config", "bogus", "1"], 2, "unknown setting"),
         (["config", "heartbeat", "0"], 2, "between"),
+        (["config", "jobs-history-count", "1.5"], 2, "whole number"),
         (["pause", "a b"], 2, "queue name"),
         (["frobnicate"], 2, "No such command"),
         (["status", "--bogus"], 2, "No such option"),

@@ -8,6 +8,8 @@
 -- Reply    JSON list, one entry per job, in order:
 --          {"jid", "ok": true, "state"} or {"jid", "error": code, "message"}
 --          A completion repeated with the same token answers ok, changes nothing.
+--          A call that completed a job also deletes completed jobs past
+--          retention (lib/retention.lua); one that completed none changes nothing.
 -- Errors   per job: LEASE_LOST, NO_SUCH_JOB, BAD_ARG (that job unchanged);
 --          BAD_ARG for the whole call when ARGV is malformed
 
@@ -17,6 +19,7 @@ if #ARGV % 3 ~= 1 then
 end
 local now_us = Clock.now_us()
 local now_ms = Clock.ms(now_us)
+local completed = 0 -- jobs this call added to K.completed
 
 local function complete(jid, token, options_json)
   local meta, data = Job.must(jid)
@@ -56,6 +59,7 @@ local function complete(jid, token, options_json)
     meta.s, meta.o = 'complete', nil
     Unique.release(jid, meta, meta.uf)
     redis.call('ZADD', K.completed, int(now_us), jid)
+    completed = completed + 1
     Job.save(jid, meta, data)
     Place.release_dependents(jid, now_us)
   end
@@ -66,6 +70,8 @@ local out = {}
 for i = 2, #ARGV, 3 do
   out[#out + 1] = E.item(ARGV[i], E.attempt(complete, ARGV[i], ARGV[i + 1], ARGV[i + 2]))
 end
-Retention.trim(now_us)
+if completed > 0 then
+  Retention.trim(now_us, LIMITS.retention_batch)
+end
 Stats.flush()
 return '[' .. table.concat(out, ',') .. ']'

@@ -52,6 +52,7 @@ for _, queue in ipairs(queues) do
   end
 end
 Domains.prune(now_us, LIMITS.prune_batch)
+Retention.trim(now_us, LIMITS.retention_pop_batch) -- old completed jobs go even when none complete
 
 local out = {}
 local function take(jid, meta, data)

@@ -1,16 +1,21 @@
 -- retention.lua: completed jobs are kept jobs-history seconds, at most
--- jobs-history-count of them; older ones are deleted a batch at a time.
+-- jobs-history-count of them; older ones are deleted a batch at a time, by
+-- calls that completed a job (complete.lua) and by every pop (pop.lua), so
+-- they also go away when nothing completes any more.
 
 local Retention = {}
 
-function Retention.trim(now_us)
+-- Deletes at most `batch` completed jobs: the too old, then the oldest over the
+-- count (a fractional count, stored by other means than runtime config, rounds
+-- down). Returns how many.
+function Retention.trim(now_us, batch)
   local cutoff = now_us - Config.get('jobs-history') * 1000000
-  local doomed = redis.call('ZRANGEBYSCORE', K.completed, '-inf', int(cutoff), 'LIMIT', 0,
-    LIMITS.retention_batch)
-  local excess = redis.call('ZCARD', K.completed) - #doomed - Config.get('jobs-history-count')
-  if excess > 0 then
+  local doomed = redis.call('ZRANGEBYSCORE', K.completed, '-inf', int(cutoff), 'LIMIT', 0, batch)
+  local keep = math.max(0, math.floor(Config.get('jobs-history-count')))
+  local excess = redis.call('ZCARD', K.completed) - #doomed - keep
+  if excess > 0 and #doomed < batch then
     local more = redis.call('ZRANGE', K.completed, #doomed,
-      #doomed + math.min(excess, LIMITS.retention_batch) - 1)
+      #doomed + math.min(excess, batch - #doomed) - 1)
     for _, jid in ipairs(more) do
       doomed[#doomed + 1] = jid
     end
