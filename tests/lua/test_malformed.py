@@ -157,6 +157,8 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("put", (spec(), "[1]"), BadArgument, "JSON object"),
     ("put", (spec(), ""), BadArgument, "JSON object"),
     ("put", (spec(), '{"big":"' + "x" * 2000 + '"}'), BadArgument, "max-data-bytes"),
+    ("put", (spec(), "{not json}"), BadArgument, "data must be a JSON object"),
+    ("put", (spec(), '{"a":1}{"b":2}'), BadArgument, "data must be a JSON object"),
     ("put", (spec(jid="old"), OK_DATA), JobExists, "old"),
     ("put", (spec(jid="twice"), OK_DATA, spec(jid="twice"), OK_DATA), JobExists, "twice"),
     (

@@ -99,12 +99,19 @@ function Check.klass(value)
   return value
 end
 
+-- Job data: the text of one JSON object, within the size cap. Decoded once
+-- (after the cheap checks) to prove it parses; cjson decodes [] and {} alike,
+-- so the braces are what rules out arrays. The text is stored as given.
 function Check.data(value, max_bytes)
   if type(value) ~= 'string' or string.sub(value, 1, 1) ~= '{' or string.sub(value, -1) ~= '}' then
     E.bad('data must be a JSON object')
   end
   if #value > max_bytes then
     E.bad('data is ' .. #value .. ' bytes, over the limit of ' .. max_bytes .. ' (max-data-bytes)')
+  end
+  local ok, decoded = pcall(cjson.decode, value)
+  if not ok or type(decoded) ~= 'table' then
+    E.bad('data must be a JSON object, got ' .. show(value))
   end
   return value
 end
