@@ -6,6 +6,10 @@ or timed out (sent by the master, with the reason). Events are tagged queue,
 klass, jid, attempt and worker, and fingerprinted by the failure group, so one
 group is one Sentry issue. Job data and frame locals are scrubbed of anything
 that looks like a secret; the job context's repr never shows data.
+
+A child waits for its event to leave before it reports the outcome. The master
+never waits inside its event loop: it only hands the event to the SDK's sender
+thread (`flush_s=None`) and flushes, bounded, from a thread when it exits.
 """
 
 from __future__ import annotations
@@ -52,9 +56,10 @@ def report(
     message: str,
     tags: Mapping[str, Any],
     error: BaseException | None = None,
-    flush_s: float = 5.0,
+    flush_s: float | None = 5.0,
 ) -> None:
-    """Sends one event for a final failure and waits for it to leave."""
+    """Sends one event for a final failure and waits up to `flush_s` for it to leave
+    (None: does not wait; the SDK's sender thread sends it)."""
     if not _enabled:
         return
     try:
@@ -70,6 +75,16 @@ def report(
                 sentry_sdk.capture_message(
                     f"{group}: {message.splitlines()[0][:200]}", level="error"
                 )
-        sentry_sdk.flush(timeout=flush_s)
+        if flush_s is not None:
+            sentry_sdk.flush(timeout=flush_s)
     except Exception:  # reporting must never take a worker down
         log.warning("could not report a failure to Sentry", exc_info=True)
+
+
+def flush(timeout_s: float) -> None:
+    """Waits up to `timeout_s` for events not yet sent (blocking: not in a loop)."""
+    if _enabled:
+        try:
+            sentry_sdk.flush(timeout=timeout_s)
+        except Exception:  # reporting must never take a worker down
+            log.warning("could not flush Sentry events", exc_info=True)

@@ -47,6 +47,7 @@ SIGNALS = {
 TICK_S = 0.1  # how often running jobs are checked (timeouts, memory, leases)
 SIZE_CHECK_S = 10.0  # how often queue sizes are compared with their size-warning
 SIZE_WARNING_EVERY_S = 60.0  # at most one warning per queue this often
+SENTRY_FLUSH_S = 1.0  # at exit, the longest wait for unsent Sentry events
 PREFETCH_MAX_JOB_S = 0.05  # lease ahead only while jobs take less than this on average
 
 
@@ -190,7 +191,8 @@ class Master:
         if leased.remaining <= 0:
             tags = {"queue": leased.queue, "klass": leased.klass, "jid": leased.jid,
                     "attempt": leased.attempt, "worker": self.worker_id}  # fmt: skip
-            sentry.report(group=ending.group, message=message, tags=tags)
+            # never wait for Sentry here: the loop keeps every lease alive
+            sentry.report(group=ending.group, message=message, tags=tags, flush_s=None)
 
     def _failure(
         self, job: Running, group: str, message: str, retry: bool, delay: float | None
@@ -378,6 +380,8 @@ class Master:
     async def _shut_down(self) -> None:
         self.leasing.stop_waiting()
         await self.pool.close()
+        if sentry.enabled():  # events not sent yet: a bounded wait, off the loop
+            await asyncio.to_thread(sentry.flush, SENTRY_FLUSH_S)
         try:
             held = await asyncio.wait_for(self.client.forget(), 1.0)
             if held:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import signal
+import socket
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,6 +62,33 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+class Unresponsive:
+    """A Sentry that accepts connections and never answers."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def dsn(self) -> str:
+        return f"http://public@127.0.0.1:{self.sock.getsockname()[1]}/1"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections.append(conn)
+
+    def close(self) -> None:
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        for conn in self.connections:
+            conn.close()
+
+
 @pytest.fixture
 def sentry() -> Iterator[Collector]:
     server = Collector()
@@ -65,6 +96,13 @@ def sentry() -> Iterator[Collector]:
     thread.start()
     yield server
     server.shutdown()
+
+
+@pytest.fixture
+def hung_sentry() -> Iterator[Unresponsive]:
+    server = Unresponsive()
+    yield server
+    server.close()
 
 
 def test_a_final_job_failure_is_one_scrubbed_event(
@@ -112,3 +150,30 @@ def test_retries_are_not_reported(
     jid = plain_client.queue("q").put(f"{J}:fail", {}, retries=3, backoff=(60, 60))
     wait_state(plain_client, jid, "scheduled")
     assert sentry.events() == []
+
+
+def test_an_unresponsive_sentry_never_stalls_the_master_or_its_leases(
+    start_master: StartMaster, plain_client: Client, workdir: Path, hung_sentry: Unresponsive
+) -> None:
+    plain_client.config_set("q-heartbeat", 1)  # a stalled master would lose this lease
+    master = start_master("q", "-c", "2", "--grace", "1", env={"SENTRY_DSN": hung_sentry.dsn})
+    q = plain_client.queue("q")
+    path = workdir / "alive"
+    long = q.put(f"{J}:alive", {"seconds": 3, "path": str(path)})
+    wait_for(path.exists, 10, what="the long job to start")
+    crashed = q.put(f"{J}:crash", {"signal": 9}, retries=0)
+    wait_state(plain_client, crashed, "failed")
+    wait_for(lambda: hung_sentry.connections, 10, what="the master's report to reach Sentry")
+    job = plain_client.get_job(crashed)
+    assert job is not None and job.failure is not None
+    assert job.failure.group == "runtime.ChildCrashed"
+    assert job.failure.message.startswith("killed by signal 9 (SIGKILL)")
+    wait_state(plain_client, long, "complete", 30)
+    job = plain_client.get_job(long)
+    assert job is not None and job.attempt == 1
+    assert [e.event for e in job.history] == ["put", "popped", "completed"], "ran exactly once"
+    assert {line.split()[1] for line in path.read_text().splitlines()} == {"1"}
+    started = time.monotonic()
+    master.send(signal.SIGTERM)
+    assert master.wait(10) == 0
+    assert time.monotonic() - started < 1 + 2, "the flush at exit is bounded"
