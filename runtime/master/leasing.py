@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from runtime.errors import Error, LeaseLost
+from runtime.errors import Error, LeaseLost, NoSuchJob
 from runtime.queue.aio import AsyncClient, Leased, Outcomes
 
 log = logging.getLogger(__name__)
@@ -98,11 +98,13 @@ class Leasing:
             await self._back_off(f"Redis exchange failed: {err}")
             return
         self.failures = 0
+        worker = self.client.worker
         for jid, state in states.items():
-            if isinstance(state, LeaseLost):
-                log.warning("report dropped, the lease was lost jid=%s", jid)
+            if isinstance(state, LeaseLost | NoSuchJob):  # not ours any more: nothing to do
+                log.warning("report refused with %s, nothing changed jid=%s worker=%s",
+                            type(state).__name__, jid, worker)  # fmt: skip
             elif isinstance(state, Error):
-                log.error("report refused: %s jid=%s", state, jid)
+                log.error("report refused: %s jid=%s worker=%s", state, jid, worker)
         if popped is None:
             return
         for low in popped.refill:

@@ -179,6 +179,9 @@ class Master:
         if ending.group in (guard.LOST, reasons.FENCED):
             log.warning("job stopped, its lease was lost jid=%s worker=%s", leased.jid,
                         self.worker_id)  # fmt: skip
+            # Report with the token we hold: Redis refuses it (LeaseLost) and changes
+            # nothing if the lease is gone; if it still holds, the job goes back.
+            self.leasing.outcomes.add_release(leased.jid, leased.token)
             return
         if ending.group == guard.RELEASED:
             self.leasing.outcomes.add_release(leased.jid, leased.token)

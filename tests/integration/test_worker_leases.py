@@ -92,16 +92,23 @@ def test_a_frozen_master_s_children_stop_themselves_before_the_lease_expires(
     try:
         other = start_master("q", "-c", "1")
         wait_for(lambda: (plain_client.get_job(jid).attempt or 0) >= 2, 20)  # type: ignore[union-attr]
-        time.sleep(3 - (time.time() - stopped_at))  # frozen for three leases
+        # frozen for three leases, however long the other master took to start
+        wait_for(lambda: time.time() >= stopped_at + 3, 20, what="three leases to pass")
     finally:
         frozen.send(signal.SIGCONT)
+    # thawed, the frozen master reports the job with its stale token: refused
+    refused = f"report refused with LeaseLost, nothing changed jid={jid}"
+    wait_for(lambda: refused in frozen.log(), 10, what="the refusal in the frozen master's log")
     wait_state(plain_client, jid, "complete", 30)
     spans = assert_no_overlap(path)
     first_last = spans[(jid, 1)][1]
     assert first_last < stopped_at + 1.0, "the child stopped itself within its lease"
-    wait_for(lambda: "job stopped, its lease was lost" in frozen.log(), 10)
+    assert "job stopped, its lease was lost" in frozen.log()
     job = plain_client.get_job(jid)
     assert job is not None and job.worker is not None and str(other.pid) in job.worker
+    assert (job.state, job.attempt) == ("complete", 2)
+    events = [e.event for e in job.history]
+    assert events == ["put", "popped", "lease-lost", "popped", "completed"], "nothing released"
     assert frozen.proc is not None and frozen.proc.poll() is None, "the master survives"
 
 
