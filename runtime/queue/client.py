@@ -1,82 +1,28 @@
 """Client and Queue: one typed method per script, for applications and tools.
 
 `Client()` reaches Redis at `REDIS_URL` (or the config file), else the
-embedded default server. Connection and credential failures become
-`RedisUnavailable` with the URL's password hidden. The master uses the same
-operations through `runtime.queue.aio.AsyncClient`.
+embedded default server (connection.py). Jobs, queues, failures and the lease
+holder's reports are here; the scheduler's operations (tags, tracking,
+statistics, recurring jobs, domain limits) in scheduling.py. The master uses
+the same operations through `runtime.queue.aio.AsyncClient`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import time
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
-
-import redis
 
 from runtime import config
-from runtime.errors import BadArgument, ConfigError, Error, RedisUnavailable
-from runtime.queue import embedded, recur, scripts, stats, wire
+from runtime.errors import Error
+from runtime.queue import wire
+from runtime.queue.connection import default_worker_id, redact, resolve_url, text
 from runtime.queue.job import Job
-from runtime.queue.keys import Keys
-from runtime.queue.recur import Recurrence
-from runtime.queue.stats import QueueStats
+from runtime.queue.scheduling import Scheduling
 from runtime.queue.wire import JobSpec
 
-
-def text(value: object) -> str:
-    """A reply value as text (replies are bytes: the connection does not decode)."""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def default_worker_id() -> str:
-    """`hostname-pid`: unique per running process."""
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def redact(url: str) -> str:
-    """The URL with its password replaced by ***."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def unavailable(url: str, err: Exception) -> RedisUnavailable:
-    if isinstance(err, redis.exceptions.AuthenticationError | redis.exceptions.NoPermissionError):
-        if urlsplit(url).password is None and "password=" not in url:
-            return RedisUnavailable(
-                f"Redis at {redact(url)} requires a password (or ACL user) in the URL"
-            )
-        return RedisUnavailable(f"Redis at {redact(url)} refused the credentials: {err}")
-    return RedisUnavailable(f"cannot reach Redis at {redact(url)}: {err}")
-
-
-CONNECTION_ERRORS = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.NoPermissionError,
-)
-
-
-def resolve_url(settings: config.Settings) -> str:
-    """The configured URL, else the embedded server's (started if needed)."""
-    return settings.url or embedded.ensure(settings.state_dir)
-
-
-def connect(url: str, **kwargs: Any) -> redis.Redis:
-    try:
-        return redis.Redis.from_url(url, **kwargs)
-    except ValueError as err:
-        raise ConfigError(f"bad Redis URL {redact(url)}: {err}") from err
+# the helpers of runtime.queue.connection stay importable from here
+__all__ = ["Client", "Heartbeat", "Queue", "default_worker_id", "redact", "resolve_url", "text"]
 
 
 @dataclass(frozen=True)
@@ -85,55 +31,10 @@ class Heartbeat:
     lost: tuple[str, ...]
 
 
-class Client:
-    """A connection to one deployment (a namespace in one Redis)."""
-
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        namespace: str | None = None,
-        settings: config.Settings | None = None,
-        **redis_kwargs: Any,
-    ) -> None:
-        if settings is None:
-            settings = config.load_settings({"url": url, "namespace": namespace})
-        self.settings = settings
-        self.url = resolve_url(settings)
-        self.keys = Keys(settings.namespace)
-        self.redis = connect(self.url, **redis_kwargs)
-
-    @classmethod
-    def from_url(cls, url: str, namespace: str | None = None, **redis_kwargs: Any) -> Client:
-        return cls(url, namespace=namespace, **redis_kwargs)
-
-    def close(self) -> None:
-        self.redis.close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @contextmanager
-    def _reaching(self) -> Iterator[None]:
-        try:
-            yield
-        except CONNECTION_ERRORS as err:
-            raise unavailable(self.url, err) from err
-
-    def run(self, operation: str, *args: Any) -> Any:
-        """Runs a script of lua/ with the namespace root as its key."""
-        with self._reaching():
-            return scripts.call(self.redis, operation, [self.keys.root], list(args))
-
-    def run_json(self, operation: str, *args: Any) -> Any:
-        return json.loads(self.run(operation, *args))
-
-    def now_ms(self) -> int:
-        """The deployment's time (Redis TIME), in ms: schedules never use ours."""
-        return int(self.run("now"))
+class Client(Scheduling):
+    """A connection to one deployment (a namespace in one Redis): jobs, queues,
+    failures and the lease holder's reports here; tags, tracking, statistics,
+    recurring jobs and domain limits in `Scheduling`."""
 
     # --- queues and jobs --------------------------------------------------------
 
@@ -176,52 +77,6 @@ class Client:
         """Stops a job waiting on these jobs; with none left it moves on."""
         return text(self.run("depends", jid, "off", *on))
 
-    def tag(self, jid: str, *tags: str) -> list[str]:
-        """Adds tags to a job; returns its tags."""
-        tagged: list[str] = self.run_json("tag", jid, "add", *tags)
-        return tagged
-
-    def untag(self, jid: str, *tags: str) -> list[str]:
-        tagged: list[str] = self.run_json("tag", jid, "remove", *tags)
-        return tagged
-
-    def tagged(self, tag: str, start: int = 0, count: int = 25) -> tuple[int, list[Job]]:
-        """(how many jobs carry `tag`, a page of them, newest first)."""
-        key = self.keys.key("tag", tag=tag)
-        with self._reaching():
-            total = int(self.redis.zcard(key))
-            jids = [text(j) for j in self.redis.zrevrange(key, start, start + count - 1)]
-        return total, [j for j in self.get_jobs(jids) if j is not None]
-
-    def track(self, jid: str) -> None:
-        """Lists the job among the tracked ones and publishes its events."""
-        self.run("track", jid, "on")
-
-    def untrack(self, jid: str) -> None:
-        self.run("track", jid, "off")
-
-    def tracked(self) -> list[Job]:
-        with self._reaching():
-            jids = [text(j) for j in self.redis.zrange(self.keys.key("tracked"), 0, 999)]
-        return [j for j in self.get_jobs(jids) if j is not None]
-
-    def events(self, idle_s: float | None = None) -> Iterator[dict[str, Any]]:
-        """Yields the events of tracked jobs as they happen; stops after `idle_s`
-        seconds without one (never, by default)."""
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-        with self._reaching():
-            pubsub.subscribe(self.keys.key("events"))
-        last = time.monotonic()
-        try:
-            while idle_s is None or time.monotonic() - last < idle_s:
-                with self._reaching():
-                    message = pubsub.get_message(timeout=1.0)
-                if message is not None:
-                    last = time.monotonic()
-                    yield json.loads(message["data"])
-        finally:
-            pubsub.close()
-
     def requeue(self, jid: str, queue: str | None = None) -> str:
         """Runs a failed, complete or scheduled job again now (retries renewed)."""
         return text(self.run("requeue", jid, "" if queue is None else wire.check_queue(queue)))
@@ -239,77 +94,9 @@ class Client:
         counts: dict[str, dict[str, int | bool]] = self.run_json("counts", *queues)
         return counts
 
-    def stats(self, queue: str, day: date | None = None) -> QueueStats:
-        """Wait and run times, failures, failed and retries of a queue on a UTC day."""
-        day = day or stats.today()
-        key = self.keys.key("stats", queue=wire.check_queue(queue), day=stats.day_number(day))
-        with self._reaching():
-            raw = self.redis.hgetall(key)
-        return stats.parse(queue, day, {text(k): text(v) for k, v in raw.items()})
-
     def workers(self) -> dict[str, dict[str, Any]]:
         workers: dict[str, dict[str, Any]] = self.run_json("workers")
         return workers
-
-    # --- recurring jobs ---------------------------------------------------------
-
-    def recur(
-        self,
-        queue: str,
-        klass: str | Any,
-        data: Mapping[str, Any] | None = None,
-        *,
-        every: float | None = None,
-        cron: str | None = None,
-        tz: str = "UTC",
-        policy: str = "once",
-        grace: float = 60.0,
-        first_at: Any = None,
-        id: str | None = None,
-        **job_options: Any,
-    ) -> Recurrence:
-        """Puts a job on `queue` every `every` seconds or at each `cron` tick (in `tz`),
-        once per tick however many masters run. Ticks missed while nothing popped the
-        queue follow `policy`: all (a job each), once (one job), skip (none later than
-        `grace` seconds). `id` (default "<queue>/<klass>") names it; recurring again
-        with the same id replaces it. Job options: priority, retries, tags, backoff,
-        timeout, domain."""
-        spec = JobSpec.build(queue, klass, data, **job_options)
-        if policy not in recur.POLICIES:
-            raise BadArgument(f"policy must be one of {', '.join(recur.POLICIES)}")
-        if (every is None) == (cron is None):
-            raise BadArgument("give every (seconds) or cron, one of them")
-        dropped = ("jid", "depends", "delay_ms", "at_ms", "unique_key")
-        options = {k: v for k, v in spec.options.items() if v is not None and k not in dropped}
-        definition: dict[str, Any] = {
-            "id": id or f"{queue}/{spec.klass}", "queue": queue, "policy": policy,
-            "grace": wire.check_seconds("grace", grace), "tz": tz,
-            "spec": {"klass": spec.klass, **options},
-        }  # fmt: skip
-        ticks: list[int] = []
-        if every is not None:
-            definition["every"] = wire.check_seconds("every", every)
-            if first_at is not None:
-                definition["first_ms"] = wire.epoch_ms(first_at)
-        else:
-            recur.zone(tz)
-            definition["cron"] = recur.check_cron(cron or "")
-            ticks = recur.cron_ticks(definition["cron"], tz, self.now_ms())
-        stored = self.run("recur", wire.dumps(definition), spec.data_json, *ticks)
-        return Recurrence.from_definition(stored)
-
-    def unrecur(self, id: str) -> bool:
-        """Removes a recurrence (the jobs it spawned stay); False if there was none."""
-        return bool(self.run("unrecur", id))
-
-    def recurrences(self) -> list[Recurrence]:
-        with self._reaching():
-            raw = self.redis.hgetall(self.keys.key("recur"))
-        return sorted((Recurrence.from_definition(v) for v in raw.values()), key=lambda r: r.id)
-
-    def extend_recurrence(self, id: str, cron: str, tz: str, after_ms: int) -> int:
-        """Adds the next cron ticks of a recurrence running low (masters do this)."""
-        return int(self.run("recur_ticks", id, cron, *recur.cron_ticks(cron, tz, after_ms)))
 
     # --- failures ---------------------------------------------------------------
 
@@ -400,24 +187,6 @@ class Client:
         config.shared_setting(name)
         with self._reaching():
             self.redis.hdel(self.keys.key("config"), name)
-
-    def set_domain_limit(
-        self, domain: str, rate: float, period: float = 1.0, burst: int | None = None
-    ) -> None:
-        """Limits `domain` to `rate` job starts per `period` seconds (+ `burst`)."""
-        limit = wire.domain_limit(domain, rate, period, burst)
-        with self._reaching():
-            self.redis.hset(self.keys.key("domain_limits"), domain, limit)
-
-    def domain_limits(self) -> dict[str, dict[str, float]]:
-        """{domain: {"rate", "period", "burst"}} for the domains with a limit of their own."""
-        with self._reaching():
-            raw = self.redis.hgetall(self.keys.key("domain_limits"))
-        return {text(k): json.loads(v) for k, v in raw.items()}
-
-    def clear_domain_limit(self, domain: str) -> None:
-        with self._reaching():
-            self.redis.hdel(self.keys.key("domain_limits"), domain)
 
 
 class Queue:

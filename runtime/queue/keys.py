@@ -37,6 +37,7 @@ Key schema (the kind of each key in brackets):
     dependents:<jid>         [set]   jids waiting on this job
     domain-limits            [hash]  domain -> {"rate":..,"period":..,"burst":..}
     domain-tat               [zset]  domain -> theoretical arrival time (us), GCRA
+    domain-lanes:<domain>    [zset]  "<prio>|<queue>" of the domain's non-empty lanes (score 0)
     test-clock               [string] frozen time (us); set only by tests
 """
 
@@ -76,6 +77,7 @@ TEMPLATES: dict[str, str] = {
     "dependents": "dependents:{jid}",
     "domain_limits": "domain-limits",
     "domain_tat": "domain-tat",
+    "domain_lanes": "domain-lanes:{domain}",
     "test_clock": "test-clock",
 }
 

@@ -202,6 +202,13 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("unfail", ("g", "q", 0), BadArgument, "count"),
     ("unfail", ("g", "q x", 1), BadArgument, "queue"),
     ("unfail", ("", "q", 1), BadArgument, "group"),
+    # domain_limit
+    ("domain_limit", ("a b", ""), BadArgument, "domain"),
+    ("domain_limit", ("x.com",), BadArgument, "limit"),
+    ("domain_limit", ("x.com", "not json"), BadArgument, "limit"),
+    ("domain_limit", ("x.com", '{"rate":0,"period":1}'), BadArgument, "above 0"),
+    ("domain_limit", ("x.com", '{"rate":1,"period":"a"}'), BadArgument, "period"),
+    ("domain_limit", ("x.com", '{"rate":1,"period":1,"burst":-1}'), BadArgument, "burst"),
 ]
 
 

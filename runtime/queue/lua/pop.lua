@@ -18,6 +18,8 @@
 --          comes due in these queues (a
 --          scheduled job, a throttled domain, a lease expiry), -1 for never
 --          or for a pop that got all it asked for (count 0 only asks this);
+--          0 when a queue still has ready jobs but this pop set aside its
+--          pop_skips lanes (lanes.lua): ask again at once;
 --          refill: cron recurrences low on ticks, {id, cron, tz, after (ms)}: the
 --          caller computes more with croniter (recur_ticks.lua)
 -- Due recurrences of the served queues spawn their jobs first (lib/recur.lua).
@@ -51,7 +53,6 @@ for _, queue in ipairs(queues) do
     active[#active + 1] = queue
   end
 end
-Domains.prune(now_us, LIMITS.prune_batch)
 Retention.trim(now_us, LIMITS.retention_pop_batch) -- old completed jobs go even when none complete
 
 local out = {}
@@ -66,25 +67,33 @@ local function take(jid, meta, data)
   }, encoded)
 end
 
+local stopped_short = false -- a queue set aside pop_skips lanes and has more
 if order == 'ordered' then
   for _, queue in ipairs(active) do
-    if #out >= count then
+    if #out >= count or stopped_short then
       break
     end
-    Lanes.pop(queue, count - #out, now_us, take)
+    local _, short = Lanes.pop(queue, count - #out, now_us, take)
+    stopped_short = short
   end
 else
   local live = active
   while #out < count and #live > 0 do
     local still = {}
     for _, queue in ipairs(live) do
-      if #out < count and Lanes.pop(queue, 1, now_us, take) == 1 then
-        still[#still + 1] = queue
+      if #out < count then
+        local taken, short = Lanes.pop(queue, 1, now_us, take)
+        stopped_short = stopped_short or short
+        if taken == 1 then
+          still[#still + 1] = queue
+        end
       end
     end
     live = still
   end
 end
+-- every start may leave a TAT behind: forget passed ones at least as fast
+Domains.prune(now_us, LIMITS.prune_batch + 2 * #out)
 
 -- When something next comes due in the queue (us): a scheduled job (whole
 -- milliseconds), a throttled lane's domain, a lease expiry.
@@ -119,6 +128,9 @@ for _, queue in ipairs(active) do
   end
 end
 Stats.flush()
+if stopped_short then
+  wake_at = now_us
+end
 local wake_in_ms = '-1'
 if wake_at then
   wake_in_ms = string.format('%.3f', math.max(0, wake_at - now_us) / 1000)

@@ -5,9 +5,16 @@
 -- microseconds, zset K.domain_tat). A start is allowed at `now` when
 -- TAT - tolerance <= now, and then moves TAT one emission interval
 -- (period / rate) further. Any window of one period then holds at most
--- rate + burst starts. Entries whose TAT has passed carry no information and
--- are pruned a few at a time. Limits: hash K.domain_limits, else the
--- deployment default (domain-rate / domain-period / domain-burst; rate 0 = none).
+-- rate + burst starts. Entries whose TAT has passed carry no information; pops
+-- prune them as fast as they grant starts. Limits: hash K.domain_limits, else
+-- the deployment default (domain-rate / domain-period / domain-burst; rate 0 =
+-- none).
+--
+-- Changing a domain's own limit (Domains.set_limit) converts its TAT: the
+-- starts it still owes are re-priced at the new interval, so clearing a limit of
+-- one an hour frees the domain at once. A change of the default limit is not
+-- converted (no script walks the domains): it applies from each domain's next
+-- start, and lanes throttled under the old default keep their free time.
 
 local Domains = {}
 local limit_memo = {}
@@ -53,21 +60,50 @@ function Domains.free_at(domain, now_us)
   return nil
 end
 
--- Spends one start of the domain's budget: nil when granted, else when it frees (us).
+-- Spends one start of the domain's budget. Returns granted, free_at: true and
+-- nil while budget is left after this start; true and when the domain frees
+-- (us) if this start spent the budget; false and when it frees if none was left.
 function Domains.acquire(domain, now_us)
   local lim = Domains.limit(domain)
   if not lim then
-    return nil
+    return true, nil
   end
   local tat = tonumber(redis.call('ZSCORE', K.domain_tat, domain)) or now_us
   if tat < now_us then
     tat = now_us
   end
   if tat - lim.tau > now_us then
-    return tat - lim.tau
+    return false, tat - lim.tau
   end
-  redis.call('ZADD', K.domain_tat, int(math.ceil(tat + lim.interval)), domain)
-  return nil
+  local next_tat = math.ceil(tat + lim.interval)
+  redis.call('ZADD', K.domain_tat, int(next_tat), domain)
+  if next_tat - lim.tau > now_us then
+    return true, next_tat - lim.tau
+  end
+  return true, nil
+end
+
+-- Sets (limit_json) or clears (nil) the domain's own limit, re-pricing the
+-- starts its TAT still owes at the new limit's interval.
+function Domains.set_limit(domain, limit_json, now_us)
+  local old = Domains.limit(domain)
+  if limit_json then
+    redis.call('HSET', K.domain_limits, domain, limit_json)
+  else
+    redis.call('HDEL', K.domain_limits, domain)
+  end
+  limit_memo[domain] = nil
+  local new = Domains.limit(domain)
+  local tat = tonumber(redis.call('ZSCORE', K.domain_tat, domain))
+  if not tat then
+    return
+  end
+  if not new or tat <= now_us then
+    redis.call('ZREM', K.domain_tat, domain)
+  elseif old then
+    local owed = (tat - now_us) / old.interval
+    redis.call('ZADD', K.domain_tat, int(math.ceil(now_us + owed * new.interval)), domain)
+  end
 end
 
 -- Forgets up to `count` domains whose budget is whole again.

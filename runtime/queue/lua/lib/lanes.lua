@@ -14,6 +14,15 @@
 -- with the oldest head, so it costs O(log lanes) whatever the number of
 -- domains, and a throttled domain never holds back another domain's jobs.
 --
+-- A domain's lanes move together: K.domain_lanes(domain) lists the non-empty
+-- lanes of the domain in every queue and priority. The start that spends a
+-- domain's budget moves all of them (at most release_batch) to throttled at
+-- once, whichever queue spent it, so the ready lanes are those whose domain may
+-- start a job. Only a change of the default limit (or a domain with more lanes
+-- than that) leaves a spent domain's lane ready: a pop that meets one throttles
+-- its domain on the way, at most pop_skips of them per call, and then reports
+-- that it stopped short (Lanes.pop's second result).
+--
 -- Counters in K.queue(queue): queued (jobs in lanes), throttled (in throttled lanes).
 
 local Lanes = {}
@@ -22,7 +31,8 @@ local function lane_id(prio, domain)
   return prio .. '|' .. domain
 end
 
-local function split_lane_id(id)
+-- Splits "<prio>|<rest>" (lane ids and domain index entries): prio, rest.
+local function split_id(id)
   local bar = string.find(id, '|', 1, true)
   return string.sub(id, 1, bar - 1), string.sub(id, bar + 1)
 end
@@ -42,8 +52,7 @@ end
 
 local function unready(queue, prio, domain)
   local ready = K.ready(queue, prio)
-  redis.call('ZREM', ready, domain)
-  if redis.call('ZCARD', ready) == 0 then
+  if redis.call('ZREM', ready, domain) == 1 and redis.call('ZCARD', ready) == 0 then
     redis.call('ZREM', K.prios(queue), prio)
   end
 end
@@ -51,6 +60,87 @@ end
 local function throttle(queue, prio, domain, free_at_us, jobs)
   redis.call('ZADD', K.throttled(queue), int(math.ceil(free_at_us)), lane_id(prio, domain))
   redis.call('HINCRBY', K.queue(queue), 'throttled', jobs)
+end
+
+-- The lane left the throttled set: its jobs count as waiting again.
+local function unthrottle(queue, prio, domain, jobs)
+  redis.call('ZREM', K.throttled(queue), lane_id(prio, domain))
+  redis.call('HINCRBY', K.queue(queue), 'throttled', -jobs)
+end
+
+-- The domain index follows the lanes: a lane enters when it gets its first job
+-- and leaves when its last job goes.
+local function enter(queue, prio, domain)
+  if domain ~= '' then
+    redis.call('ZADD', K.domain_lanes(domain), 0, prio .. '|' .. queue)
+  end
+end
+
+local function leave(queue, prio, domain)
+  if domain ~= '' then
+    redis.call('ZREM', K.domain_lanes(domain), prio .. '|' .. queue)
+  end
+end
+
+-- The lane of (queue, prio, domain) is empty: out of every index.
+local function drop_empty(queue, prio, domain)
+  unready(queue, prio, domain)
+  redis.call('ZREM', K.throttled(queue), lane_id(prio, domain))
+  leave(queue, prio, domain)
+end
+
+-- Calls visit(queue, prio, lane, jobs, throttled_score) for each non-empty
+-- lane of the domain (at most release_batch); empty ones are dropped.
+local function each_lane_of(domain, visit)
+  local index = K.domain_lanes(domain)
+  for _, entry in ipairs(redis.call('ZRANGE', index, 0, LIMITS.release_batch - 1)) do
+    local prio, queue = split_id(entry)
+    local lane = K.lane(queue, prio, domain)
+    local jobs = redis.call('LLEN', lane)
+    if jobs == 0 then
+      drop_empty(queue, prio, domain)
+    else
+      visit(queue, prio, lane, jobs,
+        tonumber(redis.call('ZSCORE', K.throttled(queue), lane_id(prio, domain))))
+    end
+  end
+end
+
+-- The domain's budget is spent until free_at_us: its lanes in every queue
+-- and priority become (or stay) throttled until then.
+function Lanes.throttle_domain(domain, free_at_us)
+  each_lane_of(domain, function(queue, prio, _, jobs, score)
+    if score then
+      redis.call('ZADD', K.throttled(queue), int(math.ceil(free_at_us)), lane_id(prio, domain))
+    else
+      unready(queue, prio, domain)
+      throttle(queue, prio, domain, free_at_us, jobs)
+    end
+  end)
+end
+
+-- The domain's limit changed: each of its lanes is throttled until the domain
+-- frees under the new limit, or ready now. Returns the queues where a lane
+-- became ready or frees earlier than before (their idle masters should look).
+function Lanes.rescore_domain(domain, now_us)
+  local free_at = Domains.free_at(domain, now_us)
+  local sooner, seen = {}, {}
+  each_lane_of(domain, function(queue, prio, lane, jobs, score)
+    if free_at and score then
+      redis.call('ZADD', K.throttled(queue), int(math.ceil(free_at)), lane_id(prio, domain))
+    elseif free_at then
+      unready(queue, prio, domain)
+      throttle(queue, prio, domain, free_at, jobs)
+    elseif score then
+      unthrottle(queue, prio, domain, jobs)
+      make_ready(queue, prio, domain, head_ticket(lane))
+    end
+    if score and (not free_at or free_at < score) and not seen[queue] then
+      seen[queue] = true
+      sooner[#sooner + 1] = queue
+    end
+  end)
+  return sooner
 end
 
 -- Adds a job to its lane: at the tail with a new ticket, or back at the head
@@ -67,6 +157,7 @@ function Lanes.push(queue, jid, meta, now_us, at_head)
   end
   redis.call('HINCRBY', K.queue(queue), 'queued', 1)
   if n == 1 then
+    enter(queue, prio, domain)
     local free_at = Domains.free_at(domain, now_us)
     if free_at then
       throttle(queue, prio, domain, free_at, 1)
@@ -89,18 +180,13 @@ function Lanes.remove(queue, jid, meta)
     return false
   end
   redis.call('HINCRBY', K.queue(queue), 'queued', -1)
-  local id = lane_id(prio, domain)
-  local throttled = redis.call('ZSCORE', K.throttled(queue), id)
+  local throttled = redis.call('ZSCORE', K.throttled(queue), lane_id(prio, domain))
   if throttled then
     redis.call('HINCRBY', K.queue(queue), 'throttled', -1)
   end
   local ticket = head_ticket(lane)
   if ticket == nil then
-    if throttled then
-      redis.call('ZREM', K.throttled(queue), id)
-    else
-      unready(queue, prio, domain)
-    end
+    drop_empty(queue, prio, domain)
   elseif was_head and not throttled then
     redis.call('ZADD', K.ready(queue, prio), ticket, domain)
   end
@@ -136,27 +222,35 @@ function Lanes.insert_by_ticket(queue, jid, meta, now_us)
 end
 
 -- Lanes whose domain has freed become ready again (at most `count` of them).
+-- A lane whose domain is still spent (its limit changed) stays, re-scored.
 function Lanes.release(queue, now_us, count)
   local key = K.throttled(queue)
   local ids = redis.call('ZRANGEBYSCORE', key, '-inf', int(now_us), 'LIMIT', 0, count)
   for _, id in ipairs(ids) do
-    redis.call('ZREM', key, id)
-    local prio, domain = split_lane_id(id)
+    local prio, domain = split_id(id)
     local lane = K.lane(queue, prio, domain)
-    redis.call('HINCRBY', K.queue(queue), 'throttled', -redis.call('LLEN', lane))
+    local free_at = Domains.free_at(domain, now_us)
     local ticket = head_ticket(lane)
-    if ticket then
+    if not ticket then
+      drop_empty(queue, prio, domain)
+    elseif free_at then
+      redis.call('ZADD', key, int(math.ceil(free_at)), id)
+    else
+      unthrottle(queue, prio, domain, redis.call('LLEN', lane))
       make_ready(queue, prio, domain, ticket)
     end
   end
 end
 
 -- Takes up to `room` jobs in pop order; calls take(jid, meta, data) for each.
--- A lane whose domain is out of budget moves to the throttled set on the way.
+-- The start that spends a domain's budget throttles the domain's lanes; a
+-- ready lane found over its limit is throttled on the way (a skip). Returns
+-- the jobs taken and whether it stopped short after pop_skips skips with
+-- lanes still ready (the caller should ask again at once).
 function Lanes.pop(queue, room, now_us, take)
-  local taken, steps = 0, 0
-  while taken < room and steps < room + LIMITS.pop_skips do
-    steps = steps + 1
+  local taken, skips = 0, 0
+  while taken < room and skips < LIMITS.pop_skips do
+    local before = taken
     local prio = redis.call('ZRANGE', K.prios(queue), 0, 0)[1]
     if not prio then
       break
@@ -171,7 +265,7 @@ function Lanes.pop(queue, room, now_us, take)
       while taken < room do
         local jid = redis.call('LINDEX', lane, 0)
         if not jid then
-          unready(queue, prio, domain)
+          drop_empty(queue, prio, domain)
           break
         end
         local meta, data = Job.load(jid)
@@ -179,22 +273,38 @@ function Lanes.pop(queue, room, now_us, take)
           redis.call('ZADD', ready, meta.o, domain) -- the score was stale: choose again
           break
         end
-        local free_at = domain ~= '' and Domains.acquire(domain, now_us)
-        if free_at then
-          unready(queue, prio, domain)
-          throttle(queue, prio, domain, free_at, redis.call('LLEN', lane))
+        local granted, free_at = true, nil
+        if domain ~= '' then
+          granted, free_at = Domains.acquire(domain, now_us)
+        end
+        if granted then
+          redis.call('LPOP', lane)
+          taken = taken + 1
+          take(jid, meta, data)
+        end
+        if free_at then -- spent by this start, or found spent: its lanes wait
+          local left = redis.call('LLEN', lane)
+          if left == 0 then
+            drop_empty(queue, prio, domain)
+          else
+            unready(queue, prio, domain)
+            throttle(queue, prio, domain, free_at, left)
+          end
+          Lanes.throttle_domain(domain, free_at)
           break
         end
-        redis.call('LPOP', lane)
-        taken = taken + 1
-        take(jid, meta, data)
       end
+    end
+    if taken == before then
+      skips = skips + 1
     end
   end
   if taken > 0 then
     redis.call('HINCRBY', K.queue(queue), 'queued', -taken)
   end
-  return taken
+  local short = taken < room and skips >= LIMITS.pop_skips
+      and redis.call('EXISTS', K.prios(queue)) == 1
+  return taken, short
 end
 
 -- Up to `count` waiting jobs in pop order, without taking them: {jid, ...}.

@@ -1,0 +1,165 @@
+"""The scheduler's side of `Client`: tags and tracking (with the events of
+tracked jobs), statistics per queue and day, recurring jobs and domain rate
+limits. `Scheduling` is a base of `Client`; use it through `Client`."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from datetime import date
+from typing import TYPE_CHECKING, Any
+
+from runtime.errors import BadArgument
+from runtime.queue import recur, stats, wire
+from runtime.queue.connection import Connection, text
+from runtime.queue.recur import Recurrence
+from runtime.queue.stats import QueueStats
+from runtime.queue.wire import JobSpec
+
+if TYPE_CHECKING:
+    from runtime.queue.job import Job
+
+
+class Scheduling(Connection):
+    if TYPE_CHECKING:
+
+        def get_jobs(self, jids: list[str]) -> list[Job | None]: ...  # Client has it
+
+    # --- tags and tracking --------------------------------------------------------
+
+    def tag(self, jid: str, *tags: str) -> list[str]:
+        """Adds tags to a job; returns its tags."""
+        tagged: list[str] = self.run_json("tag", jid, "add", *tags)
+        return tagged
+
+    def untag(self, jid: str, *tags: str) -> list[str]:
+        tagged: list[str] = self.run_json("tag", jid, "remove", *tags)
+        return tagged
+
+    def tagged(self, tag: str, start: int = 0, count: int = 25) -> tuple[int, list[Job]]:
+        """(how many jobs carry `tag`, a page of them, newest first)."""
+        key = self.keys.key("tag", tag=tag)
+        with self._reaching():
+            total = int(self.redis.zcard(key))
+            jids = [text(j) for j in self.redis.zrevrange(key, start, start + count - 1)]
+        return total, [j for j in self.get_jobs(jids) if j is not None]
+
+    def track(self, jid: str) -> None:
+        """Lists the job among the tracked ones and publishes its events."""
+        self.run("track", jid, "on")
+
+    def untrack(self, jid: str) -> None:
+        self.run("track", jid, "off")
+
+    def tracked(self) -> list[Job]:
+        with self._reaching():
+            jids = [text(j) for j in self.redis.zrange(self.keys.key("tracked"), 0, 999)]
+        return [j for j in self.get_jobs(jids) if j is not None]
+
+    def events(self, idle_s: float | None = None) -> Iterator[dict[str, Any]]:
+        """Yields the events of tracked jobs as they happen; stops after `idle_s`
+        seconds without one (never, by default)."""
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        with self._reaching():
+            pubsub.subscribe(self.keys.key("events"))
+        last = time.monotonic()
+        try:
+            while idle_s is None or time.monotonic() - last < idle_s:
+                with self._reaching():
+                    message = pubsub.get_message(timeout=1.0)
+                if message is not None:
+                    last = time.monotonic()
+                    yield json.loads(message["data"])
+        finally:
+            pubsub.close()
+
+    # --- statistics ---------------------------------------------------------------
+
+    def stats(self, queue: str, day: date | None = None) -> QueueStats:
+        """Wait and run times, failures, failed and retries of a queue on a UTC day."""
+        day = day or stats.today()
+        key = self.keys.key("stats", queue=wire.check_queue(queue), day=stats.day_number(day))
+        with self._reaching():
+            raw = self.redis.hgetall(key)
+        return stats.parse(queue, day, {text(k): text(v) for k, v in raw.items()})
+
+    # --- recurring jobs -----------------------------------------------------------
+
+    def recur(
+        self,
+        queue: str,
+        klass: str | Any,
+        data: Mapping[str, Any] | None = None,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        tz: str = "UTC",
+        policy: str = "once",
+        grace: float = 60.0,
+        first_at: Any = None,
+        id: str | None = None,
+        **job_options: Any,
+    ) -> Recurrence:
+        """Puts a job on `queue` every `every` seconds or at each `cron` tick (in `tz`),
+        once per tick however many masters run. Ticks missed while nothing popped the
+        queue follow `policy`: all (a job each), once (one job), skip (none later than
+        `grace` seconds). `id` (default "<queue>/<klass>") names it; recurring again
+        with the same id replaces it. Job options: priority, retries, tags, backoff,
+        timeout, domain."""
+        spec = JobSpec.build(queue, klass, data, **job_options)
+        if policy not in recur.POLICIES:
+            raise BadArgument(f"policy must be one of {', '.join(recur.POLICIES)}")
+        if (every is None) == (cron is None):
+            raise BadArgument("give every (seconds) or cron, one of them")
+        dropped = ("jid", "depends", "delay_ms", "at_ms", "unique_key")
+        options = {k: v for k, v in spec.options.items() if v is not None and k not in dropped}
+        definition: dict[str, Any] = {
+            "id": id or f"{queue}/{spec.klass}", "queue": queue, "policy": policy,
+            "grace": wire.check_seconds("grace", grace), "tz": tz,
+            "spec": {"klass": spec.klass, **options},
+        }  # fmt: skip
+        ticks: list[int] = []
+        if every is not None:
+            definition["every"] = wire.check_seconds("every", every)
+            if first_at is not None:
+                definition["first_ms"] = wire.epoch_ms(first_at)
+        else:
+            recur.zone(tz)
+            definition["cron"] = recur.check_cron(cron or "")
+            ticks = recur.cron_ticks(definition["cron"], tz, self.now_ms())
+        stored = self.run("recur", wire.dumps(definition), spec.data_json, *ticks)
+        return Recurrence.from_definition(stored)
+
+    def unrecur(self, id: str) -> bool:
+        """Removes a recurrence (the jobs it spawned stay); False if there was none."""
+        return bool(self.run("unrecur", id))
+
+    def recurrences(self) -> list[Recurrence]:
+        with self._reaching():
+            raw = self.redis.hgetall(self.keys.key("recur"))
+        return sorted((Recurrence.from_definition(v) for v in raw.values()), key=lambda r: r.id)
+
+    def extend_recurrence(self, id: str, cron: str, tz: str, after_ms: int) -> int:
+        """Adds the next cron ticks of a recurrence running low (masters do this)."""
+        return int(self.run("recur_ticks", id, cron, *recur.cron_ticks(cron, tz, after_ms)))
+
+    # --- domain rate limits -------------------------------------------------------
+
+    def set_domain_limit(
+        self, domain: str, rate: float, period: float = 1.0, burst: int | None = None
+    ) -> None:
+        """Limits `domain` to `rate` job starts per `period` seconds (+ `burst`). Takes
+        effect at once, also for the domain's jobs already throttled in any queue."""
+        self.run("domain_limit", domain, wire.domain_limit(domain, rate, period, burst))
+
+    def domain_limits(self) -> dict[str, dict[str, float]]:
+        """{domain: {"rate", "period", "burst"}} for the domains with a limit of their own."""
+        with self._reaching():
+            raw = self.redis.hgetall(self.keys.key("domain_limits"))
+        return {text(k): json.loads(v) for k, v in raw.items()}
+
+    def clear_domain_limit(self, domain: str) -> None:
+        """Removes `domain`'s own limit (the default limit applies, if one is set);
+        its throttled jobs are re-scheduled at once."""
+        self.run("domain_limit", domain, "")
