@@ -4,6 +4,7 @@ success and change nothing."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
@@ -104,3 +105,35 @@ def test_batched_complete_reports_each_job_on_its_own(client: Client, clock: Fro
     reply = client.run_json("complete", *args)
     assert [r.get("state") or r["error"] for r in reply] == ["complete", "LEASE_LOST", "complete"]
     assert client.get_job("j1").state == "running"  # type: ignore[union-attr]
+
+
+ITEM_ERRORS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "complete-next-with-colon": ("complete", (json.dumps({"next": "a:b"}),)),
+    "complete-next-with-blank": ("complete", (json.dumps({"next": "a b"}),)),
+    "complete-delay-negative": ("complete", (json.dumps({"next": "n", "delay_ms": -5}),)),
+    "complete-delay-nan": ("complete", ('{"next": "n", "delay_ms": NaN}',)),
+    "complete-delay-nan-text": ("complete", (json.dumps({"next": "n", "delay_ms": "NaN"}),)),
+    "complete-delay-inf": ("complete", ('{"next": "n", "delay_ms": 1e999}',)),
+    "complete-delay-without-next": ("complete", (json.dumps({"delay_ms": 5}),)),
+    "complete-depends-on-itself": ("complete", (json.dumps({"next": "n", "depends": ["j1"]}),)),
+    "complete-options-not-json": ("complete", ("{next}",)),
+    "fail-empty-group": ("fail", ("", "m")),
+    "fail-group-with-blanks": ("fail", ("a b", "m")),
+    "retry-empty-group": ("retry", ("", "m", "0")),
+    "retry-group-with-blanks": ("retry", ("a b", "m", "0")),
+    "retry-delay-negative": ("retry", ("g", "m", "-5")),
+    "retry-delay-nan": ("retry", ("g", "m", "nan")),
+    "retry-delay-inf": ("retry", ("g", "m", "inf")),
+}
+
+
+@pytest.mark.parametrize(("op", "rest"), ITEM_ERRORS.values(), ids=ITEM_ERRORS.keys())
+def test_a_malformed_report_item_answers_bad_arg_and_changes_nothing(
+    client: Client, leased: Job, op: str, rest: tuple[str, ...]
+) -> None:
+    before = snapshot(client)
+    reply = client.run_json(op, "holder", "j1", leased.token or "", *rest)
+    assert [(r["jid"], r["error"]) for r in reply] == [("j1", "BAD_ARG")], reply
+    assert "\n" not in reply[0]["message"]
+    assert snapshot(client) == before
+    assert leased.complete() == "complete", "the lease is intact"

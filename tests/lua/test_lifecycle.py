@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtime import Client, LeaseLost
-from tests.conftest import record
+from tests.conftest import record, snapshot
 from tests.support.clock import FrozenClock
 
 W1 = "host-1"
@@ -143,9 +143,11 @@ def test_lease_expired_but_not_reclaimed_is_already_lost(
     q.put("a.b:c", {}, jid="j1")
     [job] = q.pop(1, worker=W1)
     clock.advance(2.5)
+    before = snapshot(client)
     assert client.heartbeat(W1, {"j1": job.token or ""}).lost == ("j1",)
     with pytest.raises(LeaseLost):
         job.complete()
+    assert snapshot(client) == before
 
 
 def test_per_queue_heartbeat_sets_the_lease_length(client: Client, clock: FrozenClock) -> None:
