@@ -37,6 +37,22 @@ def when(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
+def number_text(value: float) -> str:
+    """A setting's value as typed: whole numbers exactly (1048576, not 1.04858e+06)."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def check_jid(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A JID argument: 1-jid_max printable characters without blanks (BadArgument)."""
+    limit = config.LIMITS["jid_max"]
+    blank = any(c.isspace() for c in value)
+    if not value or len(value) > limit or blank or not value.isprintable():
+        raise BadArgument(
+            f"JID must be 1-{limit} printable characters without blanks, got {value[:80]!r}"
+        )
+    return value
+
+
 def emit(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import click
 
 from runtime import config
-from runtime.commands.common import client_of, emit, fail, parse_data, when
+from runtime.commands.common import check_jid, client_of, emit, fail, parse_data, when
 from runtime.queue.job import Job
 
 
@@ -80,7 +80,7 @@ def describe(job: Job) -> list[str]:
 
 
 @click.command()
-@click.argument("jid")
+@click.argument("jid", callback=check_jid)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def job(ctx: click.Context, jid: str, as_json: bool) -> None:

@@ -9,7 +9,7 @@ from datetime import datetime
 import click
 
 from runtime import config
-from runtime.commands.common import client_of, emit, fail
+from runtime.commands.common import client_of, emit, fail, number_text
 from runtime.errors import BadArgument
 
 STATE_COLUMNS = ("waiting", "throttled", "scheduled", "running", "stalled", "depends")
@@ -110,11 +110,11 @@ def config_cmd(ctx: click.Context, name: str | None, value: str | None, unset: b
     if name is not None:
         config.shared_setting(name)
         default = config.shared_setting(name).default
-        click.echo(f"{name} = {values.get(name, default):g}")
+        click.echo(f"{name} = {number_text(values.get(name, default))}")
         return
     for key in sorted(values):
         help_ = config.SHARED[key].help if key in config.SHARED else "(per-queue override)"
-        click.echo(f"{key:<24} {values[key]:>12g}  {help_}")
+        click.echo(f"{key:<24} {number_text(values[key]):>12}  {help_}")
 
 
 @click.command()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -115,6 +118,8 @@ def test_config_shows_sets_and_unsets(cli: Invoke) -> None:
         (["put", "q", "a.b:c", "--depends", "unknown"], 2, "unknown dependency"),
         (["put", "q"], 2, "Missing argument"),
         (["job", "nope"], 1, "no job nope"),
+        (["job", ""], 2, "JID must be"),
+        (["job", "a b"], 2, "JID must be"),
         (["unfail", "nogroup"], 1, "no failed jobs"),
         (["config", "bogus", "1"], 2, "unknown setting"),
         (["config", "heartbeat", "0"], 2, "between"),
@@ -144,6 +149,48 @@ def test_unreachable_redis_exits_3_with_one_line(capsys: pytest.CaptureFixture[s
     assert run(["--url", "redis://127.0.0.1:1/0", "status"]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot reach Redis at redis://127.0.0.1:1/0" in err
+
+
+@pytest.fixture
+def not_redis() -> Iterator[str]:
+    """A TCP server that answers like a web server: redis://host:port of it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError), listener.accept()[0] as conn:
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    stop.set()
+    listener.close()
+    thread.join(timeout=5)
+
+
+@pytest.mark.parametrize("verb", [["status"], ["config"], ["job", "j1"]])
+def test_a_url_that_is_not_redis_exits_3_with_one_line(
+    not_redis: str, capsys: pytest.CaptureFixture[str], verb: list[str]
+) -> None:
+    assert run(["--url", not_redis, *verb]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not speak Redis" in err and "unexpected" not in err
+
+
+def test_config_defaults_through_the_client_and_the_cli(cli: Invoke, plain_client: Client) -> None:
+    defaults = {"heartbeat": 60, "jobs-history": 604800, "jobs-history-count": 50000}
+    values = plain_client.config_get()
+    assert {name: values[name] for name in defaults} == defaults
+    for name, value in {**defaults, "max-data-bytes": 1 << 20}.items():
+        assert cli("config", name)[1] == f"{name} = {value}\n"
+    code, out, _ = cli("config")
+    shown = {line.split()[0]: line.split()[1] for line in out.splitlines()}
+    assert code == 0 and shown["max-data-bytes"] == "1048576" and shown["heartbeat"] == "60"
+    assert shown["jobs-history"] == "604800" and shown["jobs-history-count"] == "50000"
+    assert cli("config", "domain-period", "0.25")[1] == "domain-period = 0.25\n"
 
 
 @pytest.fixture(scope="module")
