@@ -167,9 +167,10 @@ def limit(ctx: click.Context, domain: str | None, rate: str | None, burst: int |
         raise BadArgument("give RATE as N/SECONDS, e.g. 10/1")
     count, _, period = rate.partition("/")
     try:
-        client.set_domain_limit(domain, float(count), float(period or 1), burst)
+        starts, seconds = float(count), float(period or 1)
     except ValueError:
         raise BadArgument(f"RATE must look like N/SECONDS, got {rate!r}") from None
+    client.set_domain_limit(domain, starts, seconds, burst)
     click.echo(f"{domain}: {rate} (burst {burst or 0})")
 
 

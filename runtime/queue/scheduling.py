@@ -5,6 +5,7 @@ limits. `Scheduling` is a base of `Client`; use it through `Client`."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator, Mapping
 from datetime import date
@@ -19,6 +20,20 @@ from runtime.queue.wire import JobSpec
 
 if TYPE_CHECKING:
     from runtime.queue.job import Job
+
+
+_IDENT = r"[A-Za-z_]\w*"
+_DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
+KLASS_RE = re.compile(rf"(?:{_DOTTED}:{_DOTTED}|{_IDENT}(?:\.{_IDENT})+)", re.ASCII)
+
+
+def check_klass(klass: str) -> str:
+    """A klass as lua/lib/util.lua accepts it: "pkg.module:function" or "pkg.module.function"."""
+    if len(klass) > 512 or not KLASS_RE.fullmatch(klass):
+        raise BadArgument(
+            f'klass must be an import path like "package.module:function", got {klass!r}'
+        )
+    return klass
 
 
 class Scheduling(Connection):
@@ -108,6 +123,7 @@ class Scheduling(Connection):
         with the same id replaces it. Job options: priority, retries, tags, backoff,
         timeout, domain."""
         spec = JobSpec.build(queue, klass, data, **job_options)
+        check_klass(spec.klass)  # before it names the recurrence: blame the klass, not the id
         if policy not in recur.POLICIES:
             raise BadArgument(f"policy must be one of {', '.join(recur.POLICIES)}")
         if (every is None) == (cron is None):
