@@ -13,7 +13,6 @@ import sys
 from collections.abc import Sequence
 
 import click
-import redis
 
 from runtime.commands import jobs, queues, recurring, workers
 from runtime.commands.common import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, fail
@@ -45,17 +44,6 @@ def _exit_code(err: BaseException) -> int:
     return EXIT_FAILED
 
 
-def _error_line(err: Exception) -> tuple[str, int]:
-    """The one line and exit code of a runtime error, or of a server that is not Redis."""
-    first = str(err).splitlines()[0] if str(err) else type(err).__name__
-    if isinstance(err, redis.exceptions.InvalidResponse):  # something answered, but not Redis
-        return (
-            f"the server at the Redis URL (--url / REDIS_URL) does not speak Redis: {first}",
-            EXIT_UNAVAILABLE,
-        )
-    return first, _exit_code(err)
-
-
 def run(args: Sequence[str] | None = None, entry: click.Command = cli) -> int:
     """Runs the CLI; returns the exit code. Errors are one line on stderr."""
     try:
@@ -69,8 +57,8 @@ def run(args: Sequence[str] | None = None, entry: click.Command = cli) -> int:
         return EXIT_USAGE
     except (click.Abort, KeyboardInterrupt):
         return fail("interrupted", 130)
-    except (Error, redis.exceptions.InvalidResponse) as err:
-        return fail(*_error_line(err))
+    except Error as err:
+        return fail(str(err).splitlines()[0] if str(err) else type(err).__name__, _exit_code(err))
     except Exception as err:  # the outermost point of the process: one line, no traceback
         logging.getLogger(__name__).debug("unexpected error", exc_info=True)
         return fail(f"unexpected {type(err).__name__}: {err} (run with -vv for details)")

@@ -49,6 +49,8 @@ def unavailable(url: str, err: Exception) -> RedisUnavailable:
                 f"Redis at {redact(url)} requires a password (or ACL user) in the URL"
             )
         return RedisUnavailable(f"Redis at {redact(url)} refused the credentials: {err}")
+    if isinstance(err, redis.exceptions.InvalidResponse):  # something answered, not Redis
+        return RedisUnavailable(f"the server at {redact(url)} does not speak Redis: {err}")
     return RedisUnavailable(f"cannot reach Redis at {redact(url)}: {err}")
 
 
@@ -56,6 +58,7 @@ CONNECTION_ERRORS = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.NoPermissionError,
+    redis.exceptions.InvalidResponse,
 )
 
 
