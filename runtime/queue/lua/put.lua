@@ -39,7 +39,7 @@ for i = 1, #ARGV, 2 do
   in_call[job.jid] = true
   jobs[#jobs + 1] = job
 end
-local by_jid = {}
+local by_jid, adding = {}, {}
 for _, job in ipairs(jobs) do
   by_jid[job.jid] = job
   for _, dep in ipairs(job.depends) do
@@ -49,6 +49,8 @@ for _, job in ipairs(jobs) do
     if not in_call[dep] and redis.call('HEXISTS', K.jobs, dep) == 0 then
       E.bad('unknown dependency ' .. dep)
     end
+    adding[dep] = (adding[dep] or 0) + 1
+    Deps.check_dependents(dep, adding[dep])
   end
 end
 -- jobs of one call may wait on each other, but not in a circle

@@ -31,13 +31,23 @@ function Deps.reaches(starts, jid)
   return false
 end
 
--- Checks new dependencies of `jid`: known jobs, not itself, no cycle.
+-- Refuses `adding` new dependents of `dep` beyond graph_max: the completion of
+-- dep releases all of them in one call (Place.release_dependents).
+function Deps.check_dependents(dep, adding)
+  if redis.call('SCARD', K.dependents(dep)) + adding > LIMITS.graph_max then
+    E.bad(dep .. ' would have more than ' .. LIMITS.graph_max .. ' jobs waiting on it')
+  end
+end
+
+-- Checks new dependencies of `jid`: known jobs, not itself, no cycle, room.
 function Deps.check(jid, deps)
   for _, dep in ipairs(deps) do
     if dep == jid then
       E.bad('a job cannot depend on itself (' .. dep .. ')')
     elseif redis.call('HEXISTS', K.jobs, dep) == 0 then
       E.bad('unknown dependency ' .. dep)
+    elseif redis.call('SISMEMBER', K.dependents(dep), jid) == 0 then
+      Deps.check_dependents(dep, 1)
     end
   end
   if #deps > 0 and Deps.reaches(deps, jid) then

@@ -144,9 +144,10 @@ function Place.delete(jid, meta)
 end
 
 -- A job completed: each job waiting on it that waits on nothing else moves on, once.
+-- A job has at most graph_max dependents (Deps.check_dependents, where edges are added).
 function Place.release_dependents(jid, now_us)
   local key = K.dependents(jid)
-  for _, other in ipairs(redis.call('SMEMBERS', key)) do
+  for _, other in ipairs(redis.call('SRANDMEMBER', key, LIMITS.graph_max)) do
     local deps = K.deps(other)
     redis.call('SREM', deps, jid)
     if redis.call('SCARD', deps) == 0 then
