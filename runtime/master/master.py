@@ -139,13 +139,31 @@ class Master:
     # --- jobs: handing out, outcomes ----------------------------------------------
 
     def _hand_out(self) -> None:
+        if not self.leasing.buffer:
+            return
+        now = time.monotonic()
         for child in self.pool.idle():
-            if not self.leasing.buffer:
+            pending = self._next_pending(now)
+            if pending is None:
                 return
-            self._run(child, self.leasing.buffer.popleft())
+            self._run(child, pending, now)
 
-    def _run(self, child: ChildHandle, pending: Pending) -> None:
-        leased, now = pending.leased, time.monotonic()
+    def _next_pending(self, now: float) -> Pending | None:
+        """The next job leased ahead whose lease still holds. One whose lease ran out
+        (its master was frozen or cut off) is never started: it is given back."""
+        buffer = self.leasing.buffer
+        while buffer:
+            pending = buffer.popleft()
+            if now < pending.lease_until - safety_margin(pending.leased.lease_s):
+                return pending
+            leased = pending.leased
+            log.warning("job leased ahead not started, its lease ran out jid=%s queue=%s "
+                        "worker=%s", leased.jid, leased.queue, self.worker_id)  # fmt: skip
+            self.leasing.outcomes.add_release(leased.jid, leased.token)
+        return None
+
+    def _run(self, child: ChildHandle, pending: Pending, now: float) -> None:
+        leased = pending.leased
         child.job = Running(leased, now, now, pending.lease_until)
         child.state = "busy"
         child.output.clear()
@@ -162,7 +180,8 @@ class Master:
         if isinstance(message, protocol.Heartbeat):
             job.last_sign = time.monotonic()
             return
-        took = time.monotonic() - job.sent_at
+        now = time.monotonic()
+        took = now - job.sent_at
         self.avg_run_s = took if self.jobs_seen == 0 else 0.9 * self.avg_run_s + 0.1 * took
         self.jobs_seen += 1
         if isinstance(message, protocol.Done):
@@ -170,7 +189,9 @@ class Master:
         elif isinstance(message, protocol.Failed):
             self._failure(job, message.group, message.message, message.retry, message.delay)
         if self.pool.job_over(child) and self.leasing.buffer and self.state.mode == "run":
-            self._run(child, self.leasing.buffer.popleft())  # at once, not after Redis
+            pending = self._next_pending(now)
+            if pending is not None:
+                self._run(child, pending, now)  # at once, not after Redis
         self.event.set()
 
     def on_job_ended(self, child: ChildHandle, job: Running, ending: reasons.Ending) -> None:

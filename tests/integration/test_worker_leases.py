@@ -145,3 +145,33 @@ def test_a_master_cut_off_from_redis_stops_its_jobs_before_their_lease_expires(
     finally:
         master.close()
         client.close()
+
+
+def test_a_job_leased_ahead_is_not_started_after_its_lease_ran_out(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    plain_client.config_set("q-heartbeat", 1)
+    master = start_master("q", "-c", "1", "--prefetch", "1")
+    q = plain_client.queue("q")
+    for jid in [q.put(f"{J}:noop", {}) for _ in range(3)]:  # short jobs: prefetch starts
+        wait_state(plain_client, jid, "complete")
+    first, ahead = workdir / "first", workdir / "ahead"
+    [_, later] = plain_client.put_many([
+        q.spec(f"{J}:record", {"seconds": 0.3, "path": str(first)}),
+        q.spec(f"{J}:alive", {"seconds": 0.3, "path": str(ahead)}),
+    ])  # fmt: skip
+    wait_for(lambda: plain_client.status("q")["q"]["running"] == 2, 10, what="one leased ahead")
+    master.send(signal.SIGSTOP)  # the first job ends while its master is frozen ...
+    stopped_at = time.time()
+    try:
+        assert not first.exists(), "frozen while the first job ran"
+        # ... and the lease of the job leased ahead runs out
+        wait_for(lambda: time.time() >= stopped_at + 2, 10, what="the lease to run out")
+    finally:
+        master.send(signal.SIGCONT)
+    dropped = f"job leased ahead not started, its lease ran out jid={later}"
+    wait_for(lambda: dropped in master.log(), 10, what="the stale job to be dropped")
+    wait_state(plain_client, later, "complete", 30)
+    assert f"job stopped, its lease was lost jid={later}" not in master.log()
+    ran = {int(line.split()[1]) for line in ahead.read_text().splitlines()}
+    assert 1 not in ran, "the attempt whose lease ran out never started"
