@@ -37,6 +37,7 @@ class Running:
     last_sign: float  # monotonic: start, or the child's latest heartbeat
     lease_until: float  # monotonic: the lease is known to hold until then
     terminated_at: float | None = None  # SIGTERM sent (timeout)
+    killed_at: float | None = None  # SIGKILL sent: SIGTERM was ignored for the kill grace
 
 
 class ChildEvents(Protocol):

@@ -31,6 +31,10 @@ def check(busy: list[ChildHandle], worker: config.WorkerSettings, drain_at: floa
             child.kill_for(reasons.Ending("runtime.Timeout", why), signal.SIGTERM)
             job.terminated_at = now
         elif job.terminated_at is not None and now - job.terminated_at > worker.kill_grace_s:
+            if job.killed_at is None and child.kill is not None:
+                job.killed_at = now
+                why = f"killed by signal 9, still running {worker.kill_grace_s:g} s after SIGTERM"
+                child.kill = reasons.Ending(child.kill.group, f"{child.kill.reason}; {why}")
             child.send_signal(signal.SIGKILL)
         elif memory_limit and child.rss_bytes() > memory_limit:
             why = f"memory limit {worker.memory_limit_mib} MiB"

@@ -92,6 +92,13 @@ def burn_cpu(job: Any) -> None:
         pass
 
 
+def ignore_term(job: Any) -> None:
+    """Ignores SIGTERM for real (no Python handler runs), then never returns."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        time.sleep(0.01)
+
+
 def garbage(job: Any) -> None:
     """Writes junk to the child's message socket (whatever fd it is)."""
     for fd in os.listdir("/proc/self/fd"):

@@ -108,16 +108,21 @@ def test_a_job_past_its_timeout_is_terminated_then_killed(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
     plain_client.config_set("q-timeout", 1)
-    master = start_master("q", "-c", "1", "--kill-grace", "0.5")
+    master = start_master("q", "-c", "2", "--kill-grace", "0.5")
     q = plain_client.queue("q")
     slow = q.put(f"{J}:sleep", {"seconds": 30}, retries=0)
-    ignores_term = q.put(f"{J}:burn_cpu", {}, retries=0, timeout=0.5)
-    for jid, timeout in ((slow, 1), (ignores_term, 0.5)):
-        group, message = final_failure(plain_client, jid)
-        assert (group, message.splitlines()[0]) == (
-            "runtime.Timeout",
-            f"timed out after {timeout:g} s",
-        )
+    ignores_term = q.put(f"{J}:ignore_term", {}, retries=0, timeout=0.5)
+    group, message = final_failure(plain_client, slow)
+    assert (group, message.splitlines()[0]) == ("runtime.Timeout", "timed out after 1 s")
+    group, message = final_failure(plain_client, ignores_term)
+    assert (group, message.splitlines()[0]) == (
+        "runtime.Timeout",
+        "timed out after 0.5 s; killed by signal 9, still running 0.5 s after SIGTERM",
+    )
+    job = plain_client.get_job(ignores_term)
+    assert job is not None
+    popped, failed = job.history[1].at_ms, job.history[-1].at_ms
+    assert failed - popped >= 1000, "SIGKILL came only after the timeout and the kill grace"
     still_serving(master, plain_client, workdir)
 
 
