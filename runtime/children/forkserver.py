@@ -13,12 +13,15 @@ socket: JSON datagrams, with file descriptors passed alongside.
 
 It sits in its own process group (a terminal's Ctrl-C reaches only the
 master), dies with its master (parent-death signal), and reaps its children,
-reporting how each ended.
+reporting how each ended. A child that died holding a job left its files: the
+server empties the child's workdir before it reports the exit, so the next
+child in that slot (forked after the report) never sees them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import os
@@ -54,7 +57,7 @@ class ForkServer:
     def __init__(self, ctl: socket.socket, config: dict[str, Any]) -> None:
         self.ctl = ctl
         self.config = config
-        self.children: set[int] = set()
+        self.children: dict[int, Path] = {}  # pid -> its workdir
         self.exiting = False
         self.wake_r, self.wake_w = os.pipe()
 
@@ -78,8 +81,11 @@ class ForkServer:
                 os._exit(code)
         os.close(sock_fd)
         os.close(out_fd)
-        self.children.add(pid)
+        self.children[pid] = self._workdir(index)
         return pid
+
+    def _workdir(self, index: int) -> Path:
+        return Path(self.config["sandbox_root"]) / str(index)
 
     def _become_child(
         self, index: int, sock_fd: int, out_fd: int, fork_point: protocol.Ready
@@ -97,7 +103,7 @@ class ForkServer:
         settings = child.Settings(
             index=index,
             modules=tuple(cfg["modules"]),
-            workdir=Path(cfg["sandbox_root"]) / str(index),
+            workdir=self._workdir(index),
             worker=cfg["worker"],
             sentry_dsn=cfg.get("sentry_dsn"),
         )
@@ -118,7 +124,10 @@ class ForkServer:
                 return
             if pid == 0:
                 return
-            self.children.discard(pid)
+            workdir = self.children.pop(pid, None)
+            if workdir is not None:  # already empty unless it died holding a job
+                with contextlib.suppress(OSError):
+                    sandbox.empty(workdir, create=False)
             code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
             sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
             send(self.ctl, {"kind": "exited", "pid": pid, "code": code, "signal": sig})

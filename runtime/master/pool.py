@@ -12,9 +12,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Protocol
 
 from runtime import config
@@ -63,13 +65,18 @@ class Pool:
 
     # --- fork servers -------------------------------------------------------------
 
+    @property
+    def sandbox_root(self) -> Path:
+        """This worker's sandboxes: one workdir per child slot, removed at exit."""
+        root = self.worker.sandbox_dir or (self.settings.state_dir / "sandboxes")
+        return root / self.worker_id
+
     def _server_config(self) -> dict[str, object]:
         w = self.worker
-        root = w.sandbox_dir or (self.settings.state_dir / "sandboxes")
         return {
             "modules": list(w.modules),
             "worker": self.worker_id,
-            "sandbox_root": str(root / self.worker_id),
+            "sandbox_root": str(self.sandbox_root),
             "sys_path": list(sys.path),
             "sentry_dsn": self.settings.sentry_dsn,
             "user": w.user,
@@ -223,3 +230,5 @@ class Pool:
             if server is not None:
                 with contextlib.suppress(Error):
                     await server.stop(timeout_s=1.0)
+        # every fork server has exited, so every child is dead (parent-death signal)
+        await asyncio.to_thread(shutil.rmtree, self.sandbox_root, ignore_errors=True)

@@ -176,12 +176,13 @@ def _reap() -> None:
             return
 
 
-def empty(workdir: Path) -> None:
-    """Removes everything the job left in its workdir."""
+def empty(workdir: Path, *, create: bool = True) -> None:
+    """Removes everything the job left in its workdir (made if missing and `create`)."""
     try:
         entries = list(os.scandir(workdir))
     except FileNotFoundError:
-        workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if create:
+            workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         return
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):

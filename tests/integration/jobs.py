@@ -80,6 +80,15 @@ def os_exit(job: Any) -> None:
     os._exit(job.data.get("code", 3))
 
 
+def litter_and_exit(job: Any) -> None:
+    """Leaves files and a directory in its sandbox, records where, dies without reporting."""
+    (job.sandbox / "secret.txt").write_text("left behind")
+    (job.sandbox / "cache").mkdir()
+    (job.sandbox / "cache" / "blob").write_bytes(b"x" * 1024)
+    Path(job.data["path"]).write_text(str(job.sandbox))
+    os._exit(3)
+
+
 def hog_memory(job: Any) -> None:
     block = bytearray(job.data["mib"] * 1024 * 1024)
     for i in range(0, len(block), 4096):

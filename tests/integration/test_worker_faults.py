@@ -155,3 +155,29 @@ def test_a_crash_on_every_attempt_ends_failed_not_in_a_loop(
     assert message.startswith("killed by signal 6 (SIGABRT)")
     time.sleep(0.5)
     assert plain_client.get_job(jid).state == "failed"  # type: ignore[union-attr]
+
+
+def test_a_dead_child_s_files_are_removed_before_its_slot_runs_again(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    start_master("q", "-c", "1")
+    path = workdir / "sandbox"
+    jid = plain_client.queue("q").put(f"{J}:litter_and_exit", {"path": str(path)}, retries=0)
+    final_failure(plain_client, jid)
+    sandbox = Path(path.read_text())
+    wait_for(lambda: sandbox.is_dir() and not any(sandbox.iterdir()), 5, what="an empty sandbox")
+
+
+def test_a_master_removes_its_sandboxes_when_it_exits(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    master = start_master("q", "-c", "2")
+    path = workdir / "sandbox"
+    jid = plain_client.queue("q").put(f"{J}:litter_and_exit", {"path": str(path)}, retries=0)
+    final_failure(plain_client, jid)
+    mine = Path(path.read_text()).parent  # <state dir>/sandboxes/<worker id>
+    assert mine.name.endswith(f"-{master.pid}") and mine.is_dir()
+    master.send(signal.SIGTERM)
+    assert master.wait(10) == 0
+    assert not mine.exists(), "the worker's sandboxes are gone"
+    assert mine.parent.is_dir(), "the shared sandboxes directory stays"
