@@ -33,7 +33,7 @@ from runtime.master.children import ChildHandle, Running
 from runtime.master.leasing import Leasing, Pending, safety_margin
 from runtime.master.notify import Notifier
 from runtime.master.pool import Pool
-from runtime.proctitle import set_title
+from runtime.master.status import Status
 from runtime.queue.aio import AsyncClient
 from runtime.queue.keys import Keys
 
@@ -76,8 +76,8 @@ class Master:
         )
         self.pool = Pool(settings, worker, worker_id, self)
         self.notifier = Notifier()
+        self.status = Status(self.notifier, worker_id)
         self.last_check = 0.0
-        self.title, self.status_sent, self.status_at = "", "", 0.0
         self.jobs_seen, self.avg_run_s = 0, 0.0
 
     # --- capacity -----------------------------------------------------------------
@@ -290,17 +290,6 @@ class Master:
         text += f" busy={len(self.pool.busy())}"
         return text + (f" [{' '.join(flags)}]" if flags else "")
 
-    def _show(self) -> None:
-        """Process title and systemd status, when they change (status at most 2/s)."""
-        text = self._describe()
-        if text != self.title:
-            self.title = text
-            set_title(f"runtime master {self.worker_id} {text}")
-        now = time.monotonic()
-        if text != self.status_sent and now - self.status_at >= 0.5:
-            self.status_sent, self.status_at = text, now
-            self.notifier.status(text)
-
     async def _watch_sizes(self) -> None:
         """Logs (at most once a minute per queue) queues above their size-warning."""
         warned: dict[str, float] = {}
@@ -321,20 +310,14 @@ class Master:
                     log.warning("queue is over its size warning: %d jobs > %g queue=%s worker=%s",
                                 size, limit, queue, self.worker_id)  # fmt: skip
 
-    async def _watchdog(self) -> None:
-        interval = (self.notifier.watchdog_s or 0) / 2
-        while interval:
-            self.notifier.watchdog()
-            await asyncio.sleep(interval)
-
     # --- the loop -----------------------------------------------------------------
 
     def _next_wait(self) -> float | None:
+        """How long the loop may sleep without news (None: until woken)."""
+        due = self.status.next_due(time.monotonic())  # a STATUS change, a WATCHDOG ping
         if self.pool.busy() or self.state.mode != "run":
-            return TICK_S
-        if self.title != self.status_sent:  # a status change waits for its turn
-            return 0.5
-        return None
+            return TICK_S if due is None else min(due, TICK_S)
+        return due
 
     def _done(self) -> bool:
         return (
@@ -352,7 +335,7 @@ class Master:
             guard.check(self.pool.busy(), self.worker, self.state.deadline)
         await self.pool.reconcile(self.state.target, running=self.state.mode == "run")
         self._hand_out()
-        self._show()
+        self.status.show(self._describe(), now)
 
     async def _loop(self) -> None:
         while True:
@@ -389,7 +372,6 @@ class Master:
         self.notifier.ready(self._describe())
         tasks = [
             loop.create_task(self._renew_forever()),
-            loop.create_task(self._watchdog()),
             loop.create_task(self._watch_sizes()),
         ]
         try:

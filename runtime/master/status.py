@@ -1,0 +1,44 @@
+"""What a master shows of itself: its process title, and systemd's STATUS and
+WATCHDOG. Both notifications go from the main loop's pass, so a WATCHDOG ping
+proves that the loop makes progress, not only that some task still runs."""
+
+from __future__ import annotations
+
+import math
+
+from runtime.master.notify import Notifier
+from runtime.proctitle import set_title
+
+STATUS_EVERY_S = 0.5  # at most this often a STATUS change goes to systemd
+
+
+class Status:
+    def __init__(self, notifier: Notifier, worker_id: str) -> None:
+        self.notifier = notifier
+        self.worker_id = worker_id
+        self.title = ""
+        self.sent, self.sent_at = "", -math.inf
+        self.ping_every_s = (notifier.watchdog_s or 0.0) / 2  # systemd's advice
+        self.pinged_at = -math.inf
+
+    def show(self, text: str, now: float) -> None:
+        """Called on every pass: the title when it changes, STATUS when it changed
+        (rate-limited), WATCHDOG when one is due."""
+        if text != self.title:
+            self.title = text
+            set_title(f"runtime master {self.worker_id} {text}")
+        if text != self.sent and now - self.sent_at >= STATUS_EVERY_S:
+            self.sent, self.sent_at = text, now
+            self.notifier.status(text)
+        if self.ping_every_s and now - self.pinged_at >= self.ping_every_s:
+            self.pinged_at = now
+            self.notifier.watchdog()
+
+    def next_due(self, now: float) -> float | None:
+        """Seconds until a pass has something to send (None: nothing pending)."""
+        waits = []
+        if self.title != self.sent:
+            waits.append(self.sent_at + STATUS_EVERY_S - now)
+        if self.ping_every_s:
+            waits.append(self.pinged_at + self.ping_every_s - now)
+        return max(0.0, min(waits)) if waits else None
