@@ -202,6 +202,14 @@ SHARED: dict[str, SharedSetting] = {
             integer=True,
         ),
         SharedSetting(
+            "size-warning-every",
+            60,
+            1,
+            86400,
+            False,
+            "seconds between two size warnings about one queue from one master",
+        ),
+        SharedSetting(
             "jobs-history",
             7 * 86400,
             0,

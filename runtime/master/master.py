@@ -33,6 +33,7 @@ from runtime.master.children import ChildHandle, Running
 from runtime.master.leasing import Leasing, Pending, safety_margin
 from runtime.master.notify import Notifier
 from runtime.master.pool import Pool
+from runtime.master.sizes import SizeWatch
 from runtime.master.status import Status
 from runtime.queue.aio import AsyncClient
 from runtime.queue.keys import Keys
@@ -45,8 +46,6 @@ SIGNALS = {
     signal.SIGHUP: "replace", signal.SIGTTIN: "grow", signal.SIGTTOU: "shrink",
 }  # fmt: skip
 TICK_S = 0.1  # how often running jobs are checked (timeouts, memory, leases)
-SIZE_CHECK_S = 10.0  # how often queue sizes are compared with their size-warning
-SIZE_WARNING_EVERY_S = 60.0  # at most one warning per queue this often
 SENTRY_FLUSH_S = 1.0  # at exit, the longest wait for unsent Sentry events
 PREFETCH_MAX_JOB_S = 0.05  # lease ahead only while jobs take less than this on average
 
@@ -290,26 +289,6 @@ class Master:
         text += f" busy={len(self.pool.busy())}"
         return text + (f" [{' '.join(flags)}]" if flags else "")
 
-    async def _watch_sizes(self) -> None:
-        """Logs (at most once a minute per queue) queues above their size-warning."""
-        warned: dict[str, float] = {}
-        while True:
-            await asyncio.sleep(SIZE_CHECK_S)
-            try:
-                counts = await self.client.counts(list(self.worker.queues))
-            except (redis.exceptions.RedisError, OSError, Error):
-                continue
-            now = time.monotonic()
-            for queue, c in counts.items():
-                limit = c.get("size_warning") or 0
-                size = sum(
-                    c[k] for k in ("waiting", "throttled", "scheduled", "depends", "running")
-                )
-                if limit and size > limit and now - warned.get(queue, -1e9) >= SIZE_WARNING_EVERY_S:
-                    warned[queue] = now
-                    log.warning("queue is over its size warning: %d jobs > %g queue=%s worker=%s",
-                                size, limit, queue, self.worker_id)  # fmt: skip
-
     # --- the loop -----------------------------------------------------------------
 
     def _next_wait(self) -> float | None:
@@ -372,7 +351,9 @@ class Master:
         self.notifier.ready(self._describe())
         tasks = [
             loop.create_task(self._renew_forever()),
-            loop.create_task(self._watch_sizes()),
+            loop.create_task(
+                SizeWatch(self.client, list(self.worker.queues), self.worker_id).run()
+            ),
         ]
         try:
             await self._loop()

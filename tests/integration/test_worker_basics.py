@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pwd
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -197,3 +199,23 @@ def test_process_titles_tell_what_each_process_does(
     jid = plain_client.queue("q").put(f"{J}:sleep", {"seconds": 1})
     wait_for(lambda: f"jid={jid}" in title(child), 10)
     assert "busy=1" in title(master.pid)
+
+
+def test_a_queue_over_its_size_warning_is_warned_about_once_per_interval(
+    start_master: StartMaster, plain_client: Client
+) -> None:
+    plain_client.config_set("q-size-warning", 2)
+    plain_client.config_set("size-warning-every", 1)
+    q = plain_client.queue("q")
+    for _ in range(3):
+        q.put(f"{J}:noop", {}, delay=3600)  # scheduled jobs count, and never run here
+    master = start_master("q", "-c", "1")
+
+    def warnings() -> list[str]:
+        return [line for line in master.log().splitlines() if "over its size warning" in line]
+
+    wait_for(lambda: len(warnings()) >= 4, 20, what="four size warnings")
+    assert "3 jobs > 2 queue=q" in warnings()[0]
+    times = [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f") for line in warnings()]
+    gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(times)]
+    assert all(0.99 <= gap < 2 for gap in gaps), f"one warning per second: {gaps}"
