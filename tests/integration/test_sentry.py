@@ -20,7 +20,7 @@ import pytest
 from runtime import Client
 from tests.integration.conftest import StartMaster
 from tests.integration.test_worker_basics import wait_state
-from tests.support.waiting import wait_for
+from tests.support.waiting import stays, wait_for
 
 J = "tests.integration.jobs"
 
@@ -89,6 +89,14 @@ class Unresponsive:
             conn.close()
 
 
+def only_event(sentry: Collector) -> dict[str, Any]:
+    """The one event: waits for it, then a while longer for a duplicate (an absence)."""
+    wait_for(sentry.events, 10, what="a Sentry event")
+    stays(lambda: len(sentry.events()) == 1, 1.0, what="exactly one Sentry event")
+    [event] = sentry.events()
+    return event
+
+
 @pytest.fixture
 def sentry() -> Iterator[Collector]:
     server = Collector()
@@ -112,8 +120,7 @@ def test_a_final_job_failure_is_one_scrubbed_event(
     data = {"password": "hunter2", "api_key": "sk-live-123", "note": "plain"}
     jid = plain_client.queue("q").put(f"{J}:fail", data, retries=1, backoff=(0.05, 0.05))
     wait_state(plain_client, jid, "failed")
-    wait_for(sentry.events, 10, what="a Sentry event")
-    [event] = sentry.events()
+    event = only_event(sentry)
     assert event["tags"] == {
         "queue": "q", "klass": f"{J}:fail", "jid": jid, "attempt": "2",
         "worker": event["tags"]["worker"],
@@ -136,8 +143,7 @@ def test_a_crash_seen_by_the_master_is_reported_once(
     start_master("q", "-c", "1", env={"SENTRY_DSN": sentry.dsn})
     jid = plain_client.queue("q").put(f"{J}:crash", {"signal": 9}, retries=0)
     wait_state(plain_client, jid, "failed")
-    wait_for(sentry.events, 10, what="a Sentry event")
-    [event] = sentry.events()
+    event = only_event(sentry)
     assert event["fingerprint"] == ["runtime.ChildCrashed"]
     assert event["tags"]["jid"] == jid and event["tags"]["attempt"] == "1"
     assert "killed by signal 9 (SIGKILL)" in event["message"]
@@ -149,7 +155,7 @@ def test_retries_are_not_reported(
     start_master("q", "-c", "1", env={"SENTRY_DSN": sentry.dsn})
     jid = plain_client.queue("q").put(f"{J}:fail", {}, retries=3, backoff=(60, 60))
     wait_state(plain_client, jid, "scheduled")
-    assert sentry.events() == []
+    stays(lambda: sentry.events() == [], 1.0, what="no Sentry event for a retry")
 
 
 def test_an_unresponsive_sentry_never_stalls_the_master_or_its_leases(

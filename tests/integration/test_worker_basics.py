@@ -6,6 +6,8 @@ import itertools
 import json
 import os
 import pwd
+import re
+import signal
 from datetime import datetime
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 
 from runtime import Client
 from tests.integration.conftest import StartMaster
-from tests.support.master import alive, wait_gone
+from tests.support.master import MasterProcess, alive, wait_gone
 from tests.support.waiting import wait_for
 
 J = "tests.integration.jobs"
@@ -80,17 +82,30 @@ def test_children_fork_from_a_clean_point(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
     master = start_master("q", "-c", "2")
+    server = master.fork_server_pid()
     path = workdir / "proc.json"
     jid = plain_client.queue("q").put(f"{J}:describe_process", {"path": str(path)})
     wait_state(plain_client, jid, "complete")
     info = json.loads(path.read_text())
+    assert info["ppid"] == server != master.pid, "forked by the fork server, not the master"
     assert info["parent_threads"] == 1, "the fork server has one thread"
-    assert info["ppid"] == master.fork_server_pid()
-    ready_lines = [line for line in master.log().splitlines() if "child ready" in line]
-    assert len(ready_lines) == 2
-    assert all("threads=1 loop=none" in line for line in ready_lines)
-    master_threads = len(os.listdir(f"/proc/{master.pid}/task"))
-    assert master_threads >= 1  # the master may have threads; it never forks children
+    # more forks: a replacement for a crashed child, one more child, a new fork server
+    crashed = plain_client.queue("q").put(f"{J}:crash", {"signal": 9}, retries=0)
+    wait_state(plain_client, crashed, "failed")
+    master.send(signal.SIGTTIN)
+    wait_for(lambda: len(master.children()) == 3, 10)
+    master.send(signal.SIGHUP)
+    wait_for(lambda: len(forks(master)) >= 7, 20, what="three children from a new fork server")
+    for parent, threads, loop in forks(master):
+        assert parent != master.pid, "the master never forks a child"
+        assert (threads, loop) == (1, "none"), "each fork: one thread, no event loop"
+    assert len({parent for parent, _, _ in forks(master)}) == 2
+
+
+def forks(master: MasterProcess) -> list[tuple[int, int, str]]:
+    """(forking pid, its threads, its event loop) at each fork, from the master's log."""
+    found = re.findall(r"child ready .* forked by pid=(\d+) threads=(\d+) loop=(\w+)", master.log())
+    return [(int(pid), int(threads), loop) for pid, threads, loop in found]
 
 
 def test_the_sandbox(start_master: StartMaster, plain_client: Client, workdir: Path) -> None:

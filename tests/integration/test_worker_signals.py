@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -9,8 +10,8 @@ from pathlib import Path
 from runtime import Client
 from tests.integration.conftest import StartMaster
 from tests.integration.test_worker_basics import wait_state
-from tests.support.master import wait_gone
-from tests.support.waiting import wait_for
+from tests.support.master import MasterProcess, wait_gone
+from tests.support.waiting import stays, wait_for
 
 J = "tests.integration.jobs"
 
@@ -87,8 +88,8 @@ def test_usr2_pauses_leasing_and_cont_resumes(
     master.send(signal.SIGUSR2)
     master.wait_notified("paused")
     jid = plain_client.queue("q").put(f"{J}:noop", {})
-    time.sleep(0.5)
-    assert plain_client.get_job(jid).state == "waiting"  # type: ignore[union-attr]
+    # an absence: a master that leases takes a new job within milliseconds
+    stays(lambda: plain_client.get_job(jid).state == "waiting", 0.5, what="not leased")  # type: ignore[union-attr]
     master.send(signal.SIGCONT)
     wait_state(plain_client, jid, "complete")
 
@@ -116,9 +117,14 @@ def test_hup_replaces_every_child_under_load_losing_and_doubling_nothing(
     q = plain_client.queue("q")
     jids = plain_client.put_many(q.spec(f"{J}:record", {"path": str(path), "seconds": 0.005})
                                  for _ in range(300))  # fmt: skip
-    for _ in range(3):
-        time.sleep(0.2)
+    wait_for(lambda: running(plain_client) > 0, 10, what="the load to start")
+    for hups in range(1, 4):  # one HUP at a time: signals of one kind sent at once may merge
         master.send(signal.SIGHUP)
+
+        def replaced(servers: int = hups + 1) -> bool:
+            return len(fork_servers(master)) == servers
+
+        wait_for(replaced, 20, what="a child from a new fork server")
     wait_for(
         lambda: plain_client.status("q")["q"]["waiting"] == 0 and running(plain_client) == 0, 60
     )
@@ -127,6 +133,11 @@ def test_hup_replaces_every_child_under_load_losing_and_doubling_nothing(
     assert all(plain_client.get_job(j).state == "complete" for j in jids[:20])  # type: ignore[union-attr]
     wait_for(lambda: master.fork_server_pid() not in (None, first_server), 10)
     assert not first_children & set(master.children())
+
+
+def fork_servers(master: MasterProcess) -> set[str]:
+    """The fork servers that have forked a child that came up, from the master's log."""
+    return set(re.findall(r"child ready .* forked by pid=(\d+)", master.log()))
 
 
 def test_a_killed_master_takes_its_children_with_it(start_master: StartMaster) -> None:

@@ -21,3 +21,18 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what or probe}")
         time.sleep(interval_s)
+
+
+def stays(
+    probe: Callable[[], object], duration_s: float, interval_s: float = 0.01, what: str = ""
+) -> None:
+    """Asserts that `probe` stays truthy for `duration_s`, failing at the first falsy
+    answer. Only for absences no event can announce (no duplicate event, no pop while
+    paused); the window must be long against the time the thing would take."""
+    deadline = time.monotonic() + duration_s
+    while True:
+        if not probe():
+            raise AssertionError(f"no longer true: {what or probe}")
+        if time.monotonic() > deadline:
+            return
+        time.sleep(interval_s)
