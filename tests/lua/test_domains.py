@@ -268,3 +268,29 @@ def test_pops_forget_spent_budgets_as_fast_as_they_grant_new_ones(
         assert len(jids(pop(client, "q"))) == 300
         clock.advance(1)
     assert client.redis.zcard(client.keys.key("domain_tat")) == 300, "only the last round's"
+
+
+def test_domains_freed_at_once_are_released_a_bounded_batch_per_pop_until_none_is_left(
+    client: Client, clock: FrozenClock
+) -> None:
+    client.config_set("domain-rate", 1)
+    client.config_set("domain-period", 10)
+    q = client.queue("q")
+    for round_ in range(2):
+        client.put_many(q.spec("a.b:c", {}, jid=f"d{i:03d}-{round_}", domain=f"d{i:03d}")
+                        for i in range(200))  # fmt: skip
+    assert len(jids(pop(client, "q"))) == 200
+    assert counts(client, "q") == (0, 200)
+    clock.advance(10)  # all 200 domains free at once
+    batch = LIMITS["pop_skips"] + 2  # a pop of one releases pop_skips + 2 lanes
+    assert jids(pop(client, "q", count=1)) == ["d000-1"]
+    assert counts(client, "q") == (batch - 1, 200 - batch)
+    reply = pop(client, "q", count=0)  # a master's look: freed lanes are left, so at once
+    assert reply == {"jobs": [], "wake_in_ms": 0, "refill": []}
+    skips = LIMITS["pop_skips"]
+    assert counts(client, "q") == (batch - 1 + skips, 200 - batch - skips)
+    most = LIMITS["release_batch"]  # lanes any one pop releases
+    reply = pop(client, "q")
+    assert len(reply["jobs"]) == batch - 1 + skips + most and reply["wake_in_ms"] == 0
+    assert len(jids(pop(client, "q"))) == 200 - batch - skips - most
+    assert counts(client, "q") == (0, 0)

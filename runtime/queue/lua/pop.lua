@@ -49,7 +49,8 @@ for _, queue in ipairs(queues) do
     end
     Place.reclaim(queue, now_us, LIMITS.reclaim_batch)
     Place.promote(queue, now_us)
-    Lanes.release(queue, now_us, LIMITS.release_batch)
+    -- enough freed lanes to fill this pop; a backlog goes with the next pops
+    Lanes.release(queue, now_us, math.min(LIMITS.release_batch, LIMITS.pop_skips + 2 * count))
     active[#active + 1] = queue
   end
 end

@@ -222,23 +222,31 @@ function Lanes.insert_by_ticket(queue, jid, meta, now_us)
 end
 
 -- Lanes whose domain has freed become ready again (at most `count` of them).
--- A lane whose domain is still spent (its limit changed) stays, re-scored.
+-- (A lane released while its domain is spent after all, which only a change
+-- of the default limit leaves behind, is throttled again by the pop that meets it.)
 function Lanes.release(queue, now_us, count)
   local key = K.throttled(queue)
   local ids = redis.call('ZRANGEBYSCORE', key, '-inf', int(now_us), 'LIMIT', 0, count)
+  if #ids == 0 then
+    return
+  end
+  redis.call('ZREM', key, unpack(ids))
+  local freed, prios = 0, {}
   for _, id in ipairs(ids) do
     local prio, domain = split_id(id)
     local lane = K.lane(queue, prio, domain)
-    local free_at = Domains.free_at(domain, now_us)
     local ticket = head_ticket(lane)
-    if not ticket then
-      drop_empty(queue, prio, domain)
-    elseif free_at then
-      redis.call('ZADD', key, int(math.ceil(free_at)), id)
+    if ticket then
+      freed = freed + redis.call('LLEN', lane)
+      redis.call('ZADD', K.ready(queue, prio), ticket, domain)
+      prios[prio] = true
     else
-      unthrottle(queue, prio, domain, redis.call('LLEN', lane))
-      make_ready(queue, prio, domain, ticket)
+      leave(queue, prio, domain)
     end
+  end
+  redis.call('HINCRBY', K.queue(queue), 'throttled', -freed)
+  for prio in pairs(prios) do
+    redis.call('ZADD', K.prios(queue), prio, prio)
   end
 end
 
