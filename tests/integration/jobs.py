@@ -123,6 +123,27 @@ def garbage(job: Any) -> None:
     time.sleep(2)
 
 
+def try_fork(job: Any) -> None:
+    """Records whether the child may start one more process: 'forked' or the error."""
+    try:
+        pid = os.fork()
+    except OSError as err:
+        _append(job.data["path"], type(err).__name__)
+        return
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    _append(job.data["path"], "forked")
+
+
+def last_words(job: Any) -> None:
+    """Prints a lot, then its last words, then dies without reporting."""
+    for i in range(job.data.get("lines", 1000)):
+        print(f"line {i} " + "x" * 100)
+    print("LAST WORDS before the crash")
+    os._exit(3)
+
+
 def spawn_daemon(job: Any) -> None:
     """Double-forks a daemon (setsid) that would sleep for a minute; records its pid."""
     r, w = os.pipe()
@@ -154,6 +175,7 @@ def describe_process(job: Any) -> None:
         "parent_threads": len(os.listdir(f"/proc/{os.getppid()}/task")),
         "sandbox_files": sorted(os.listdir(job.sandbox)),
         "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0], "groups": os.getgroups(),
     }  # fmt: skip
     Path(job.data["path"]).write_text(json.dumps(info))
 

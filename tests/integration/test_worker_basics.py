@@ -8,6 +8,9 @@ import os
 import pwd
 import re
 import signal
+import socket
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -16,7 +19,7 @@ import pytest
 from runtime import Client
 from tests.integration.conftest import StartMaster
 from tests.support.master import MasterProcess, alive, wait_gone
-from tests.support.waiting import wait_for
+from tests.support.waiting import stays, wait_for
 
 J = "tests.integration.jobs"
 
@@ -234,3 +237,41 @@ def test_a_queue_over_its_size_warning_is_warned_about_once_per_interval(
     times = [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f") for line in warnings()]
     gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(times)]
     assert all(0.99 <= gap < 2 for gap in gaps), f"one warning per second: {gaps}"
+
+
+def test_runtime_workers_lists_a_live_master_and_its_jobs(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    master = start_master("q", "-c", "1", "--grace", "0")
+    path = workdir / "alive"
+    jid = plain_client.queue("q").put(f"{J}:alive", {"seconds": 30, "path": str(path)})
+    wait_for(path.exists, 10)
+    env = {**os.environ, "REDIS_URL": master.server.url, "RUNTIME_NAMESPACE": master.namespace}
+    listed = subprocess.run([sys.executable, "-m", "runtime", "workers", "--json"], env=env,
+                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    [(name, info)] = json.loads(listed.stdout).items()
+    assert name == f"{socket.gethostname()}-{master.pid}"
+    assert info["jobs"] == [jid]
+    master.send(signal.SIGTERM)
+    assert master.wait(10) == 0
+    assert plain_client.workers() == {}, "a master that exits is forgotten"
+
+
+def test_an_idle_master_only_blocks_waiting_for_work(
+    start_master: StartMaster, plain_client: Client
+) -> None:
+    start_master("q", "-c", "1")
+    conn = plain_client.redis
+
+    def blocked() -> bool:
+        return any(c.get("cmd") == "blpop" for c in conn.client_list())
+
+    wait_for(blocked, 10, what="the master to block on its queues")
+    conn.config_resetstat()
+    # an absence: what a polling master would send within three seconds
+    stays(blocked, 3.0, interval_s=0.5, what="the master blocked")
+    ours = ("info", "config", "client")
+    sent = {name.removeprefix("cmdstat_"): v["calls"]
+            for name, v in conn.info("commandstats").items()}  # fmt: skip
+    assert {name: n for name, n in sent.items() if not name.startswith(ours)} == {}

@@ -3,6 +3,7 @@ retried or failed with a readable reason, never lost; the master survives."""
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -182,3 +183,35 @@ def test_a_master_removes_its_sandboxes_when_it_exits(
     assert master.wait(10) == 0
     assert not mine.exists(), "the worker's sandboxes are gone"
     assert mine.parent.is_dir(), "the shared sandboxes directory stays"
+
+
+def test_the_tail_of_a_crashed_child_s_output_is_in_the_reason(
+    start_master: StartMaster, plain_client: Client
+) -> None:
+    start_master("q", "-c", "1")
+    jid = plain_client.queue("q").put(f"{J}:last_words", {"lines": 2000}, retries=0)
+    group, message = final_failure(plain_client, jid)
+    reason, _, output = message.partition("\n--- last output of the child ---\n")
+    assert (group, reason) == ("runtime.ChildCrashed", "exited with code 3 before reporting")
+    assert output.rstrip().endswith("LAST WORDS before the crash"), "the tail is kept"
+    assert "line 0 " not in output and len(output) <= 4096, "the head is not"
+
+
+def test_a_child_killed_from_outside_has_its_job_retried_with_the_signal(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    master = start_master("q", "-c", "1")
+    path = workdir / "alive"
+    jid = plain_client.queue("q").put(
+        f"{J}:alive", {"seconds": 30, "path": str(path)}, retries=1, backoff=(60, 60)
+    )
+    wait_for(path.exists, 10)
+    [child] = master.children()
+    os.kill(child, signal.SIGKILL)
+    wait_state(plain_client, jid, "scheduled")
+    job = plain_client.get_job(jid)
+    assert job is not None and job.failure is not None
+    assert job.failure.group == "runtime.ChildCrashed"
+    assert job.failure.message.startswith("killed by signal 9 (SIGKILL)")
+    assert job.remaining == job.retries - 1, "one attempt spent"
+    still_serving(master, plain_client, workdir)

@@ -175,3 +175,23 @@ def test_a_job_leased_ahead_is_not_started_after_its_lease_ran_out(
     assert f"job stopped, its lease was lost jid={later}" not in master.log()
     ran = {int(line.split()[1]) for line in ahead.read_text().splitlines()}
     assert 1 not in ran, "the attempt whose lease ran out never started"
+
+
+def test_a_lease_reported_lost_kills_the_child_at_once(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    plain_client.config_set("q-heartbeat", 3)  # renewals every second
+    master = start_master("q", "-c", "1")
+    path = workdir / "alive"
+    jid = plain_client.queue("q").put(f"{J}:alive", {"seconds": 30, "path": str(path)})
+    wait_for(path.exists, 10)
+    [child] = master.children()
+    assert plain_client.cancel(jid) == [jid]  # from another client: the lease is gone
+    cancelled_at = time.time()
+    wait_gone(child, 5)
+    last = attempts(path)[(jid, 1)][1]
+    assert last < cancelled_at + 1.5, "killed at the first renewal after the cancel"
+    wait_for(lambda: f"job stopped, its lease was lost jid={jid}" in master.log(), 5)
+    assert plain_client.get_job(jid) is None
+    after = plain_client.queue("q").put(f"{J}:noop", {})
+    wait_state(plain_client, after, "complete")
