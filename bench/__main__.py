@@ -14,15 +14,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import core, machine, scheduler, worker
+from bench import core, machine, scheduler, side, worker
 from runtime.queue.embedded import find_server_binary
 
 HERE = Path(__file__).parent
-SUITES = {"core": core.run, "worker": worker.run, "scheduler": scheduler.run}
+SUITES = {"core": core.run, "worker": worker.run, "scheduler": scheduler.run, "side": side.run}
 TITLES = {
     "core": "Core operations from one process (issue: foundation)",
     "worker": "The worker host end to end (issue: the worker host)",
     "scheduler": "The embedded scheduler at scale (issue: the embedded scheduler)",
+    "side": "Side by side with RQ, Celery, Dramatiq, arq, Huey and saq (issue: benchmarks)",
 }
 
 
@@ -58,7 +59,11 @@ def render() -> str:
         lines.append("")
         lines += ["| machine | |", "| --- | --- |"]
         lines += [f"| {k} | {v} |" for k, v in result["machine"].items()]
-        lines += ["", "| measure | result |", "| --- | ---: |"]
+        lines.append("")
+        if suite == "side":
+            lines += side.render(result)
+            lines += ["Reference, from the same run on the same server:", ""]
+        lines += ["| measure | result |", "| --- | ---: |"]
         lines += [f"| {name} | {_cell(runs)} |" for name, runs in result["measures"].items()]
         notes = HERE / "results" / f"{suite}.notes.md"
         if notes.exists():
@@ -71,12 +76,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("suites", nargs="*", choices=[*SUITES, []], help="default: all")
     parser.add_argument("--quick", action="store_true", help="small runs to check the harness")
+    parser.add_argument("--systems", help="side: comma-separated systems (default: all)")
+    parser.add_argument("--measures", help="side: comma-separated measures (default: all)")
+    parser.add_argument("--repeat", type=int, default=3, help="side: runs of each measure")
     args = parser.parse_args(argv)
     (HERE / "results").mkdir(exist_ok=True)
     for suite in args.suites or list(SUITES):
         started = time.monotonic()
         print(f"bench: running {suite} ...", file=sys.stderr)
-        result = SUITES[suite](quick=args.quick)
+        if suite == "side":
+            result = side.run(
+                quick=args.quick,
+                systems=args.systems.split(",") if args.systems else None,
+                measures=args.measures.split(",") if args.measures else None,
+                repeat=args.repeat,
+            )
+        else:
+            result = SUITES[suite](quick=args.quick)
         result["when"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         result["command"] = "python -m bench " + shlex.join(
             argv if argv is not None else sys.argv[1:]

@@ -24,6 +24,7 @@ does not define is reported as not supported.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import signal
@@ -91,7 +92,7 @@ def stamps(url: str, n: int, timeout_s: float, key: str = STAMPS) -> dict[int, f
         time.sleep(0.01)
     out = {}
     for raw in r.lrange(key, 0, -1):
-        index, when = raw.decode().split()
+        index, when = _text(raw).split()
         out[int(index)] = float(when)
     return out
 
@@ -122,20 +123,27 @@ def latency_of(url: str, n: int, put: Callable[[int], None], per_s: float = 50) 
     wait_started(url, put)
     put_at = paced(n, per_s, put)
     started = stamps(url, n, timeout_s=60)
-    return percentiles([(started[i] - put_at[i]) * 1000 for i in range(n) if i in started])
+    out = percentiles([(started[i] - put_at[i]) * 1000 for i in range(n) if i in started])
+    return {**out, "missing": n - len(started)}
 
 
 def lateness_of(url: str, n: int, put_at: Callable[[int, float], None],
-                put: Callable[[int], None], delay_s: float = 2.0) -> dict[str, Any]:  # fmt: skip
-    """put_at(i, due) schedules job i to start at the time.time() `due`."""
+                put: Callable[[int], None], delay_s: float = 2.0,
+                spacing_s: float = 0.02) -> dict[str, Any]:  # fmt: skip
+    """put_at(i, due) schedules job i to start at the time.time() `due`, delay_s after
+    its put; puts are spacing_s apart, so the due times spread over n * spacing_s and
+    a scheduler that ticks once a second is sampled at every phase of its tick.
+    `early`: jobs that started before their due time (they count as negative)."""
     wait_started(url, put)
     due = {}
     for i in range(n):
         due[i] = time.time() + delay_s
         put_at(i, due[i])
-        time.sleep(0.005)
+        time.sleep(max(0.0, due[i] - delay_s + spacing_s - time.time()))
     started = stamps(url, n, timeout_s=delay_s + 60)
-    return percentiles([(started[i] - due[i]) * 1000 for i in range(n) if i in started])
+    late = [(started[i] - due[i]) * 1000 for i in range(n) if i in started]
+    return {**percentiles(late), "early": sum(1 for x in late if x < 0),
+            "missing": n - len(started)}  # fmt: skip
 
 
 def drained(url: str, n: int) -> dict[str, float]:
@@ -156,19 +164,43 @@ def drained(url: str, n: int) -> dict[str, float]:
     return {"rate": (done - first) / seconds, "done": done, "seconds": seconds}
 
 
+FREE_PER_LIMITED = 20  # free-key jobs queued after each limited-key job
+
+
+def plan(seconds: float) -> list[tuple[bool, int]]:
+    """The rate-limit workload in queue order: (limited?, number). Enough limited jobs
+    for 1.5x the run at the limit, each followed by FREE_PER_LIMITED free ones, so the
+    free key has work for the whole run unless a system is very fast."""
+    out: list[tuple[bool, int]] = []
+    for i in range(int(LIMIT_RATE * seconds * 1.5)):
+        out.append((True, i))
+        out += [(False, i * FREE_PER_LIMITED + j) for j in range(FREE_PER_LIMITED)]
+    return out
+
+
 def limited(url: str, seconds: float) -> dict[str, float]:
-    """Reads the stamps of a rate-limit run: the limited key's starts per second over
-    the steady part (after the first second), the most starts in any one-second
-    window, and how many jobs of the free key ran meanwhile."""
+    """Reads the stamps of a rate-limit run, `seconds` long from the first job that
+    starts: the limited key's starts per second over the steady part (after its first
+    second), the most starts in any one-second window, and how fast the free key's
+    jobs ran meanwhile (over the span of their own stamps)."""
     r = conn(url)
+    limited_key, free_key = STAMPS + ":limited", STAMPS + ":free"
+    deadline = time.monotonic() + 120
+    while r.llen(limited_key) + r.llen(free_key) == 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("no job started")
+        time.sleep(0.01)
     time.sleep(seconds)
-    limited_at = sorted(float(x.decode().split()[1]) for x in r.lrange(STAMPS + ":limited", 0, -1))
-    free = r.llen(STAMPS + ":free")
+    limited_at = _times(r.lrange(limited_key, 0, -1))
+    free_at = _times(r.lrange(free_key, 0, -1))
+    free_span = free_at[-1] - free_at[0] if len(free_at) > 1 else 0.0
+    free_rate = len(free_at) / free_span if free_span > 0 else 0.0
     if len(limited_at) < 3:
-        return {"observed": 0.0, "error_pct": -100.0, "max_1s": len(limited_at), "free_jobs": free}
+        return {"observed": 0.0, "error_pct": -100.0, "max_1s": len(limited_at),
+                "free_jobs": len(free_at), "free_rate": free_rate}  # fmt: skip
     start = limited_at[0] + 1.0
     steady = [t for t in limited_at if t >= start]
-    span = max(t for t in steady) - start if steady else 0.0
+    span = max(steady) - start if steady else 0.0
     observed = len(steady) / span if span > 0 else 0.0
     max_1s, j = 0, 0
     for i, t in enumerate(limited_at):
@@ -176,7 +208,15 @@ def limited(url: str, seconds: float) -> dict[str, float]:
             j += 1
         max_1s = max(max_1s, i - j + 1)
     return {"observed": observed, "error_pct": (observed / LIMIT_RATE - 1) * 100,
-            "max_1s": max_1s, "free_jobs": free}  # fmt: skip
+            "max_1s": max_1s, "free_jobs": len(free_at), "free_rate": free_rate}  # fmt: skip
+
+
+def _times(raw: list[Any]) -> list[float]:
+    return sorted(float(_text(x).split()[1]) for x in raw)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 # --- worker processes -------------------------------------------------------------
@@ -237,7 +277,7 @@ def main(adapter: ModuleType) -> int:
     kwargs: dict[str, Any] = {"n": args.n} if args.measure != "ratelimit" else {}
     if args.measure == "ratelimit":
         kwargs["seconds"] = args.seconds
-    if args.variant:
-        kwargs["variant"] = args.variant
+    if args.variant and "variant" in inspect.signature(func).parameters:
+        kwargs["variant"] = args.variant  # only measures that differ by variant take it
     print(json.dumps(func(args.url, **kwargs)), flush=True)
     return 0

@@ -3,6 +3,7 @@ completion (a lease, renewed by the master, ended by `complete`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import uuid
@@ -21,8 +22,9 @@ def _client(url: str) -> Client:
 
 def _workers(url: str) -> common.Workers:
     argv = [common.bin_of("runtime"), "worker", TASKS, "--queues", common.QUEUE,
-            "--concurrency", "2", "--url", url]  # fmt: skip
-    return common.Workers([argv], url, RUNTIME_STATE_DIR=f"/tmp/rt-bench-{uuid.uuid4().hex[:8]}")
+            "--concurrency", "2", *os.environ.get("BENCH_RUNTIME_ARGS", "").split()]  # fmt: skip
+    state = f"/tmp/rt-bench-{uuid.uuid4().hex[:8]}"
+    return common.Workers([argv], url, REDIS_URL=url, RUNTIME_STATE_DIR=state)
 
 
 def enqueue_one(url: str, n: int) -> dict[str, float]:
@@ -81,12 +83,11 @@ def ratelimit(url: str, seconds: float) -> dict[str, Any]:
     client.set_domain_limit(common.LIMIT_KEY, common.LIMIT_RATE, 1.0)
     q = client.queue(common.QUEUE)
     specs = []
-    for i in range(int(common.LIMIT_RATE * seconds * 1.5)):
-        specs.append(q.spec(f"{TASKS}:stamp", {"n": i, "key": common.STAMPS + ":limited"},
-                            domain=common.LIMIT_KEY))  # fmt: skip
-        specs += [q.spec(f"{TASKS}:stamp", {"n": i, "key": common.STAMPS + ":free"},
-                         domain=common.FREE_KEY) for _ in range(5)]  # fmt: skip
-    client.put_many(specs)
+    for is_limited, i in common.plan(seconds):
+        key, domain = (":limited", common.LIMIT_KEY) if is_limited else (":free", common.FREE_KEY)
+        specs.append(q.spec(f"{TASKS}:stamp", {"n": i, "key": common.STAMPS + key}, domain=domain))
+    for offset in range(0, len(specs), BATCH):
+        client.put_many(specs[offset : offset + BATCH])
     with _workers(url):
         return common.limited(url, seconds)
 
