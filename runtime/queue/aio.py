@@ -132,26 +132,28 @@ class AsyncClient:
         self.worker = worker
         self.redis: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url)
         self.blocking: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, socket_timeout=None)
+        self.functions = True  # FCALL until load_scripts finds otherwise
 
     async def close(self) -> None:
         await self.redis.aclose()
         await self.blocking.aclose()
 
     async def load_scripts(self) -> None:
-        for name in scripts.operations():
-            await self.redis.script_load(scripts.load(name).source)
+        """Loads the function library (or, without FCALL, every script) once."""
+        self.functions = await scripts.aprepare(self.redis)
 
     async def _pipeline(self, calls: list[tuple[str, list[Any]]]) -> list[Any]:
         """Runs the calls in one round trip; reloads scripts the server forgot."""
         root = [self.keys.root]
         pipe = self.redis.pipeline(transaction=False)
         for name, args in calls:
-            pipe.evalsha(scripts.load(name).sha, 1, *root, *args)
+            scripts.queue_call(pipe, name, root, args, self.functions)
         results: list[Any] = await pipe.execute(raise_on_error=False)
         for i, (name, args) in enumerate(calls):
             result = results[i]
-            if isinstance(result, redis.exceptions.NoScriptError):
+            if scripts.needs_loading(result):  # the server lost them (restart, flush)
                 results[i] = await scripts.acall(self.redis, name, root, args)
+                self.functions = scripts.uses_functions(self.redis)
             elif isinstance(result, redis.exceptions.ResponseError):
                 raise scripts.translate(name, result)
             elif isinstance(result, Exception):

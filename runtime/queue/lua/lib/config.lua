@@ -6,6 +6,9 @@
 
 local Config = {}
 local config_values
+per_call(function()
+  config_values = nil
+end)
 
 function Config.get(name, queue)
   if not config_values then

@@ -18,6 +18,9 @@
 
 local Domains = {}
 local limit_memo = {}
+per_call(function()
+  limit_memo = {}
+end)
 
 -- {interval = us, tau = us} for a limited domain, or false.
 function Domains.limit(domain)

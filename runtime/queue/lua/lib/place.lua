@@ -15,6 +15,9 @@
 
 local Place = {}
 local woken, promoted, known = {}, {}, {}
+per_call(function()
+  woken, promoted, known = {}, {}, {}
+end)
 
 -- The scheduled-set member of a job: one hex digit saying how many hex digits
 -- the ticket has, the ticket in hex, then the jid (so shorter tickets sort first).

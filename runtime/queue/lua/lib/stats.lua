@@ -10,6 +10,9 @@
 
 local Stats = {}
 local pending = {} -- "queue\0day" -> {queue, day, times = {what -> {n, mean, m2}}, hist, counts}
+per_call(function()
+  pending = {}
+end)
 
 local function bucket(seconds)
   if seconds < 60 then
