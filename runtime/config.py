@@ -101,6 +101,7 @@ def load_settings(
     return replace(Settings(), **values)
 
 
+MIN_CHILD_PROCESSES = 2  # RLIMIT_NPROC counts threads: a child has two
 ORDERS = ("ordered", "round-robin")
 
 
@@ -119,7 +120,7 @@ class WorkerSettings:
     cpu_limit_s: float | None = None  # CPU seconds per job (RLIMIT_CPU)
     address_space_mib: int | None = None  # RLIMIT_AS of children
     open_files: int | None = None  # RLIMIT_NOFILE of children
-    max_processes: int | None = None  # RLIMIT_NPROC of children (per user)
+    max_processes: int | None = None  # RLIMIT_NPROC of children (per user; threads count)
     user: str | None = None
     group: str | None = None
     grace_s: float = 30.0  # TERM: how long running jobs may finish
@@ -141,6 +142,11 @@ class WorkerSettings:
         for name in ("grace_s", "kill_grace_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
+        if self.max_processes is not None and self.max_processes < MIN_CHILD_PROCESSES:
+            raise ConfigError(
+                f"max-processes must be at least {MIN_CHILD_PROCESSES}: it counts threads, "
+                "and a child runs two (the job's and its reader)"
+            )
 
 
 # --- settings shared by the deployment, stored in Redis -------------------------

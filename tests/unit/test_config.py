@@ -58,3 +58,10 @@ def test_shared_settings_accept_per_queue_names_and_check_ranges() -> None:
         config.shared_setting("heartbeat").parse("soon")
     with pytest.raises(ConfigError):
         config.shared_setting("heartbeat").parse("nan")
+
+
+def test_max_processes_below_what_a_child_needs_is_refused_with_the_reason() -> None:
+    base = {"modules": ("app.jobs",), "queues": ("q",)}
+    with pytest.raises(ConfigError, match="at least 2: it counts threads"):
+        config.WorkerSettings(**base, max_processes=1)  # type: ignore[arg-type]
+    assert config.WorkerSettings(**base, max_processes=2).max_processes == 2  # type: ignore[arg-type]
