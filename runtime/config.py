@@ -113,7 +113,8 @@ class WorkerSettings:
     queues: tuple[str, ...]
     concurrency: int = field(default_factory=lambda: os.cpu_count() or 1)
     order: str = "ordered"
-    prefetch: int | None = None  # jobs leased ahead of free children (None: concurrency)
+    prefetch: int | None = None  # jobs leased ahead of the children (None: ~10 ms of work)
+    pipeline: int = 2  # most jobs a busy child holds behind its running one (short jobs)
     max_jobs_per_child: int | None = None
     max_memory_per_child_mib: int | None = None  # recycle a child above this RSS
     memory_limit_mib: int | None = None  # kill a job's child above this RSS
@@ -139,6 +140,8 @@ class WorkerSettings:
             raise ConfigError(f"order must be one of {', '.join(ORDERS)}")
         if self.concurrency < 0 or (self.prefetch is not None and self.prefetch < 0):
             raise ConfigError("concurrency and prefetch must be >= 0")
+        if self.pipeline < 0:
+            raise ConfigError("pipeline must be >= 0")
         for name in ("grace_s", "kill_grace_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")

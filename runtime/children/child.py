@@ -1,13 +1,16 @@
 """The child: runs one job at a time for its master, over one socket.
 
-Its loop reads as its steps: receive a job, prepare the sandbox, import the
-klass through the allow-list, call it, report, empty the sandbox.
+Its loop reads as its steps: receive a job, check it may still start, import the
+klass through the allow-list, call it, report, clean the sandbox.
 
-A reader thread takes the master's messages off the socket, so a job that
-never yields cannot stop them: `lease` messages move the deadline, and when
-the deadline passes with a job still running (its master stopped renewing:
-frozen, or cut off from Redis) the child stops itself, before the lease can
-expire in Redis. Exit codes tell the master what happened (see EXIT_*).
+A reader thread takes the master's messages off the socket, so a job that never
+yields cannot stop them. It keeps the lease deadline of every job the child holds
+(the running one, and the one or two the master sent ahead while jobs are short):
+`lease` messages move them, `withdraw` drops a job that has not started (answered
+by `skipped`), and when the running job's deadline passes (its master stopped
+renewing: frozen, or cut off from Redis) the child stops itself before the lease
+can expire in Redis. A job whose deadline passed while it waited is skipped, never
+started. Exit codes tell the master what happened (see EXIT_*).
 """
 
 from __future__ import annotations
@@ -69,8 +72,11 @@ class Child:
         self.settings = settings
         self.inbox: queue.Queue[protocol.Run | None] = queue.Queue()
         self.send_lock = threading.Lock()
+        self.lock = threading.Lock()  # guards the three below (reader and main thread)
+        self.deadlines: dict[str, float] = {}  # jid -> lease deadline of each job held
+        self.withdrawn: set[str] = set()  # held jobs the master took back
         self.running: str | None = None  # jid of the job being run
-        self.deadline = float("inf")
+        self.functions: dict[str, Any] = {}  # klass -> callable, resolved once
 
     # --- messages ---------------------------------------------------------------
 
@@ -79,17 +85,24 @@ class Child:
         with self.send_lock:
             self.sock.sendall(frame)
 
+    def _wait_s(self) -> float | None:
+        """Until the earliest deadline that matters: the running job's, or one a held
+        job may still start under (those already past are skipped, never started)."""
+        now, wait = time.monotonic(), None
+        with self.lock:
+            for jid, deadline in self.deadlines.items():
+                if jid == self.running and deadline <= now:
+                    self._fence()
+                if deadline > now and (wait is None or deadline - now < wait):
+                    wait = deadline - now
+        return wait
+
     def _read_loop(self) -> None:
         """Reader thread: queue jobs, move deadlines, fence when a deadline passes."""
         frames = protocol.FrameBuffer()
         while True:
-            wait = None
-            if self.running is not None:
-                wait = max(0.0, self.deadline - time.monotonic())
-            readable, _, _ = select.select([self.sock], [], [], wait)
+            readable, _, _ = select.select([self.sock], [], [], self._wait_s())
             if not readable:
-                if self.running is not None and time.monotonic() >= self.deadline:
-                    self._fence()
                 continue
             try:
                 data = self.sock.recv(65536)
@@ -100,14 +113,27 @@ class Child:
                 self.inbox.put(None)
                 return
             for message in messages:
-                if isinstance(message, protocol.Run):
-                    # the deadline holds from now, not from when the main thread starts it
-                    self.deadline, self.running = message.deadline, message.jid
-                    self.inbox.put(message)
-                elif isinstance(message, protocol.Lease) and message.jid == self.running:
-                    self.deadline = message.deadline
-                elif isinstance(message, protocol.Stop):
-                    self.inbox.put(None)
+                self._on_message(message)
+
+    def _on_message(self, message: protocol.Message) -> None:
+        if isinstance(message, protocol.Run):
+            with self.lock:  # the deadline holds from now, not from when the job starts
+                self.deadlines[message.jid] = message.deadline
+            self.inbox.put(message)
+        elif isinstance(message, protocol.Lease):
+            with self.lock:
+                if message.jid in self.deadlines:
+                    self.deadlines[message.jid] = message.deadline
+        elif isinstance(message, protocol.Withdraw):
+            with self.lock:
+                taken = message.jid in self.deadlines and message.jid != self.running
+                if taken:
+                    del self.deadlines[message.jid]
+                    self.withdrawn.add(message.jid)
+            if taken:
+                self.send(protocol.Skipped(message.jid, "withdrawn"))
+        elif isinstance(message, protocol.Stop):
+            self.inbox.put(None)
 
     def _fence(self) -> None:
         sandbox.kill_leftovers()
@@ -121,25 +147,44 @@ class Child:
             run = self.inbox.get()
             if run is None:
                 return EXIT_STOPPED
-            self.run_job(run)
+            if self._begin(run):
+                self.run_job(run)
+
+    def _begin(self, run: protocol.Run) -> bool:
+        """Marks the job running, unless it was withdrawn or its lease ran out meanwhile."""
+        with self.lock:
+            if run.jid in self.withdrawn:
+                self.withdrawn.discard(run.jid)
+                return False
+            if self.deadlines.get(run.jid, 0.0) > time.monotonic():
+                self.running = run.jid
+                return True
+            self.deadlines.pop(run.jid, None)
+        self.send(protocol.Skipped(run.jid, "lease"))
+        return False
 
     def run_job(self, run: protocol.Run) -> None:
         sandbox.limit_cpu_for_next_job(run.cpu_limit_s)
-        sandbox.empty(self.settings.workdir)
         _title(self.settings, f"jid={run.jid} klass={run.klass}")
         try:
             outcome = self.call(run)
         except Terminated:
             self._clean_up()
             os._exit(EXIT_TERMINATED)
-        self.running = None
+        with self.lock:
+            self.running = None
+            self.deadlines.pop(run.jid, None)
         self.send(outcome)
         self._clean_up()
-        _title(self.settings, "idle")
+        if self.inbox.empty():
+            _title(self.settings, "idle")
 
     def call(self, run: protocol.Run) -> protocol.Message:
         try:
-            fn = allowlist.resolve(run.klass, self.settings.modules)
+            fn = self.functions.get(run.klass) or allowlist.resolve(
+                run.klass, self.settings.modules
+            )
+            self.functions[run.klass] = fn
         except KlassNotAllowed as err:
             return self._failed(run, "runtime.KlassNotAllowed", str(err), retry=False)
         except KlassNotFound as err:
@@ -212,6 +257,7 @@ def main(
     try:
         sandbox.enter(spec, fork_point.pid)
         sandbox.become_subreaper()
+        sandbox.empty(settings.workdir)  # then after every job
     except SandboxError as err:
         os.write(2, f"runtime child {settings.index}: {err}\n".encode())
         return EXIT_SANDBOX

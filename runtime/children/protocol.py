@@ -4,8 +4,12 @@ A frame is a 4-byte big-endian length, then that many bytes of UTF-8 JSON: one
 object with a `kind`. Frames above `MAX_FRAME_BYTES` are a protocol error, as is
 anything that does not decode to a known message. Never pickle.
 
-master -> child   run, lease, stop
-child -> master   ready, heartbeat, done, failed
+master -> child   run, lease, withdraw, stop
+child -> master   ready, heartbeat, done, failed, skipped
+
+A child runs its jobs one at a time in the order they came; while jobs are short
+the master sends the next one or two before the running one ends (a pipeline),
+so a child never waits for the master between jobs.
 """
 
 from __future__ import annotations
@@ -49,6 +53,15 @@ class Lease(Message):
     kind: ClassVar[str] = "lease"
     jid: str
     deadline: float
+
+
+@dataclass(frozen=True)
+class Withdraw(Message):
+    """Do not start this job after all (it waits behind a long one, or its lease was
+    lost): answered by `skipped` unless the job has already started."""
+
+    kind: ClassVar[str] = "withdraw"
+    jid: str
 
 
 @dataclass(frozen=True)
@@ -96,8 +109,18 @@ class Failed(Message):
     details: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Skipped(Message):
+    """A job the child did not and will not start: `why` is "withdrawn" or "lease"
+    (its lease deadline had passed when its turn came)."""
+
+    kind: ClassVar[str] = "skipped"
+    jid: str
+    why: str
+
+
 KINDS: dict[str, type[Message]] = {
-    cls.kind: cls for cls in (Run, Lease, Stop, Ready, Heartbeat, Done, Failed)
+    cls.kind: cls for cls in (Run, Lease, Withdraw, Stop, Ready, Heartbeat, Done, Failed, Skipped)
 }
 _FIELDS: dict[type[Message], tuple[str, ...]] = {
     cls: tuple(f.name for f in fields(cls)) for cls in KINDS.values()

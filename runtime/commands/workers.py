@@ -23,7 +23,13 @@ from runtime.commands.queues import status
 @click.option(
     "--prefetch",
     type=click.IntRange(0),
-    help="Jobs leased ahead of free children, while jobs are short (default: --concurrency).",
+    help="Jobs leased ahead of the children while jobs are short (default: ~10 ms of work).",
+)
+@click.option(
+    "--pipeline",
+    type=click.IntRange(0),
+    help="Most jobs a busy child holds behind its running one while jobs are short "
+    "(default 2; 0: a child gets a job only when idle).",
 )
 @click.option("--max-jobs-per-child", type=click.IntRange(1), help="Recycle after N jobs.")
 @click.option("--max-memory-per-child", type=click.IntRange(1), help="Recycle above MiB.")

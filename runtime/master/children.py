@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -37,6 +38,8 @@ class Running:
     last_sign: float  # monotonic: start, or the child's latest heartbeat
     lease_until: float  # monotonic: the lease is known to hold until then
     terminated_at: float | None = None  # SIGTERM sent (timeout)
+    withdrawing: bool = False  # pipelined, and asked back (withdraw sent)
+    lost: bool = False  # its lease was reported lost
     killed_at: float | None = None  # SIGKILL sent: SIGTERM was ignored for the kill grace
 
 
@@ -54,7 +57,8 @@ class ChildHandle:
     server: object  # the fork server that forked it
     events: ChildEvents
     state: str = "starting"  # starting, idle, busy, stopping, dead
-    job: Running | None = None
+    job: Running | None = None  # the job it runs
+    queued: deque[Running] = field(default_factory=deque)  # sent, to run after `job`
     jobs_done: int = 0
     started: float = field(default_factory=time.monotonic)
     kill: Ending | None = None  # why the master killed it, if it did
@@ -124,10 +128,20 @@ class ChildHandle:
     # --- writing ----------------------------------------------------------------
 
     def send(self, message: protocol.Message) -> None:
-        if self.state == "dead":
-            return
-        self.outbox += protocol.encode(message)
+        self.post(message)
         self._flush()
+
+    def post(self, message: protocol.Message) -> None:
+        """Adds a message to the outbox; `flush` writes everything posted at once."""
+        if self.state != "dead":
+            self.outbox += protocol.encode(message)
+
+    def flush(self) -> None:
+        if self.outbox:
+            self._flush()
+
+    def holds(self, job: Running) -> bool:
+        return job is self.job or any(job is waiting for waiting in self.queued)
 
     def _flush(self) -> None:
         loop = asyncio.get_running_loop()

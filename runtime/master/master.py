@@ -30,6 +30,7 @@ from runtime.children import protocol
 from runtime.errors import Error
 from runtime.master import guard, reasons
 from runtime.master.children import ChildHandle, Running
+from runtime.master.dispatch import Dispatch
 from runtime.master.leasing import Leasing, Pending, safety_margin
 from runtime.master.notify import Notifier
 from runtime.master.pool import Pool
@@ -47,7 +48,6 @@ SIGNALS = {
 }  # fmt: skip
 TICK_S = 0.1  # how often running jobs are checked (timeouts, memory, leases)
 SENTRY_FLUSH_S = 1.0  # at exit, the longest wait for unsent Sentry events
-PREFETCH_MAX_JOB_S = 0.05  # lease ahead only while jobs take less than this on average
 
 
 @dataclass
@@ -74,6 +74,7 @@ class Master:
             self.client, list(worker.queues), worker.order, self.room, self.event.set
         )
         self.pool = Pool(settings, worker, worker_id, self)
+        self.dispatch = Dispatch(self.pool, self.leasing, worker, worker_id, self._target)
         self.notifier = Notifier()
         self.status = Status(self.notifier, worker_id)
         self.last_check = 0.0
@@ -81,23 +82,15 @@ class Master:
 
     # --- capacity -----------------------------------------------------------------
 
-    def prefetch(self) -> int:
-        """Jobs to lease ahead of free children: only while jobs are short, since a job
-        leased ahead waits behind the running ones."""
-        wanted = self.worker.concurrency if self.worker.prefetch is None else self.worker.prefetch
-        warm = self.jobs_seen >= max(1, self.state.target) and self.avg_run_s < PREFETCH_MAX_JOB_S
-        return wanted if warm else 0
+    def _target(self) -> int:
+        return self.state.target
+
+    def _accepting(self) -> bool:
+        return self.state.mode == "run" and not self.state.paused
 
     def room(self) -> int:
         """How many more jobs to lease now."""
-        if self.state.mode != "run" or self.state.paused:
-            return 0
-        return max(0, len(self.pool.idle()) + self.prefetch() - len(self.leasing.buffer))
-
-    def _urgent(self) -> bool:
-        """A child has nothing to run next, or the jobs leased ahead run low."""
-        buffered = len(self.leasing.buffer)
-        return (buffered == 0 and bool(self.pool.idle())) or buffered < (self.prefetch() + 1) // 2
+        return self.dispatch.room(self._accepting())
 
     # --- signals: record the intent, nothing else --------------------------------
 
@@ -131,67 +124,34 @@ class Master:
                 self.state.target = max(0, self.state.target - 1)
         if self.state.mode != "run":
             self.leasing.stop_waiting()
+            self.dispatch.withdraw(time.monotonic(), everything=True)  # pipelined: back too
             while self.leasing.buffer:  # leased but never started: give back now
                 pending = self.leasing.buffer.popleft()
                 self.leasing.outcomes.add_release(pending.leased.jid, pending.leased.token)
 
     # --- jobs: handing out, outcomes ----------------------------------------------
 
-    def _hand_out(self) -> None:
-        if not self.leasing.buffer:
-            return
-        now = time.monotonic()
-        for child in self.pool.idle():
-            pending = self._next_pending(now)
-            if pending is None:
-                return
-            self._run(child, pending, now)
-
-    def _next_pending(self, now: float) -> Pending | None:
-        """The next job leased ahead whose lease still holds. One whose lease ran out
-        (its master was frozen or cut off) is never started: it is given back."""
-        buffer = self.leasing.buffer
-        while buffer:
-            pending = buffer.popleft()
-            if now < pending.lease_until - safety_margin(pending.leased.lease_s):
-                return pending
-            leased = pending.leased
-            log.warning("job leased ahead not started, its lease ran out jid=%s queue=%s "
-                        "worker=%s", leased.jid, leased.queue, self.worker_id)  # fmt: skip
-            self.leasing.outcomes.add_release(leased.jid, leased.token)
-        return None
-
-    def _run(self, child: ChildHandle, pending: Pending, now: float) -> None:
-        leased = pending.leased
-        child.job = Running(leased, now, now, pending.lease_until)
-        child.state = "busy"
-        child.output.clear()
-        deadline = pending.lease_until - safety_margin(leased.lease_s)
-        child.send(protocol.Run(
-            jid=leased.jid, klass=leased.klass, queue=leased.queue, data=leased.data,
-            attempt=leased.attempt, retries=leased.retries, remaining=leased.remaining,
-            deadline=deadline, cpu_limit_s=self.worker.cpu_limit_s,
-        ))  # fmt: skip
-
     def on_job_message(self, child: ChildHandle, message: protocol.Message) -> None:
+        now = time.monotonic()
+        if isinstance(message, protocol.Skipped):
+            self.dispatch.skipped(child, message.jid, now, self.state.mode == "run")
+            self.event.set()
+            return
         job = child.job
         assert job is not None
         if isinstance(message, protocol.Heartbeat):
-            job.last_sign = time.monotonic()
+            job.last_sign = now
             return
-        now = time.monotonic()
-        took = now - job.sent_at
-        self.avg_run_s = took if self.jobs_seen == 0 else 0.9 * self.avg_run_s + 0.1 * took
-        self.jobs_seen += 1
         if isinstance(message, protocol.Done):
             self.leasing.outcomes.add_complete(job.leased.jid, job.leased.token)
         elif isinstance(message, protocol.Failed):
             self._failure(job, message.group, message.message, message.retry, message.delay)
-        if self.pool.job_over(child) and self.leasing.buffer and self.state.mode == "run":
-            pending = self._next_pending(now)
-            if pending is not None:
-                self._run(child, pending, now)  # at once, not after Redis
+        self.dispatch.finished(child, job, now, self.state.mode == "run")
         self.event.set()
+
+    def on_job_unstarted(self, job: Running) -> None:
+        """A job pipelined to a child that died before starting it."""
+        self.dispatch.give_back(job, time.monotonic(), self.state.mode == "run")
 
     def on_job_ended(self, child: ChildHandle, job: Running, ending: reasons.Ending) -> None:
         """A child died holding a job."""
@@ -235,7 +195,9 @@ class Master:
     # --- renewing leases ----------------------------------------------------------
 
     def _held(self) -> list[Running | Pending]:
-        held: list[Running | Pending] = [c.job for c in self.pool.busy() if c.job]
+        held: list[Running | Pending] = []
+        for child in self.pool.busy():
+            held += [child.job, *child.queued] if child.job else []
         return held + list(self.leasing.buffer)
 
     async def _renew_forever(self) -> None:
@@ -265,7 +227,7 @@ class Master:
 
     def _tell_lease(self, job: Running) -> None:
         for child in self.pool.busy():
-            if child.job is job:
+            if child.holds(job):
                 deadline = job.lease_until - safety_margin(job.leased.lease_s)
                 child.send(protocol.Lease(job.leased.jid, deadline))
 
@@ -274,9 +236,13 @@ class Master:
             with contextlib.suppress(ValueError):
                 self.leasing.buffer.remove(entry)
             return
+        entry.lost = True
         for child in self.pool.busy():
             if child.job is entry:
                 child.kill_for(reasons.Ending(guard.LOST, "its lease was lost"))
+            elif child.holds(entry) and not entry.withdrawing:  # pipelined: not started yet
+                entry.withdrawing = True
+                child.send(protocol.Withdraw(entry.leased.jid))
 
     # --- status -------------------------------------------------------------------
 
@@ -312,8 +278,10 @@ class Master:
         if now - self.last_check >= TICK_S:
             self.last_check = now
             guard.check(self.pool.busy(), self.worker, self.state.deadline)
+            self.dispatch.withdraw(now, everything=self.state.mode != "run")
         await self.pool.reconcile(self.state.target, running=self.state.mode == "run")
-        self._hand_out()
+        if self._accepting():
+            self.dispatch.hand_out(now)
         self.status.show(self._describe(), now)
 
     async def _loop(self) -> None:
@@ -321,12 +289,13 @@ class Master:
             await self._pass()
             if self._done():
                 return
-            accepting = self.state.mode == "run" and not self.state.paused
-            delay = self.leasing.next_exchange(self.room(), accepting, self._urgent())
+            accepting = self._accepting()
+            delay = self.leasing.next_exchange(self.room(), accepting, self.dispatch.urgent())
             if delay == 0:
                 await self.leasing.exchange(self.room(), accepting)
                 self.renew_event.set()
-                self._hand_out()
+                if self._accepting():
+                    self.dispatch.hand_out(time.monotonic())
                 continue
             self.leasing.wait_for_work(accepting)
             waits = [w for w in (delay, self._next_wait()) if w is not None]

@@ -16,6 +16,7 @@ import shutil
 import signal
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Protocol
 
@@ -36,6 +37,7 @@ CRASH_WINDOW_S, CRASHES_BEFORE_PAUSE, CRASH_PAUSE_S = 10.0, 5, 2.0
 class PoolEvents(Protocol):
     def on_job_message(self, child: ChildHandle, message: protocol.Message) -> None: ...
     def on_job_ended(self, child: ChildHandle, job: Running, ending: reasons.Ending) -> None: ...
+    def on_job_unstarted(self, job: Running) -> None: ...
     def changed(self) -> None: ...
 
 
@@ -62,6 +64,10 @@ class Pool:
 
     def busy(self) -> list[ChildHandle]:
         return [c for c in self.children.values() if c.job is not None]
+
+    def accepting(self) -> list[ChildHandle]:
+        """Busy children that may take more jobs into their pipeline (not stopping)."""
+        return [c for c in self.children.values() if c.state == "busy" and c.job is not None]
 
     # --- fork servers -------------------------------------------------------------
 
@@ -161,19 +167,30 @@ class Pool:
             child.state = "stopping"
             child.send(protocol.Stop())
 
-    def job_over(self, child: ChildHandle) -> bool:
-        """A child finished its job: True when it may take another one."""
-        child.job = None
+    def job_over(self, child: ChildHandle, now: float) -> None:
+        """A child finished its running job: the next one it holds starts; a child
+        due for recycling takes no more and stops once its pipeline is empty."""
         child.jobs_done += 1
         w = self.worker
         recycle = (w.max_jobs_per_child and child.jobs_done >= w.max_jobs_per_child) or (
             w.max_memory_per_child_mib and child.rss_bytes() > w.max_memory_per_child_mib << 20
         )
-        stopping = child.state == "stopping" or bool(recycle)
+        if recycle:
+            child.state = "stopping"
+        self.next_job(child, now)
+
+    def next_job(self, child: ChildHandle, now: float) -> None:
+        """The child's next pipelined job becomes its running one (it starts it now)."""
+        child.job = child.queued.popleft() if child.queued else None
+        if child.job is not None:
+            child.job.sent_at = child.job.last_sign = now
+            if child.state != "stopping":
+                child.state = "busy"
+            return
+        stopping = child.state == "stopping"
         child.state = "idle"
         if stopping:
             self.stop(child)
-        return not stopping
 
     # --- events -------------------------------------------------------------------
 
@@ -186,6 +203,8 @@ class Pool:
                      child.index, child.pid, message.parent, message.threads,
                      "running" if message.loop_running else "none", self.worker_id)  # fmt: skip
             self.events.changed()
+        elif isinstance(message, protocol.Skipped):
+            self.events.on_job_message(child, message)
         elif child.job is None or getattr(message, "jid", None) != child.job.leased.jid:
             log.warning("unexpected %s from child pid=%d", message.kind, child.pid)
         else:
@@ -205,6 +224,7 @@ class Pool:
         if self.children.get(child.index) is child:
             del self.children[child.index]
         job, child.job = child.job, None
+        unstarted, child.queued = list(child.queued), deque()
         if job is not None:
             self.crashes.append(time.monotonic())
             ending = child.kill or reasons.of_exit(code, sig, cpu_limit_s=self.worker.cpu_limit_s)
@@ -213,6 +233,8 @@ class Pool:
             self.crashes.append(time.monotonic())
             log.warning("idle child died code=%s signal=%s pid=%d output=%r", code, sig, pid,
                         child.output_tail(500))  # fmt: skip
+        for waiting in unstarted:  # pipelined behind it: never started
+            self.events.on_job_unstarted(waiting)
         self.events.changed()
 
     # --- the end ------------------------------------------------------------------

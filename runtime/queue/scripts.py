@@ -200,7 +200,8 @@ _uses_functions: weakref.WeakKeyDictionary[object, bool] = weakref.WeakKeyDictio
 
 
 def _trouble(err: redis.ResponseError) -> str | None:
-    """"missing": the library is not loaded; "unsupported": no FCALL for us here."""
+    """Why a call failed: "missing" (no library or script loaded), "unsupported" (no
+    FCALL for this server or user), None (the operation itself refused)."""
     text = str(err)
     if "Function not found" in text or isinstance(err, redis.exceptions.NoScriptError):
         return "missing"

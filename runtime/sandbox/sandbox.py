@@ -122,8 +122,20 @@ def become_subreaper() -> None:
     _step("subreaper", lambda: prctl(PR_SET_CHILD_SUBREAPER, 1))
 
 
+def has_children() -> bool:
+    """Whether this process has any child, live or not yet reaped: one syscall (we are
+    a subreaper, so daemons a job left behind are our children too)."""
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return True
+
+
 def kill_leftovers(max_rounds: int = 50) -> int:
     """Kills every process the job left behind (our descendants); returns how many."""
+    if not has_children():
+        return 0
     me, killed = os.getpid(), 0
     for _ in range(max_rounds):
         kids = _children_of(me)

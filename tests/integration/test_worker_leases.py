@@ -151,7 +151,8 @@ def test_a_job_leased_ahead_is_not_started_after_its_lease_ran_out(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
     plain_client.config_set("q-heartbeat", 1)
-    master = start_master("q", "-c", "1", "--prefetch", "1")
+    # the master's buffer, not a child's pipeline (see test_worker_pipeline.py)
+    master = start_master("q", "-c", "1", "--prefetch", "1", "--pipeline", "0")
     q = plain_client.queue("q")
     for jid in [q.put(f"{J}:noop", {}) for _ in range(3)]:  # short jobs: prefetch starts
         wait_state(plain_client, jid, "complete")
