@@ -324,6 +324,7 @@ LIMITS: dict[str, int] = {
     "message_max_bytes": 64 * 1024,  # failure messages and tracebacks keep their tail
     "history_max": 100,  # a job's history keeps its first event and the newest ones
     "pop_max": 1000,
+    "ahead_max_us": 100_000,  # how far before its turn a pop may lease a job (it waits)
     "pop_skips": 32,  # lanes over their limit one pop may set aside (then it asks again)
     "promote_batch": 1000,
     "reclaim_batch": 100,

@@ -45,6 +45,7 @@ EXIT_STOPPED = 0  # asked to stop, or the master went away
 EXIT_FENCED = 86  # the lease deadline passed: stopped itself
 EXIT_TERMINATED = 87  # SIGTERM from the master (timeout, shutdown) while running a job
 EXIT_SANDBOX = 88  # the sandbox could not be built
+SPIN_S = 0.0005  # the end of a wait for a job's turn is spun, not slept
 
 
 class Terminated(BaseException):
@@ -164,6 +165,8 @@ class Child:
         return False
 
     def run_job(self, run: protocol.Run) -> None:
+        if run.start_at is not None:
+            _wait_until(run.start_at)
         sandbox.limit_cpu_for_next_job(run.cpu_limit_s)
         _title(self.settings, f"jid={run.jid} klass={run.klass}")
         try:
@@ -225,6 +228,16 @@ class Child:
     def _clean_up(self) -> None:
         sandbox.kill_leftovers()
         sandbox.empty(self.settings.workdir)
+
+
+def _wait_until(monotonic_at: float) -> None:
+    """Waits for a job's turn: sleeps, then spins the last SPIN_S (a sleeping CPU
+    wakes a few hundred us late on some machines; the master sends the job only
+    a couple of ms before its turn, so the spin is short and rare)."""
+    while (left := monotonic_at - time.monotonic()) > SPIN_S:
+        time.sleep(left - SPIN_S)
+    while time.monotonic() < monotonic_at:
+        pass
 
 
 def _run_async(awaitable: Any) -> None:

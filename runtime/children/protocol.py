@@ -32,7 +32,8 @@ class Message:
 
 @dataclass(frozen=True)
 class Run(Message):
-    """Run one job. `deadline` is the CLOCK_MONOTONIC time the lease is safe until."""
+    """Run one job. `deadline` is the CLOCK_MONOTONIC time the lease is safe until;
+    `start_at`, for a job leased before its turn, the CLOCK_MONOTONIC time it starts."""
 
     kind: ClassVar[str] = "run"
     jid: str
@@ -44,6 +45,7 @@ class Run(Message):
     remaining: int
     deadline: float
     cpu_limit_s: float | None = None
+    start_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ class Running:
     lease_until: float  # monotonic: the lease is known to hold until then
     terminated_at: float | None = None  # SIGTERM sent (timeout)
     withdrawing: bool = False  # pipelined, and asked back (withdraw sent)
+    start_at: float | None = None  # leased before its turn: the child starts it then
     lost: bool = False  # its lease was reported lost
     killed_at: float | None = None  # SIGKILL sent: SIGTERM was ignored for the kill grace
 

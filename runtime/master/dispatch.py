@@ -29,6 +29,7 @@ PREFETCH_MAX = 64  # the most jobs leased ahead by default
 PIPELINE_MAX_JOB_S = 0.005  # queue a job behind a running one only below this average
 DEEP_PIPELINE_JOB_S = 0.001  # ... two of them below this
 WITHDRAW_AFTER_S = 0.05  # a pipelined job waits about this long at most behind a long one
+HANDOFF_EARLY_S = 0.002  # a job leased before its turn goes to a child this long before it
 
 
 class Dispatch:
@@ -105,8 +106,23 @@ class Dispatch:
 
     # --- handing out ------------------------------------------------------------
 
+    def next_turn_in(self, now: float) -> float | None:
+        """Seconds until a job leased before its turn must go to a child."""
+        timed = self.leasing.timed
+        if not timed or timed[0].start_at is None:
+            return None
+        return max(0.0, timed[0].start_at - HANDOFF_EARLY_S - now)
+
+    def _turns_come(self, now: float) -> None:
+        """Jobs whose turn is close go to the front of the buffer: they are due."""
+        timed, due = self.leasing.timed, []
+        while timed and (timed[0].start_at or 0.0) - HANDOFF_EARLY_S <= now:
+            due.append(timed.pop(0))
+        self.leasing.buffer.extendleft(reversed(due))
+
     def hand_out(self, now: float) -> None:
         """Idle children first (the job starts now), then pipelines of busy ones."""
+        self._turns_come(now)
         touched: list[ChildHandle] = []
         for child in self.pool.idle():
             pending = self._next_pending(now)
@@ -142,7 +158,7 @@ class Dispatch:
 
     def _send(self, child: ChildHandle, pending: Pending, now: float, running: bool) -> None:
         leased = pending.leased
-        job = Running(leased, now, now, pending.lease_until)
+        job = Running(leased, now, now, pending.lease_until, start_at=pending.start_at)
         if running:
             child.job = job
             child.state = "busy"
@@ -153,7 +169,7 @@ class Dispatch:
         child.post(protocol.Run(
             jid=leased.jid, klass=leased.klass, queue=leased.queue, data=leased.data,
             attempt=leased.attempt, retries=leased.retries, remaining=leased.remaining,
-            deadline=deadline, cpu_limit_s=self.worker.cpu_limit_s,
+            deadline=deadline, cpu_limit_s=self.worker.cpu_limit_s, start_at=pending.start_at,
         ))  # fmt: skip
 
     # --- a child's job ended, or was not started ---------------------------------
@@ -185,7 +201,7 @@ class Dispatch:
         lease, else back to Redis (refused, and logged, if the lease is gone)."""
         fresh = now < job.lease_until - safety_margin(job.leased.lease_s)
         if accepting and fresh and not job.lost:
-            self.leasing.buffer.appendleft(Pending(job.leased, job.lease_until))
+            self.leasing.buffer.appendleft(Pending(job.leased, job.lease_until, job.start_at))
         else:
             self.leasing.outcomes.add_release(job.leased.jid, job.leased.token)
 

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 IDLE_WAIT_S = 60.0  # an idle master looks again at least this often (BLPOP timeout)
 FLUSH_AFTER_S = 0.002  # how long a finished job's report may wait for company
 FLUSH_BATCH = 32  # reports that go at once, however young
+AHEAD_S = 0.005  # pops also lease jobs whose turn comes within this: they start on time
 BACKOFF_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
 
@@ -41,6 +42,7 @@ class Pending:
 
     leased: Leased
     lease_until: float  # monotonic
+    start_at: float | None = None  # monotonic: leased before its turn, starts then
 
 
 class Leasing:
@@ -59,6 +61,7 @@ class Leasing:
         self.on_change = on_change
         self.outcomes = Outcomes()
         self.buffer: deque[Pending] = deque()
+        self.timed: list[Pending] = []  # leased before their turn, by start_at
         self.want_work = True  # the last pop was full, or something woke us since
         self.waiter: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -91,7 +94,7 @@ class Leasing:
         sent_at = time.monotonic()
         try:
             states, popped = await self.client.exchange(
-                outcomes, count, self._rotated(), self.order
+                outcomes, count, self._rotated(), self.order, AHEAD_S
             )
         except (redis.exceptions.RedisError, OSError) as err:
             self.outcomes.merge(outcomes)
@@ -109,8 +112,14 @@ class Leasing:
             return
         for low in popped.refill:
             self._extend(low)
+        received = time.monotonic()
         for leased in popped.jobs:
-            self.buffer.append(Pending(leased, sent_at + leased.lease_s))
+            if leased.start_in_s is None:
+                self.buffer.append(Pending(leased, sent_at + leased.lease_s))
+            else:  # Redis's clock read in the call: start no earlier than received + wait
+                start_at = received + leased.start_in_s
+                self.timed.append(Pending(leased, sent_at + leased.lease_s, start_at))
+        self.timed.sort(key=lambda p: p.start_at or 0.0)
         if count is not None and len(popped.jobs) < max(count, 1):
             self.want_work = False
             self._schedule(popped.wake_in_s)
@@ -145,7 +154,8 @@ class Leasing:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        if wake_in_s is not None:
+        if wake_in_s is not None:  # a little early: that pop leases what comes due soon
+            wake_in_s = max(0.0, wake_in_s - AHEAD_S * 0.6)
             self.timer = asyncio.get_running_loop().call_later(wake_in_s, self.wake)
 
     def wake(self) -> None:

@@ -125,8 +125,10 @@ class Master:
         if self.state.mode != "run":
             self.leasing.stop_waiting()
             self.dispatch.withdraw(time.monotonic(), everything=True)  # pipelined: back too
-            while self.leasing.buffer:  # leased but never started: give back now
-                pending = self.leasing.buffer.popleft()
+            unstarted = [*self.leasing.buffer, *self.leasing.timed]
+            self.leasing.buffer.clear()
+            self.leasing.timed.clear()
+            for pending in unstarted:  # leased but never started: give back now
                 self.leasing.outcomes.add_release(pending.leased.jid, pending.leased.token)
 
     # --- jobs: handing out, outcomes ----------------------------------------------
@@ -198,7 +200,7 @@ class Master:
         held: list[Running | Pending] = []
         for child in self.pool.busy():
             held += [child.job, *child.queued] if child.job else []
-        return held + list(self.leasing.buffer)
+        return held + list(self.leasing.buffer) + self.leasing.timed
 
     async def _renew_forever(self) -> None:
         while True:
@@ -235,6 +237,8 @@ class Master:
         if isinstance(entry, Pending):
             with contextlib.suppress(ValueError):
                 self.leasing.buffer.remove(entry)
+            with contextlib.suppress(ValueError):
+                self.leasing.timed.remove(entry)
             return
         entry.lost = True
         for child in self.pool.busy():
@@ -259,7 +263,9 @@ class Master:
 
     def _next_wait(self) -> float | None:
         """How long the loop may sleep without news (None: until woken)."""
-        due = self.status.next_due(time.monotonic())  # a STATUS change, a WATCHDOG ping
+        now = time.monotonic()
+        dues = [self.status.next_due(now), self.dispatch.next_turn_in(now)]  # STATUS, WATCHDOG,
+        due = min((d for d in dues if d is not None), default=None)  # a job's turn
         if self.pool.busy() or self.state.mode != "run":
             return TICK_S if due is None else min(due, TICK_S)
         return due
@@ -269,6 +275,7 @@ class Master:
             self.state.mode != "run"
             and not self.pool.busy()
             and not self.leasing.buffer
+            and not self.leasing.timed
             and not len(self.leasing.outcomes)
         )
 

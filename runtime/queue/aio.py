@@ -36,6 +36,7 @@ class Leased:
     remaining: int
     lease_s: float
     timeout_s: float
+    start_in_s: float | None = None  # leased before its turn: start this long after the pop
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> Leased:
@@ -45,6 +46,7 @@ class Leased:
             data=reply["data"], attempt=int(meta.get("a", 1)), retries=int(meta["r"]),
             remaining=int(meta["m"]), lease_s=reply["lease_ms"] / 1000,
             timeout_s=float(reply["timeout_s"]),
+            start_in_s=reply["start_in_us"] / 1e6 if "start_in_us" in reply else None,
         )  # fmt: skip
 
 
@@ -161,13 +163,20 @@ class AsyncClient:
         return results
 
     async def exchange(
-        self, outcomes: Outcomes, pop_count: int | None, queues: list[str], order: str
+        self,
+        outcomes: Outcomes,
+        pop_count: int | None,
+        queues: list[str],
+        order: str,
+        ahead_s: float = 0.0,
     ) -> tuple[dict[str, str | Error], Popped | None]:
         """Sends the outcomes, then pops up to `pop_count` jobs (None: no pop; 0: only
-        learn when something comes due), in one round trip."""
+        learn when something comes due; jobs whose turn comes within `ahead_s` too),
+        in one round trip."""
         calls = outcomes.calls(self.worker)
         if pop_count is not None and queues:
-            calls.append(("pop", [self.worker, pop_count, wire.seed(), order, *queues]))
+            ahead_us = round(ahead_s * 1e6)
+            calls.append(("pop", [self.worker, pop_count, wire.seed(), order, ahead_us, *queues]))
         if not calls:
             return {}, None
         results = await self._pipeline(calls)

@@ -48,6 +48,7 @@ class HistoryEvent:
     group: str | None = None
     delay_ms: int | None = None
     priority: int | None = None
+    starts_at_ms: int | None = None  # popped before its turn: the job starts then
 
     @classmethod
     def from_meta(cls, ev: dict[str, Any]) -> HistoryEvent:
@@ -59,6 +60,7 @@ class HistoryEvent:
             group=ev.get("g"),
             delay_ms=ev.get("dl"),
             priority=ev.get("p"),
+            starts_at_ms=ev.get("sa"),
         )
 
     @property

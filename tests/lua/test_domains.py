@@ -17,7 +17,7 @@ S = 1_000_000  # microseconds in a second
 def pop(client: Client, *queues: str, count: int = 1000) -> dict[str, Any]:
     """The pop script's whole reply (jobs, wake_in_ms, refill); the jobs it leased
     complete at once, so no lease expiry is due."""
-    reply: dict[str, Any] = client.run_json("pop", "w", count, "seed", "ordered", *queues)
+    reply: dict[str, Any] = client.run_json("pop", "w", count, "seed", "ordered", 0, *queues)
     for job in reply["jobs"]:
         client.complete(job["jid"], "w", job["meta"]["l"])
     return reply

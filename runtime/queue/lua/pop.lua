@@ -1,17 +1,23 @@
 -- pop.lua: leases up to `count` jobs from one or more queues in one step.
 --
 -- KEYS[1]  the namespace root
--- ARGV     worker, count, seed, order, queue_1, queue_2, ...
+-- ARGV     worker, count, seed, order, ahead_us, queue_1, queue_2, ...
 --          worker  the caller's worker id ("host-pid")
 --          count   most jobs to lease, 0..pop_max
 --          seed    random text from the caller; lease tokens derive from it
 --          order   "ordered": drain queue_1, then queue_2 ...;
 --                  "round-robin": one job from each queue in turn (the caller
 --                  rotates the list between calls)
+--          ahead_us  0..ahead_max_us: with room left, also lease jobs whose turn
+--                  comes within this many us (a scheduled job due then, a
+--                  throttled domain's next start); each carries start_in_us and
+--                  the caller starts it then, not before. Masters pop a little
+--                  ahead of what they wait for, so such jobs start on time.
 -- Before taking, each served queue (paused ones are skipped) reclaims jobs
 -- whose lease expired, promotes due scheduled jobs and frees throttled lanes.
 -- Reply    {"jobs": [job, ...], "wake_in_ms": n, "refill": [recurrence, ...]}
---          job: {"jid", "meta", "data", "lease_ms", "timeout_s"} with the lease
+--          job: {"jid", "meta", "data", "lease_ms", "timeout_s"[, "start_in_us"]}
+--          with the lease
 --          in meta (w, l); lease_ms: the lease length; timeout_s: how long the
 --          job may run without a sign of life (its own timeout, else the queue's);
 --          wake_in_ms: in how many ms (to the microsecond) something next
@@ -32,8 +38,9 @@ local order = ARGV[4]
 if order ~= 'ordered' and order ~= 'round-robin' then
   E.bad('order must be "ordered" or "round-robin", got ' .. tostring(order))
 end
+local ahead_us = Check.int('ahead_us', ARGV[5], 0, LIMITS.ahead_max_us)
 local queues = {}
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   queues[#queues + 1] = Check.queue('queue', ARGV[i])
 end
 
@@ -50,22 +57,28 @@ for _, queue in ipairs(queues) do
     Place.reclaim(queue, now_us, LIMITS.reclaim_batch)
     Place.promote(queue, now_us)
     -- enough freed lanes to fill this pop; a backlog goes with the next pops
-    Lanes.release(queue, now_us, math.min(LIMITS.release_batch, LIMITS.pop_skips + 2 * count))
+    Lanes.release(queue, now_us, math.min(LIMITS.release_batch, LIMITS.pop_skips + 2 * count),
+      ahead_us)
     active[#active + 1] = queue
   end
 end
 Retention.trim(now_us, LIMITS.retention_pop_batch) -- old completed jobs go even when none complete
 
 local out = {}
-local function take(jid, meta, data)
-  Stats.time(meta.q, 'wait', (now_ms - (meta.qt or meta.h[1].t)) / 1000, now_us)
+local function take(jid, meta, data, start_us)
+  local waits = start_us and start_us > now_us -- leased before its turn: starts then
+  Stats.time(meta.q, 'wait', math.max(0, now_ms - (meta.qt or meta.h[1].t)) / 1000, now_us)
   Lease.grant(jid, meta, worker, seed, now_us)
-  Job.event(jid, meta, now_ms, 'popped', { w = worker })
+  Job.event(jid, meta, now_ms, 'popped', { w = worker, sa = waits and Clock.ms(start_us) or nil })
   local encoded = Job.save(jid, meta, data)
-  out[#out + 1] = Job.reply(jid, meta, data, {
+  local extra = {
     { 'lease_ms', int(Config.get('heartbeat', meta.q) * 1000) },
     { 'timeout_s', cjson.encode(meta.to or Config.get('timeout', meta.q)) },
-  }, encoded)
+  }
+  if waits then
+    extra[3] = { 'start_in_us', int(start_us - now_us) }
+  end
+  out[#out + 1] = Job.reply(jid, meta, data, extra, encoded)
 end
 
 local stopped_short = false -- a queue set aside pop_skips lanes and has more
@@ -74,7 +87,7 @@ if order == 'ordered' then
     if #out >= count or stopped_short then
       break
     end
-    local _, short = Lanes.pop(queue, count - #out, now_us, take)
+    local _, short = Lanes.pop(queue, count - #out, now_us, take, ahead_us)
     stopped_short = short
   end
 else
@@ -83,7 +96,7 @@ else
     local still = {}
     for _, queue in ipairs(live) do
       if #out < count then
-        local taken, short = Lanes.pop(queue, 1, now_us, take)
+        local taken, short = Lanes.pop(queue, 1, now_us, take, ahead_us)
         stopped_short = stopped_short or short
         if taken == 1 then
           still[#still + 1] = queue
@@ -93,6 +106,16 @@ else
     live = still
   end
 end
+-- Room left: scheduled jobs whose due time comes within ahead_us, in queue order.
+if ahead_us > 0 and not stopped_short then
+  for _, queue in ipairs(active) do
+    if #out >= count then
+      break
+    end
+    Place.take_soon(queue, now_us, ahead_us, count - #out, take)
+  end
+end
+
 -- every start may leave a TAT behind: forget passed ones at least as fast
 Domains.prune(now_us, LIMITS.prune_batch + 2 * #out)
 

@@ -66,24 +66,33 @@ end
 -- Spends one start of the domain's budget. Returns granted, free_at: true and
 -- nil while budget is left after this start; true and when the domain frees
 -- (us) if this start spent the budget; false and when it frees if none was left.
-function Domains.acquire(domain, now_us)
+-- Spends one start of the domain's budget. Returns granted, free_at, start_us:
+-- free_at (us) when its next start may come if that lies beyond now + ahead_us
+-- (nil: it may start another now); start_us, for a grant of a turn that comes
+-- within ahead_us, is that turn: the job must not start before it. The
+-- domain's TAT then moves from its turn, not from the (later) moment a master
+-- came to take it, so a busy domain runs at its rate, not a little under it.
+function Domains.acquire(domain, now_us, ahead_us)
   local lim = Domains.limit(domain)
   if not lim then
-    return true, nil
+    return true, nil, nil
   end
+  local horizon = now_us + (ahead_us or 0)
   local tat = tonumber(redis.call('ZSCORE', K.domain_tat, domain)) or now_us
   if tat < now_us then
     tat = now_us
   end
-  if tat - lim.tau > now_us then
-    return false, tat - lim.tau
+  local turn = tat - lim.tau
+  if turn > horizon then
+    return false, turn, nil
   end
+  local start_us = turn > now_us and turn or nil
   local next_tat = math.ceil(tat + lim.interval)
   redis.call('ZADD', K.domain_tat, int(next_tat), domain)
-  if next_tat - lim.tau > now_us then
-    return true, next_tat - lim.tau
+  if next_tat - lim.tau > horizon then
+    return true, next_tat - lim.tau, start_us
   end
-  return true, nil
+  return true, nil, start_us
 end
 
 -- Sets (limit_json) or clears (nil) the domain's own limit, re-pricing the

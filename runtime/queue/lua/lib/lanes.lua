@@ -224,9 +224,10 @@ end
 -- Lanes whose domain has freed become ready again (at most `count` of them).
 -- (A lane released while its domain is spent after all, which only a change
 -- of the default limit leaves behind, is throttled again by the pop that meets it.)
-function Lanes.release(queue, now_us, count)
+function Lanes.release(queue, now_us, count, ahead_us)
   local key = K.throttled(queue)
-  local ids = redis.call('ZRANGEBYSCORE', key, '-inf', int(now_us), 'LIMIT', 0, count)
+  local horizon = int(now_us + (ahead_us or 0))
+  local ids = redis.call('ZRANGEBYSCORE', key, '-inf', horizon, 'LIMIT', 0, count)
   if #ids == 0 then
     return
   end
@@ -250,12 +251,13 @@ function Lanes.release(queue, now_us, count)
   end
 end
 
--- Takes up to `room` jobs in pop order; calls take(jid, meta, data) for each.
+-- Takes up to `room` jobs in pop order; calls take(jid, meta, data, start_us)
+-- for each (start_us: a domain's turn within ahead_us that the job waits for).
 -- The start that spends a domain's budget throttles the domain's lanes; a
 -- ready lane found over its limit is throttled on the way (a skip). Returns
 -- the jobs taken and whether it stopped short after pop_skips skips with
 -- lanes still ready (the caller should ask again at once).
-function Lanes.pop(queue, room, now_us, take)
+function Lanes.pop(queue, room, now_us, take, ahead_us)
   local taken, skips = 0, 0
   while taken < room and skips < LIMITS.pop_skips do
     local before = taken
@@ -281,14 +283,14 @@ function Lanes.pop(queue, room, now_us, take)
           redis.call('ZADD', ready, meta.o, domain) -- the score was stale: choose again
           break
         end
-        local granted, free_at = true, nil
+        local granted, free_at, start_us = true, nil, nil
         if domain ~= '' then
-          granted, free_at = Domains.acquire(domain, now_us)
+          granted, free_at, start_us = Domains.acquire(domain, now_us, ahead_us)
         end
         if granted then
           redis.call('LPOP', lane)
           taken = taken + 1
-          take(jid, meta, data)
+          take(jid, meta, data, start_us)
         end
         if free_at then -- spent by this start, or found spent: its lanes wait
           local left = redis.call('LLEN', lane)

@@ -64,6 +64,32 @@ function Place.promote(queue, now_us)
   Place.wake(queue)
 end
 
+-- Scheduled jobs of the queue that come due within ahead_us, taken straight to
+-- the caller in (due, put) order: take(jid, meta, data, due_us) leases each, to
+-- start at its due time. Jobs with a domain wait for their promotion: their
+-- start is the domain's to give. Returns how many were taken.
+function Place.take_soon(queue, now_us, ahead_us, room, take)
+  local key = K.scheduled(queue)
+  local found = redis.call('ZRANGEBYSCORE', key, '-inf', int(now_us + ahead_us), 'WITHSCORES',
+    'LIMIT', 0, room + LIMITS.pop_skips)
+  local taken = 0
+  for i = 1, #found, 2 do
+    if taken >= room then
+      break
+    end
+    local member = found[i]
+    local jid = scheduled_jid(member)
+    local meta, data = Job.load(jid)
+    if not meta.dm then
+      redis.call('ZREM', key, member)
+      meta.d, meta.o, meta.qt = nil, nil, Clock.ms(tonumber(found[i + 1]))
+      take(jid, meta, data, tonumber(found[i + 1]))
+      taken = taken + 1
+    end
+  end
+  return taken
+end
+
 -- Puts a job into its queue (meta.q) and saves it: depends while it waits on
 -- other jobs (only looked up when `may_depend`), scheduled while due_ms lies
 -- ahead, else waiting.
