@@ -40,6 +40,7 @@ class Running:
     terminated_at: float | None = None  # SIGTERM sent (timeout)
     withdrawing: bool = False  # pipelined, and asked back (withdraw sent)
     start_at: float | None = None  # leased before its turn: the child starts it then
+    renewed: bool = False  # its lease was renewed at least once
     lost: bool = False  # its lease was reported lost
     killed_at: float | None = None  # SIGKILL sent: SIGTERM was ignored for the kill grace
 

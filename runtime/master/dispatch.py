@@ -158,7 +158,8 @@ class Dispatch:
 
     def _send(self, child: ChildHandle, pending: Pending, now: float, running: bool) -> None:
         leased = pending.leased
-        job = Running(leased, now, now, pending.lease_until, start_at=pending.start_at)
+        job = Running(leased, now, now, pending.lease_until, start_at=pending.start_at,
+                      renewed=pending.renewed)  # fmt: skip
         if running:
             child.job = job
             child.state = "busy"
@@ -201,7 +202,9 @@ class Dispatch:
         lease, else back to Redis (refused, and logged, if the lease is gone)."""
         fresh = now < job.lease_until - safety_margin(job.leased.lease_s)
         if accepting and fresh and not job.lost:
-            self.leasing.buffer.appendleft(Pending(job.leased, job.lease_until, job.start_at))
+            self.leasing.buffer.appendleft(
+                Pending(job.leased, job.lease_until, job.start_at, job.renewed)
+            )
         else:
             self.leasing.outcomes.add_release(job.leased.jid, job.leased.token)
 

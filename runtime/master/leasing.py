@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections import deque
@@ -24,7 +25,7 @@ from runtime.queue.aio import AsyncClient, Leased, Outcomes
 
 log = logging.getLogger(__name__)
 
-IDLE_WAIT_S = 60.0  # an idle master looks again at least this often (BLPOP timeout)
+IDLE_WAIT_S = 10.0  # an idle master pops at least this often (its idle registration too)
 FLUSH_AFTER_S = 0.002  # how long a finished job's report may wait for company
 FLUSH_BATCH = 32  # reports that go at once, however young
 AHEAD_S = 0.005  # pops also lease jobs whose turn comes within this: they start on time
@@ -43,6 +44,7 @@ class Pending:
     leased: Leased
     lease_until: float  # monotonic
     start_at: float | None = None  # monotonic: leased before its turn, starts then
+    renewed: bool = False  # its lease was renewed at least once
 
 
 class Leasing:
@@ -53,8 +55,12 @@ class Leasing:
         order: str,
         room: Callable[[], int],
         on_change: Callable[[], None],
+        on_leased: Callable[[], None] = lambda: None,
+        accepting: Callable[[], bool] = lambda: True,
     ) -> None:
         self.client = client
+        self.on_leased = on_leased  # jobs arrived outside an exchange: renew soon
+        self.accepting = accepting  # not when paused or stopping
         self.room = room
         self.queues = list(queues)
         self.order = order
@@ -67,6 +73,8 @@ class Leasing:
         self.timer: asyncio.TimerHandle | None = None
         self.failures = 0
         self.extending: set[str] = set()
+        self.registered = False  # idle on our queues in Redis: jobs may be handed to us
+        self.offset: float | None = None  # local monotonic - Redis time (s), conservative
 
     # --- one round trip ---------------------------------------------------------
 
@@ -74,6 +82,8 @@ class Leasing:
         """Seconds until the next round trip should go (0: now), None: nothing to send.
         Outcomes wait up to FLUSH_AFTER_S to travel together, unless a child needs work."""
         if accepting and self.want_work and room > 0 and urgent:
+            return 0.0
+        if not accepting and self.registered:  # paused or stopping: no more handoffs
             return 0.0
         if not self.outcomes:
             return None
@@ -90,7 +100,7 @@ class Leasing:
         """Sends the collected outcomes and, when accepting work, pops up to `room` jobs
         into the buffer (a pop of 0 still tells when to look again)."""
         outcomes = self.outcomes.take()
-        count = room if accepting else None
+        count = room if accepting else (0 if self.registered else None)
         sent_at = time.monotonic()
         try:
             states, popped = await self.client.exchange(
@@ -110,11 +120,16 @@ class Leasing:
                 log.error("report refused: %s jid=%s worker=%s", state, jid, worker)
         if popped is None:
             return
+        if popped.now_us is not None:  # before the call, so lease ends come out early
+            self.offset = sent_at - popped.now_us / 1e6
+        self.registered = bool(count) and len(popped.jobs) < (count or 0)
         for low in popped.refill:
             self._extend(low)
         received = time.monotonic()
         for leased in popped.jobs:
-            if leased.start_in_s is None:
+            if leased.handed:  # handed to us while we waited: its first lease is short
+                self._take_handed(leased)
+            elif leased.start_in_s is None:
                 self.buffer.append(Pending(leased, sent_at + leased.lease_s))
             else:  # Redis's clock read in the call: start no earlier than received + wait
                 start_at = received + leased.start_in_s
@@ -169,15 +184,25 @@ class Leasing:
         elif self.waiter is None and not self.want_work and self.room() > 0:
             self.waiter = asyncio.get_running_loop().create_task(self._wait())
 
+    def _take_handed(self, leased: Leased) -> None:
+        """A job handed to this master: its lease runs out at expires_us on Redis's
+        clock, converted with the offset of our last pop (so a job that waited in
+        the socket of a frozen master is stale, and never started)."""
+        if leased.expires_us is None or self.offset is None or not self.accepting():
+            self.outcomes.add_release(leased.jid, leased.token)  # e.g. paused meanwhile
+            self.on_change()
+            return
+        self.buffer.append(Pending(leased, leased.expires_us / 1e6 + self.offset))
+        self.on_leased()
+
     async def _wait(self) -> None:
         try:
-            key = await self.client.wait_for_work(self.queues, IDLE_WAIT_S)
-            if (
-                key is not None
-                and self.room() == 0
-                and key != self.client.keys.worker_wake(self.client.worker)
-            ):
-                await self.client.give_back(key)  # filled up meanwhile: leave it to others
+            got = await self.client.wait_for_work(self.queues, IDLE_WAIT_S)
+            own = self.client.keys.worker_wake(self.client.worker)
+            if got is not None and got[0] == own and got[1].startswith(b"{"):
+                self._take_handed(Leased.from_reply(json.loads(got[1])))
+            elif got is not None and self.room() == 0 and got[0] != own:
+                await self.client.give_back(got[0])  # filled up meanwhile: leave it to others
         except (redis.exceptions.RedisError, OSError) as err:
             await self._back_off(f"waiting for work failed: {err}")
         finally:

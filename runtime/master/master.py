@@ -50,6 +50,15 @@ TICK_S = 0.1  # how often running jobs are checked (timeouts, memory, leases)
 SENTRY_FLUSH_S = 1.0  # at exit, the longest wait for unsent Sentry events
 
 
+def renew_due(held: Running | Pending) -> float:
+    """When to renew a lease: a third of it gone. A job handed to an idle master
+    has a short first lease (handoff.lua); a short job ends before it is due."""
+    length = held.leased.lease_s
+    if held.leased.handed and not held.renewed:
+        length = min(length, config.LIMITS["handoff_lease_s"])
+    return held.lease_until - length * 2 / 3
+
+
 @dataclass
 class State:
     mode: str = "run"  # run, drain, finish
@@ -71,8 +80,9 @@ class Master:
         self.event = asyncio.Event()
         self.renew_event = asyncio.Event()  # jobs were leased: the renewal plan changed
         self.leasing = Leasing(
-            self.client, list(worker.queues), worker.order, self.room, self.event.set
-        )
+            self.client, list(worker.queues), worker.order, self.room, self.event.set,
+            on_leased=self._handed, accepting=self._accepting,
+        )  # fmt: skip
         self.pool = Pool(settings, worker, worker_id, self)
         self.dispatch = Dispatch(self.pool, self.leasing, worker, worker_id, self._target)
         self.notifier = Notifier()
@@ -91,6 +101,12 @@ class Master:
     def room(self) -> int:
         """How many more jobs to lease now."""
         return self.dispatch.room(self._accepting())
+
+    def _handed(self) -> None:
+        """A job was handed to us while we waited: to a child at once."""
+        self.renew_event.set()
+        if self._accepting():
+            self.dispatch.hand_out(time.monotonic())
 
     # --- signals: record the intent, nothing else --------------------------------
 
@@ -206,7 +222,7 @@ class Master:
         while True:
             held = self._held()
             # renew when the oldest lease is a third gone
-            due = min((h.lease_until - h.leased.lease_s * 2 / 3 for h in held), default=None)
+            due = min((renew_due(h) for h in held), default=None)
             if due is None or due > time.monotonic():
                 timeout = None if due is None else due - time.monotonic()
                 with contextlib.suppress(TimeoutError):
@@ -223,6 +239,7 @@ class Master:
                     self._lost(entry)
                 else:
                     entry.lease_until = sent_at + entry.leased.lease_s
+                    entry.renewed = True
                     if isinstance(entry, Running):
                         self._tell_lease(entry)
             self.event.set()
@@ -281,6 +298,8 @@ class Master:
 
     async def _pass(self) -> None:
         self._apply_intents()
+        if not self._accepting() and self.leasing.registered:
+            await self.leasing.exchange(0, False)  # no handoffs from now: before STATUS says so
         now = time.monotonic()
         if now - self.last_check >= TICK_S:
             self.last_check = now
@@ -346,7 +365,7 @@ class Master:
         if sentry.enabled():  # events not sent yet: a bounded wait, off the loop
             await asyncio.to_thread(sentry.flush, SENTRY_FLUSH_S)
         try:
-            held = await asyncio.wait_for(self.client.forget(), 1.0)
+            held = await asyncio.wait_for(self.client.forget(list(self.worker.queues)), 1.0)
             if held:
                 log.warning("exiting with %d jobs still leased worker=%s", held, self.worker_id)
         except (TimeoutError, redis.exceptions.RedisError, OSError) as err:

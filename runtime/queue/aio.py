@@ -37,6 +37,8 @@ class Leased:
     lease_s: float
     timeout_s: float
     start_in_s: float | None = None  # leased before its turn: start this long after the pop
+    expires_us: int | None = None  # when the lease runs out, on Redis's clock
+    handed: bool = False  # handed to this master while it waited (a short first lease)
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> Leased:
@@ -47,6 +49,7 @@ class Leased:
             remaining=int(meta["m"]), lease_s=reply["lease_ms"] / 1000,
             timeout_s=float(reply["timeout_s"]),
             start_in_s=reply["start_in_us"] / 1e6 if "start_in_us" in reply else None,
+            expires_us=reply.get("expires_us"), handed=bool(reply.get("handed")),
         )  # fmt: skip
 
 
@@ -123,6 +126,7 @@ class Popped:
     jobs: list[Leased]
     wake_in_s: float | None  # None: nothing comes due, or the pop was full
     refill: list[dict[str, Any]] = field(default_factory=list)  # cron recurrences low on ticks
+    now_us: int | None = None  # Redis's clock when the pop ran
 
 
 class AsyncClient:
@@ -176,7 +180,8 @@ class AsyncClient:
         calls = outcomes.calls(self.worker)
         if pop_count is not None and queues:
             ahead_us = round(ahead_s * 1e6)
-            calls.append(("pop", [self.worker, pop_count, wire.seed(), order, ahead_us, *queues]))
+            pop = [self.worker, pop_count, wire.seed(), order, ahead_us, 1, *queues]
+            calls.append(("pop", pop))
         if not calls:
             return {}, None
         results = await self._pipeline(calls)
@@ -190,6 +195,7 @@ class AsyncClient:
                     [Leased.from_reply(j) for j in reply["jobs"]],
                     None if wake < 0 else wake / 1000,
                     reply.get("refill", []),
+                    reply.get("now_us"),
                 )
             else:
                 states.update(wire.outcomes(reply))
@@ -214,12 +220,16 @@ class AsyncClient:
         [reply] = await self._pipeline([("heartbeat", args)])
         return set(json.loads(reply)["lost"])
 
-    async def wait_for_work(self, queues: list[str], timeout_s: float) -> str | None:
-        """Blocks until a wake-up token arrives (a put on one of the queues, or this
-        worker's own); returns the key it came from, None on timeout."""
+    async def wait_for_work(self, queues: list[str], timeout_s: float) -> tuple[str, bytes] | None:
+        """Blocks until something arrives for this master: a queue's wake-up token,
+        or on its own list a job handed to it (handoff.lua) or a token. Returns
+        (the key, the value), None on timeout."""
         keys = [self.keys.wake(q) for q in queues] + [self.keys.worker_wake(self.worker)]
         got = await self.blocking.blpop(keys, timeout=timeout_s)
-        return None if got is None else text(got[0])
+        if got is None:
+            return None
+        value = got[1] if isinstance(got[1], bytes) else str(got[1]).encode()
+        return text(got[0]), value
 
     async def give_back(self, key: str) -> None:
         """Puts back a wake-up token this master cannot use (at most one per key)."""
@@ -228,8 +238,10 @@ class AsyncClient:
         pipe.ltrim(key, 0, 0)
         await pipe.execute()
 
-    async def forget(self) -> int:
-        [held] = await self._pipeline([("forget_worker", [self.worker])])
+    async def forget(self, queues: list[str]) -> int:
+        """Says goodbye: stops waiting on `queues`, gives back jobs handed to this
+        master but never taken; returns how many leases it still holds."""
+        [held] = await self._pipeline([("forget_worker", [self.worker, *queues])])
         await self.redis.delete(self.keys.worker_wake(self.worker))
         return int(held)
 

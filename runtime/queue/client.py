@@ -237,7 +237,7 @@ class Queue:
         """Leases up to `count` jobs to `worker` (default: this process)."""
         reply = self.client.run_json(
             "pop", worker or default_worker_id(), wire.check_count(count), wire.seed(),
-            "ordered", 0, self.name,
+            "ordered", 0, 0, self.name,
         )  # fmt: skip
         return [Job.from_reply(r, self.client) for r in reply["jobs"]]
 

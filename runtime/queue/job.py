@@ -49,6 +49,7 @@ class HistoryEvent:
     delay_ms: int | None = None
     priority: int | None = None
     starts_at_ms: int | None = None  # popped before its turn: the job starts then
+    handed: bool = False  # popped: handed to a master waiting for it (no pop call)
 
     @classmethod
     def from_meta(cls, ev: dict[str, Any]) -> HistoryEvent:
@@ -61,6 +62,7 @@ class HistoryEvent:
             delay_ms=ev.get("dl"),
             priority=ev.get("p"),
             starts_at_ms=ev.get("sa"),
+            handed=bool(ev.get("ho")),
         )
 
     @property

@@ -18,8 +18,9 @@ Key schema (the kind of each key in brackets):
     q:<queue>:scheduled      [zset]  jid -> due time (us)
     q:<queue>:running        [zset]  jid -> lease expiry (us)
     q:<queue>:depends        [set]   jids waiting on other jobs
+    q:<queue>:idle           [zset]  masters waiting for the queue's jobs -> since (ms)
     wake:<queue>             [list]  at most one token: an idle master BLPOPs it
-    wake-worker:<worker>     [list]  a master's own wake-up (timers, control)
+    wake-worker:<worker>     [list]  jobs handed to an idle master (JSON), and tokens
     completed                [zset]  jid -> completion time (us), for retention
     failed                   [zset]  failure group -> failed jobs in it
     failed:<group>           [list]  jids, newest first
@@ -58,6 +59,7 @@ TEMPLATES: dict[str, str] = {
     "scheduled": "q:{queue}:scheduled",
     "running": "q:{queue}:running",
     "depends": "q:{queue}:depends",
+    "idle": "q:{queue}:idle",
     "wake": "wake:{queue}",
     "worker_wake": "wake-worker:{worker}",
     "completed": "completed",

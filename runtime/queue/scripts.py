@@ -13,7 +13,9 @@ Two ways to run them, the same Lua either way:
   code, so masters of two versions can share a server). The library is defined
   once per server, not once per call: a call skips re-running the ~50 KB
   library, about 25 us of a 45 us pop. State a library keeps for the length of
-  one call registers a reset with `per_call` (run at the start of every call).
+  one call registers a reset with `per_call` (run at the start of every call);
+  work that must follow all of a call's writes registers with `at_end` (run
+  after an operation succeeded, before its reply goes out).
 * EVALSHA of one script per operation: Redis 6.2, and users whose ACL lacks
   FUNCTION. A server that lost its scripts or functions gets them loaded again.
 
@@ -48,6 +50,7 @@ LIBRARY = (
     "lanes",
     "lease",
     "place",
+    "handoff",
     "deps",
     "create",
     "recur",
@@ -60,6 +63,7 @@ local function __operation()
 end
 local ok, result = pcall(__operation)
 if ok then
+  __finish()
   return result
 end
 if type(result) == 'table' then
@@ -115,6 +119,15 @@ def _prelude(library: bool) -> str:
             "  __bind(ns)",
             "  for i = 1, #PER_CALL do",
             "    PER_CALL[i]()",
+            "  end",
+            "end",
+            "local AT_END = {}",
+            "local function at_end(finish)",
+            "  AT_END[#AT_END + 1] = finish",
+            "end",
+            "local function __finish()",
+            "  for i = 1, #AT_END do",
+            "    AT_END[i]()",
             "  end",
             "end",
             f"local DEFAULTS = {{{defaults}}}",

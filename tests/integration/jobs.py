@@ -67,6 +67,14 @@ def sleep(job: Any) -> None:
         _append(job.data["path"], f"{job.jid} {job.attempt} done")
 
 
+def nap(job: Any) -> None:
+    """Writes 'jid attempt start' to data["path"], sleeps data["seconds"], then
+    'jid attempt done': tests wait for a job that really started in a child."""
+    _append(job.data["path"], f"{job.jid} {job.attempt} start")
+    time.sleep(job.data["seconds"])
+    _append(job.data["path"], f"{job.jid} {job.attempt} done")
+
+
 def crash(job: Any) -> None:
     os.kill(os.getpid(), job.data.get("signal", signal.SIGSEGV))
     time.sleep(5)

@@ -20,13 +20,24 @@ def running(client: Client, queue: str = "q") -> int:
     return int(client.status(queue)[queue]["running"])
 
 
+def wait_started(path: Path, n: int) -> None:
+    """Waits until n `nap` jobs started in a child ("running" in Redis may be a job
+    handed to the master and not yet in a child)."""
+
+    def count() -> int:
+        return path.read_text().count(" start") if path.exists() else 0
+
+    wait_for(lambda: count() >= n, 10, what=f"{n} jobs to start")
+
+
 def test_term_gives_back_jobs_longer_than_the_grace_and_exits_on_time(
-    start_master: StartMaster, plain_client: Client
+    start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
     master = start_master("q", "-c", "2", "--grace", "1")
     q = plain_client.queue("q")
-    jids = [q.put(f"{J}:sleep", {"seconds": 30}) for _ in range(2)]
-    wait_for(lambda: running(plain_client) == 2, 10)
+    path = workdir / "naps"
+    jids = [q.put(f"{J}:nap", {"seconds": 30, "path": str(path)}) for _ in range(2)]
+    wait_started(path, 2)
     started = time.monotonic()
     master.send(signal.SIGTERM)
     assert master.wait(10) == 0
@@ -44,20 +55,22 @@ def test_term_lets_short_jobs_finish(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
     master = start_master("q", "-c", "1", "--grace", "10")
-    jid = plain_client.queue("q").put(f"{J}:sleep", {"seconds": 0.5})
-    wait_for(lambda: running(plain_client) == 1, 10)
+    path = workdir / "naps"
+    jid = plain_client.queue("q").put(f"{J}:nap", {"seconds": 0.5, "path": str(path)})
+    wait_started(path, 1)
     master.send(signal.SIGINT)
     assert master.wait(10) == 0
     assert plain_client.get_job(jid).state == "complete"  # type: ignore[union-attr]
 
 
 def test_quit_finishes_running_jobs_then_exits(
-    start_master: StartMaster, plain_client: Client
+    start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
     master = start_master("q", "-c", "1", "--grace", "0")
     q = plain_client.queue("q")
-    jid = q.put(f"{J}:sleep", {"seconds": 1.5})
-    wait_for(lambda: running(plain_client) == 1, 10)
+    path = workdir / "naps"
+    jid = q.put(f"{J}:nap", {"seconds": 1.5, "path": str(path)})
+    wait_started(path, 1)
     later = q.put(f"{J}:noop", {})
     master.send(signal.SIGQUIT)
     assert master.wait(10) == 0
@@ -66,11 +79,13 @@ def test_quit_finishes_running_jobs_then_exits(
 
 
 def test_usr1_kills_running_jobs_and_they_are_retried(
-    start_master: StartMaster, plain_client: Client
+    start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
     master = start_master("q", "-c", "1")
-    jid = plain_client.queue("q").put(f"{J}:sleep", {"seconds": 30}, backoff=(60, 60))
-    wait_for(lambda: running(plain_client) == 1, 10)
+    path = workdir / "naps"
+    jid = plain_client.queue("q").put(f"{J}:nap", {"seconds": 30, "path": str(path)},
+                                      backoff=(60, 60))  # fmt: skip
+    wait_started(path, 1)
     master.send(signal.SIGUSR1)
     wait_state(plain_client, jid, "scheduled")
     job = plain_client.get_job(jid)

@@ -73,7 +73,7 @@ def test_cron_ticks_running_low_are_asked_for_and_extended(
 ) -> None:
     r = client.recur("q", "a.b:c", cron="* * * * *", id="minutely")
     clock.advance(60 * 50)
-    reply = client.run_json("pop", "w", 100, "seed", "ordered", 0, "q")
+    reply = client.run_json("pop", "w", 100, "seed", "ordered", 0, 0, "q")
     assert len(reply["jobs"]) == 1  # policy once
     client.complete_many("w", {j["jid"]: j["meta"]["l"] for j in reply["jobs"]})
     [low] = reply["refill"]
@@ -89,9 +89,9 @@ def test_cron_ticks_running_low_are_asked_for_and_extended(
 def test_a_cron_recurrence_out_of_ticks_keeps_asking(client: Client, clock: FrozenClock) -> None:
     client.recur("q", "a.b:c", cron="0 0 1 1 *", id="yearly")  # ticks for five years
     clock.advance(86400 * 365 * 6)  # all of them passed and nobody extended them
-    first = client.run_json("pop", "w", 10, "seed", "ordered", 0, "q")
+    first = client.run_json("pop", "w", 10, "seed", "ordered", 0, 0, "q")
     assert len(first["jobs"]) == 1 and first["refill"][0]["id"] == "yearly"
-    again = client.run_json("pop", "w", 10, "seed", "ordered", 0, "q")
+    again = client.run_json("pop", "w", 10, "seed", "ordered", 0, 0, "q")
     assert again["jobs"] == [] and again["refill"][0]["id"] == "yearly"
 
 
@@ -116,7 +116,7 @@ def test_the_default_id_makes_recurring_idempotent(client: Client, clock: Frozen
 
 def test_a_pop_reports_when_the_next_tick_is_due(client: Client, clock: FrozenClock) -> None:
     client.recur("q", "a.b:c", every=2.5, id="r")
-    reply = client.run_json("pop", "w", 1, "seed", "ordered", 0, "q")
+    reply = client.run_json("pop", "w", 1, "seed", "ordered", 0, 0, "q")
     assert reply["wake_in_ms"] == 2500
 
 

@@ -34,6 +34,6 @@ local now_us = Clock.now_us()
 Domains.set_limit(domain, limit_json, now_us)
 local woken = Lanes.rescore_domain(domain, now_us)
 for _, queue in ipairs(woken) do
-  Place.wake(queue)
+  Place.nudge(queue)
 end
 return #woken

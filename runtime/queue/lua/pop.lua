@@ -1,7 +1,7 @@
 -- pop.lua: leases up to `count` jobs from one or more queues in one step.
 --
 -- KEYS[1]  the namespace root
--- ARGV     worker, count, seed, order, ahead_us, queue_1, queue_2, ...
+-- ARGV     worker, count, seed, order, ahead_us, idle, queue_1, queue_2, ...
 --          worker  the caller's worker id ("host-pid")
 --          count   most jobs to lease, 0..pop_max
 --          seed    random text from the caller; lease tokens derive from it
@@ -13,13 +13,14 @@
 --                  throttled domain's next start); each carries start_in_us and
 --                  the caller starts it then, not before. Masters pop a little
 --                  ahead of what they wait for, so such jobs start on time.
+--          idle    1: the caller is a master that will wait for work when this
+--                  pop comes back short (see below); 0: any other caller
 -- Before taking, each served queue (paused ones are skipped) reclaims jobs
 -- whose lease expired, promotes due scheduled jobs and frees throttled lanes.
 -- Reply    {"jobs": [job, ...], "wake_in_ms": n, "refill": [recurrence, ...]}
---          job: {"jid", "meta", "data", "lease_ms", "timeout_s"[, "start_in_us"]}
---          with the lease
---          in meta (w, l); lease_ms: the lease length; timeout_s: how long the
---          job may run without a sign of life (its own timeout, else the queue's);
+--          job: as Lease.hand replies it (lease.lua), with the lease in meta (w,
+--          l); jobs handed to this worker while it waited (handoff.lua) come
+--          first, marked "handed";
 --          wake_in_ms: in how many ms (to the microsecond) something next
 --          comes due in these queues (a
 --          scheduled job, a throttled domain, a lease expiry), -1 for never
@@ -27,7 +28,11 @@
 --          0 when a queue still has ready jobs but this pop set aside its
 --          pop_skips lanes (lanes.lua): ask again at once;
 --          refill: cron recurrences low on ticks, {id, cron, tz, after (ms)}: the
---          caller computes more with croniter (recur_ticks.lua)
+--          caller computes more with croniter (recur_ticks.lua);
+--          now_us: Redis's clock when the pop ran (expires_us is on it)
+-- A master's (idle 1) pop that comes back short with count > 0 registers it as idle on
+-- its (unpaused) queues: jobs that become ready are handed to it (handoff.lua)
+-- until its next pop, which withdraws that first.
 -- Due recurrences of the served queues spawn their jobs first (lib/recur.lua).
 -- Errors   BAD_ARG
 
@@ -39,8 +44,9 @@ if order ~= 'ordered' and order ~= 'round-robin' then
   E.bad('order must be "ordered" or "round-robin", got ' .. tostring(order))
 end
 local ahead_us = Check.int('ahead_us', ARGV[5], 0, LIMITS.ahead_max_us)
+local idle = Check.int('idle', ARGV[6], 0, 1) == 1
 local queues = {}
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   queues[#queues + 1] = Check.queue('queue', ARGV[i])
 end
 
@@ -64,21 +70,10 @@ for _, queue in ipairs(queues) do
 end
 Retention.trim(now_us, LIMITS.retention_pop_batch) -- old completed jobs go even when none complete
 
-local out = {}
+Handoff.withdraw(worker, queues)
+local out = Handoff.collect(worker)
 local function take(jid, meta, data, start_us)
-  local waits = start_us and start_us > now_us -- leased before its turn: starts then
-  Stats.time(meta.q, 'wait', math.max(0, now_ms - (meta.qt or meta.h[1].t)) / 1000, now_us)
-  Lease.grant(jid, meta, worker, seed, now_us)
-  Job.event(jid, meta, now_ms, 'popped', { w = worker, sa = waits and Clock.ms(start_us) or nil })
-  local encoded = Job.save(jid, meta, data)
-  local extra = {
-    { 'lease_ms', int(Config.get('heartbeat', meta.q) * 1000) },
-    { 'timeout_s', cjson.encode(meta.to or Config.get('timeout', meta.q)) },
-  }
-  if waits then
-    extra[3] = { 'start_in_us', int(start_us - now_us) }
-  end
-  out[#out + 1] = Job.reply(jid, meta, data, extra, encoded)
+  out[#out + 1] = Lease.hand(jid, meta, data, worker, seed, now_us, start_us)
 end
 
 local stopped_short = false -- a queue set aside pop_skips lanes and has more
@@ -151,6 +146,9 @@ for _, queue in ipairs(active) do
     end
   end
 end
+if idle and count > 0 and #out < count and not stopped_short then
+  Handoff.register(worker, active, now_ms)
+end
 Stats.flush()
 if stopped_short then
   wake_at = now_us
@@ -159,5 +157,6 @@ local wake_in_ms = '-1'
 if wake_at then
   wake_in_ms = string.format('%.3f', math.max(0, wake_at - now_us) / 1000)
 end
-return '{"jobs":[' .. table.concat(out, ',') .. '],"wake_in_ms":' .. wake_in_ms
+return '{"jobs":[' .. table.concat(out, ',') .. '],"now_us":' .. int(now_us) .. ',"wake_in_ms":'
+  .. wake_in_ms
   .. ',"refill":' .. Json.array(refill) .. '}'

@@ -82,5 +82,5 @@ for _, tick in ipairs(ticks) do
 end
 Recur.save(def)
 redis.call('ZADD', K.queues, 'NX', now_ms, queue)
-Place.wake(queue) -- idle masters learn the new next tick
+Place.nudge(queue) -- idle masters learn the new next tick
 return cjson.encode(def)

@@ -20,14 +20,7 @@ local function release(jid, token)
   if Lease.check(jid, meta, worker, token, 'release', now_us) then
     return meta.s
   end
-  Lease.drop(jid, meta)
-  meta.lr = 'release'
-  meta.a = math.max(0, (meta.a or 1) - 1)
-  Job.event(jid, meta, Clock.ms(now_us), 'released', { w = worker })
-  meta.s = 'waiting'
-  Lanes.push(meta.q, jid, meta, now_us, true)
-  Place.wake(meta.q)
-  Job.save(jid, meta, data)
+  Place.release(jid, meta, data, worker, now_us)
   return meta.s
 end
 

@@ -9,13 +9,43 @@
 
 local Lease = {}
 
-function Lease.grant(jid, meta, worker, seed, now_us)
-  local expires_us = now_us + Config.get('heartbeat', meta.q) * 1000000
+function Lease.grant(jid, meta, worker, seed, now_us, lease_s)
+  local expires_us = now_us + (lease_s or Config.get('heartbeat', meta.q)) * 1000000
   meta.a = (meta.a or 0) + 1
   meta.s, meta.w, meta.lr, meta.pt = 'running', worker, nil, Clock.ms(now_us)
   meta.l = string.sub(redis.sha1hex(seed .. jid .. meta.a), 1, 24)
   redis.call('ZADD', K.running(meta.q), int(expires_us), jid)
   redis.call('SADD', K.worker_jobs(worker), jid)
+  return expires_us
+end
+
+-- Leases a job taken from its queue to `worker` and returns its reply (JSON):
+-- {"jid", "meta", "data", "lease_ms", "timeout_s", "expires_us"[, "start_in_us"]
+-- [, "handed": true]}. lease_ms is the queue's heartbeat (how often the holder
+-- renews); expires_us when this lease runs out (Redis time): `first_lease_s`,
+-- if given, sets a shorter first lease (a job handed to an idle master, which
+-- renews it at once). start_us: the job's turn, if it comes after now_us.
+function Lease.hand(jid, meta, data, worker, seed, now_us, start_us, first_lease_s)
+  local now_ms = Clock.ms(now_us)
+  local waits = start_us and start_us > now_us
+  Stats.time(meta.q, 'wait', math.max(0, now_ms - (meta.qt or meta.h[1].t)) / 1000, now_us)
+  local expires_us = Lease.grant(jid, meta, worker, seed, now_us, first_lease_s)
+  Job.event(jid, meta, now_ms, 'popped', {
+    w = worker, sa = waits and Clock.ms(start_us) or nil, ho = first_lease_s and 1 or nil,
+  })
+  local encoded = Job.save(jid, meta, data)
+  local extra = {
+    { 'lease_ms', int(Config.get('heartbeat', meta.q) * 1000) },
+    { 'timeout_s', cjson.encode(meta.to or Config.get('timeout', meta.q)) },
+    { 'expires_us', int(expires_us) },
+  }
+  if waits then
+    extra[#extra + 1] = { 'start_in_us', int(start_us - now_us) }
+  end
+  if first_lease_s then
+    extra[#extra + 1] = { 'handed', 'true' }
+  end
+  return Job.reply(jid, meta, data, extra, encoded)
 end
 
 -- The lease expiry (us), or nil when the job is not in its queue's running set.

@@ -30,15 +30,23 @@ local function scheduled_jid(member)
   return string.sub(member, tonumber(string.sub(member, 1, 1), 16) + 2)
 end
 
--- Leaves one wake-up token for the queue's idle masters (one per call at most).
+-- Jobs of the queue may be ready: at the end of the call they go to masters
+-- idling on it, and a wake-up token stays for the rest if any are left
+-- (handoff.lua). Nothing happens before every write of the call is done, so a
+-- batch hands out its queue's head in order, whatever it put last.
 function Place.wake(queue)
-  if not woken[queue] then
-    woken[queue] = true
-    local key = K.wake(queue)
-    if redis.call('LLEN', key) == 0 then
-      redis.call('RPUSH', key, '1')
-    end
-  end
+  woken[queue] = woken[queue] or 'work'
+end
+
+-- Idle masters of the queue must look again even if no job is ready (an
+-- earlier due time, a new recurrence tick, a domain freeing sooner).
+function Place.nudge(queue)
+  woken[queue] = 'always'
+end
+
+-- The queues woken in this call: {queue = 'work' | 'always'}.
+function Place.woken()
+  return woken
 end
 
 -- Moves the queue's due scheduled jobs into their lanes, earliest due first.
@@ -110,7 +118,7 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
     local member = scheduled_member(jid, meta.o)
     redis.call('ZADD', K.scheduled(queue), int(due_ms * 1000), member)
     if redis.call('ZRANGE', K.scheduled(queue), 0, 0)[1] == member then
-      Place.wake(queue) -- due before all others: an idle master must learn the new time
+      Place.nudge(queue) -- due before all others: an idle master must learn the new time
     end
   else
     Place.promote(queue, now_us)
@@ -118,6 +126,19 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
     Lanes.push(queue, jid, meta, now_us, false)
     Place.wake(queue)
   end
+  Job.save(jid, meta, data)
+end
+
+-- The lease holder gives the job back unfinished: to the head of its lane, its
+-- attempt not counted. The caller checked the lease; the record is saved.
+function Place.release(jid, meta, data, worker, now_us)
+  Lease.drop(jid, meta)
+  meta.lr = 'release'
+  meta.a = math.max(0, (meta.a or 1) - 1)
+  Job.event(jid, meta, Clock.ms(now_us), 'released', { w = worker })
+  meta.s = 'waiting'
+  Lanes.push(meta.q, jid, meta, now_us, true)
+  Place.wake(meta.q)
   Job.save(jid, meta, data)
 end
 

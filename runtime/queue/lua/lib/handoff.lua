@@ -1,0 +1,103 @@
+-- handoff.lua: jobs go straight to masters that wait for them.
+--
+-- A master whose pop came back short (it has room and its queues had nothing
+-- for it) registers in each queue's K.idle set, then blocks on its own list
+-- K.worker_wake(worker). When jobs become ready in a queue (Place.wake), the
+-- end of that call leases the queue's next job to the longest-waiting fresh
+-- registration and pushes it, as a pop would reply it, onto that master's
+-- list: the master's blocking wait returns the job itself, with no pop round
+-- trip. A registration takes one job; a master's next pop drops its
+-- registrations and collects anything handed to it meanwhile. The first lease
+-- of a handed job is short (handoff_lease_s; the master renews it at once), so
+-- a master that died while registered delays at most one job per queue by that
+-- much. Jobs left over leave the queue's wake-up token, as before.
+
+local Handoff = {}
+
+-- The master stops waiting on these queues (its pop is under way).
+function Handoff.withdraw(worker, queues)
+  for _, queue in ipairs(queues) do
+    redis.call('ZREM', K.idle(queue), worker)
+  end
+end
+
+-- The master waits for jobs of these queues from now on.
+function Handoff.register(worker, queues, now_ms)
+  for _, queue in ipairs(queues) do
+    redis.call('ZADD', K.idle(queue), now_ms, worker)
+  end
+end
+
+-- Jobs handed to the master and not yet taken off its list: their replies (JSON).
+function Handoff.collect(worker)
+  local key = K.worker_wake(worker)
+  local items = redis.call('LRANGE', key, 0, -1)
+  if #items == 0 then
+    return {}
+  end
+  redis.call('DEL', key)
+  local jobs = {}
+  for _, item in ipairs(items) do
+    if string.sub(item, 1, 1) == '{' then
+      jobs[#jobs + 1] = item
+    end
+  end
+  return jobs
+end
+
+-- Whether the queue has jobs ready to run (waiting, not throttled): its counters
+-- (the lanes index is cleaned lazily, by pops).
+local function ready(queue)
+  local c = redis.call('HMGET', K.queue(queue), 'queued', 'throttled')
+  return (tonumber(c[1]) or 0) - (tonumber(c[2]) or 0) > 0
+end
+
+-- Hands the queue's ready jobs to its idle masters, one each; true when ready
+-- jobs are left over.
+local function offer(queue, now_us)
+  local idle = K.idle(queue)
+  local now_ms = Clock.ms(now_us)
+  for _ = 1, LIMITS.handoff_max do
+    if not ready(queue) then
+      return false
+    end
+    local got = redis.call('ZPOPMIN', idle)
+    if #got == 0 then
+      return true
+    end
+    local worker, since = got[1], tonumber(got[2])
+    if now_ms - since <= LIMITS.idle_fresh_ms then
+      local reply
+      local first_lease_s = math.min(LIMITS.handoff_lease_s, Config.get('heartbeat', queue))
+      local taken = Lanes.pop(queue, 1, now_us, function(jid, meta, data, start_us)
+        reply = Lease.hand(jid, meta, data, worker, worker .. now_us, now_us, start_us,
+          first_lease_s)
+      end, 0)
+      if taken == 0 then -- ready lanes over their domains' limits: nothing to give
+        redis.call('ZADD', idle, since, worker)
+        return false
+      end
+      redis.call('RPUSH', K.worker_wake(worker), reply)
+    end
+  end
+  return ready(queue)
+end
+
+-- At the end of every call: the queues Place.wake marked get their handoffs and,
+-- if work is left (or Place.nudge asked), the queue's wake-up token.
+at_end(function()
+  local woken = Place.woken()
+  if next(woken) == nil then
+    return
+  end
+  local now_us = Clock.now_us()
+  for queue, why in pairs(woken) do
+    local left = true
+    if redis.call('HGET', K.queue(queue), 'paused') ~= '1' then
+      left = offer(queue, now_us)
+    end
+    if (left or why == 'always') and redis.call('LLEN', K.wake(queue)) == 0 then
+      redis.call('RPUSH', K.wake(queue), '1')
+    end
+  end
+end)
