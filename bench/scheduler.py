@@ -85,7 +85,7 @@ def pop_cost(server: ServerProcess, jobs: int, case: Case, pops: int) -> dict[st
     conn.slowlog_reset()
     short, popped, durations, last = 0, 0, [], None
     for _ in range(pops):
-        reply = client.run_json("pop", "bench", 1, "seed", "ordered", 0, "bench")
+        reply = client.run_json("pop", "bench", 1, "seed", "ordered", 0, 0, "bench")
         popped += len(reply["jobs"])
         short += reply["wake_in_ms"] == 0
         entries = conn.slowlog_get(1)
