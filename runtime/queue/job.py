@@ -8,7 +8,7 @@ TIME in milliseconds since the epoch.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +70,16 @@ class HistoryEvent:
         return _when(self.at_ms)
 
 
+def _history(meta: dict[str, Any]) -> tuple[HistoryEvent, ...]:
+    """The timeline. A put event does not repeat its queue (every job has one, so
+    it is not stored): it is the queue the first move left (`fq`), else the job's."""
+    events = [HistoryEvent.from_meta(ev) for ev in meta["h"]]
+    if events and events[0].event == "put" and events[0].queue is None:
+        put_queue = next((ev["fq"] for ev in meta["h"] if "fq" in ev), meta.get("q"))
+        events[0] = replace(events[0], queue=put_queue)
+    return tuple(events)
+
+
 @dataclass(frozen=True)
 class Job:
     """A job as read from Redis. Jobs returned by a pop carry their lease
@@ -122,7 +132,7 @@ class Job:
             failure=None
             if failure is None
             else Failure(failure["g"], failure["m"], int(failure["t"]), failure.get("w")),
-            history=tuple(HistoryEvent.from_meta(ev) for ev in meta["h"]),
+            history=_history(meta),
             put_at_ms=int(meta["h"][0]["t"]),
             due_at_ms=meta.get("d"),
             domain=meta.get("dm"),

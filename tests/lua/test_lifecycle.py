@@ -25,7 +25,7 @@ def test_put_stores_the_whole_record_and_a_put_event(client: Client, clock: Froz
         "m": 5,
         "o": 1,
         "g": ["vip", "eu"],
-        "h": [{"e": "put", "t": clock.now_ms, "q": "emails"}],
+        "h": [{"e": "put", "t": clock.now_ms}],
     }
     assert data == '{"to":"a@b.c"}'
     assert client.redis.zscore(client.keys.key("tag", tag="vip"), "j1") == clock.now_ms
@@ -68,7 +68,7 @@ def test_put_pop_heartbeat_complete_timeline(client: Client, clock: FrozenClock)
         "l": job.token,
         "lr": "complete",
         "h": [
-            {"e": "put", "t": put_ms, "q": "emails"},
+            {"e": "put", "t": put_ms},
             {"e": "popped", "t": pop_ms, "w": W1},
             {"e": "completed", "t": clock.now_ms, "w": W1},
         ],

@@ -123,6 +123,22 @@ def test_complete_with_next_moves_the_job_on_with_retries_renewed(
     assert again.data == {"k": 1}
 
 
+def test_the_put_event_keeps_the_queue_the_job_was_put_on_through_moves(
+    client: Client, clock: FrozenClock
+) -> None:
+    client.queue("first").put("a.b:c", {}, jid="j1")
+    assert client.get_job("j1").history[0].queue == "first"  # type: ignore[union-attr]
+    [job] = client.queue("first").pop(1, worker="w")
+    job.complete(next="second")
+    [job] = client.queue("second").pop(1, worker="w")
+    job.complete(next="third")
+    moved = client.get_job("j1")
+    assert moved is not None and moved.queue == "third"
+    assert [(e.event, e.queue) for e in moved.history if e.queue] == [
+        ("put", "first"), ("completed", "second"), ("completed", "third")
+    ]  # fmt: skip
+
+
 def test_complete_with_next_delay_and_depends(client: Client, clock: FrozenClock) -> None:
     q = client.queue("q")
     q.put("a.b:c", {}, jid="gate")

@@ -47,7 +47,7 @@ local function complete(jid, token, options_json)
   Stats.time(meta.q, 'run', (now_ms - (meta.pt or now_ms)) / 1000, now_us)
   meta.lr, meta.f = 'complete', nil
   if next_queue then
-    Job.event(jid, meta, now_ms, 'completed', { w = worker, q = next_queue })
+    Job.event(jid, meta, now_ms, 'completed', { w = worker, q = next_queue, fq = meta.q })
     meta.q, meta.m, meta.a, meta.o = next_queue, meta.r, nil, nil
     Place.enqueue(jid, meta, data, delay_ms and now_ms + delay_ms, now_us, Deps.add(jid, depends) > 0)
   elseif meta.rq then -- a duplicate came while it ran: once more

@@ -21,8 +21,8 @@ Place.remove(jid, meta)
 if meta.s ~= 'scheduled' then
   meta.m, meta.a, meta.f, meta.lr = meta.r, nil, nil, nil
 end
+Job.event(jid, meta, Clock.ms(now_us), 'requeued', { q = queue ~= '' and queue or meta.q, fq = meta.q })
 meta.q = queue ~= '' and queue or meta.q
 meta.o, meta.d = nil, nil
-Job.event(jid, meta, Clock.ms(now_us), 'requeued', { q = meta.q })
 Place.enqueue(jid, meta, data, nil, now_us, false)
 return meta.s

@@ -20,8 +20,8 @@ for _ = 1, count do
   end
   local meta, data = Job.load(jid)
   if meta then
+    Job.event(jid, meta, now_ms, 'unfailed', { q = queue, fq = meta.q })
     meta.q, meta.m, meta.a, meta.f, meta.o = queue, meta.r, nil, nil, nil
-    Job.event(jid, meta, now_ms, 'unfailed', { q = queue })
     Place.enqueue(jid, meta, data, nil, now_us, false)
     moved = moved + 1
   end

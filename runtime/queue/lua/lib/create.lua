@@ -67,7 +67,7 @@ function Create.job(job, now_us)
   local jid, now_ms = job.jid, Clock.ms(now_us)
   local meta = {
     k = job.klass, q = job.queue, r = job.retries, m = job.retries,
-    h = { { e = 'put', t = now_ms, q = job.queue } },
+    h = { { e = 'put', t = now_ms } }, -- its queue: meta.q, or the first move's fq
   }
   if job.priority ~= 0 then
     meta.p = job.priority
