@@ -54,8 +54,11 @@ def render() -> str:
             continue
         result: dict[str, Any] = json.loads(path.read_text())
         lines += [f"## {TITLES[suite]}", ""]
-        lines.append(f"Run {result['when']} with `{result['command']}` "
-                     f"({result['jobs']} jobs, {result['repeat']} runs).")  # fmt: skip
+        size = ("the sizes in each table's title, repetitions interleaved"
+                if suite == "side" else f"{result['jobs']} jobs")  # fmt: skip
+        minutes = result.get("seconds", 0) / 60
+        lines.append(f"Run {result['when']} with `{result['command']}` ({size}, "
+                     f"{result['repeat']} runs, {minutes:.0f} min).")  # fmt: skip
         lines.append("")
         lines += ["| machine | |", "| --- | --- |"]
         lines += [f"| {k} | {v} |" for k, v in result["machine"].items()]
@@ -94,9 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result = SUITES[suite](quick=args.quick)
         result["when"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-        result["command"] = "python -m bench " + shlex.join(
-            argv if argv is not None else sys.argv[1:]
-        )
+        args_text = shlex.join(argv if argv is not None else sys.argv[1:])
+        result["command"] = f"python -m bench {args_text}".strip()
         result["machine"] = machine.describe(find_server_binary())
         result["seconds"] = round(time.monotonic() - started, 1)
         if not args.quick:

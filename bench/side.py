@@ -80,28 +80,35 @@ class Measure:
     title: str
     call: str
     n: int
-    rows: tuple[tuple[str, str], ...]  # (reply field, row label)
-    higher_is_better: bool
+    rows: tuple[tuple[str, str, str], ...]  # (reply field, row label, better: BETTER)
     seconds: float = 0.0
+
+
+BETTER = {"higher": "higher is better", "lower": "lower is better",
+          "zero": "nearer 0 is better"}  # fmt: skip
 
 
 MEASURES = (
     Measure("enqueue_one", "Enqueue, one call per job (jobs/s)", "enqueue_one", 20_000,
-            (("rate", "20,000 no-op jobs, 100-byte data"),), True),
+            (("rate", "20,000 no-op jobs, 100-byte data", "higher"),)),
     Measure("enqueue_bulk", "Enqueue in bulk, the system's batch API (jobs/s)", "enqueue_bulk",
-            20_000, (("rate", "20,000 no-op jobs, 100-byte data"),), True),
+            20_000, (("rate", "20,000 no-op jobs, 100-byte data", "higher"),)),
     Measure("drain", "Drain with total concurrency 2 (jobs/s)", "drain", 20_000,
-            (("rate", "20,000 queued jobs, each increments a counter"),), True),
-    Measure("latency", "Put-to-start latency at light load (ms)", "latency", 300,
-            (("p50", "p50"), ("p95", "p95"), ("p99", "p99")), False),
-    Measure("lateness", "Scheduled-job lateness (ms after the due time)", "lateness", 100,
-            (("p50", "p50"), ("p99", "p99")), False),
+            (("rate", "20,000 queued jobs, each increments a counter", "higher"),)),
+    Measure("latency", "Put-to-start latency at light load: 300 jobs at 50/s (ms)", "latency",
+            300, (("p50", "p50", "lower"), ("p95", "p95", "lower"), ("p99", "p99", "lower"))),
+    Measure("lateness", "Scheduled-job lateness: 100 jobs due 2 s after their put (ms after "
+            "the due time; negative: started early)", "lateness", 100,
+            (("p50", "p50", "zero"), ("p99", "p99", "zero"),
+             ("early", "jobs started before their due time", "lower"))),
     Measure("memory", "Redis memory per queued job (bytes)", "fill", 100_000,
-            (("bytes_per_job", "100,000 queued jobs, 100-byte data"),), False),
-    Measure("ratelimit", "A 20 jobs/s limit on one key while another runs free", "ratelimit",
-            0, (("observed", "limited key: starts/s (20 wanted)"),
-                ("max_1s", "limited key: most starts in any 1 s"),
-                ("free_rate", "free key: jobs/s meanwhile")), True, seconds=30.0),
+            (("bytes_per_job", "100,000 queued jobs, 100-byte data", "lower"),)),
+    Measure("ratelimit", "A 20 jobs/s limit on one key while another runs free, 30 s",
+            "ratelimit", 0,
+            (("observed", "limited key: starts/s (20 wanted)", "none"),
+             ("error_pct", "limited key: error (%)", "zero"),
+             ("max_1s", "limited key: most starts in any 1 s", "lower"),
+             ("free_rate", "free key: jobs/s meanwhile", "higher")), seconds=30.0),
 )  # fmt: skip
 QUICK = {"enqueue_one": 2000, "enqueue_bulk": 2000, "drain": 2000, "latency": 50,
          "lateness": 100, "memory": 5000}  # fmt: skip
@@ -247,6 +254,8 @@ def _brief(reply: dict[str, Any]) -> str:
 
 
 def _num(value: float) -> str:
+    if float(value).is_integer() and abs(value) < 1e9:
+        return f"{int(value):,}"
     if abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
@@ -269,7 +278,7 @@ def _cell(replies: list[dict[str, Any]], field: str) -> str:
 
 
 def best_peer(
-    table: dict[str, list[dict[str, Any]]], field: str, higher: bool, only: set[str] | None = None
+    table: dict[str, list[dict[str, Any]]], field: str, better: str, only: set[str] | None = None
 ) -> tuple[str, float] | None:
     medians = {
         name: statistics.median(values)
@@ -280,7 +289,12 @@ def best_peer(
     }
     if not medians:
         return None
-    name = (max if higher else min)(medians, key=lambda k: medians[k])
+    if better == "higher":
+        name = max(medians, key=lambda k: medians[k])
+    elif better == "lower":
+        name = min(medians, key=lambda k: medians[k])
+    else:
+        name = min(medians, key=lambda k: abs(medians[k]))
     return name, medians[name]
 
 
@@ -297,22 +311,30 @@ def render(result: dict[str, Any]) -> list[str]:
         table = result["results"].get(measure.key)
         if not table:
             continue
-        direction = "higher" if measure.higher_is_better else "lower"
         lines += [f"### {measure.title}", ""]
-        lines.append(
-            "| | " + " | ".join(systems) + f" | runtime / best peer ({direction} is better) |"
-        )
+        lines.append("| | " + " | ".join(systems) + " | runtime / best peer |")
         lines.append("| --- |" + " ---: |" * (len(systems) + 1))
-        for field, label in measure.rows:
+        for field, label, better in measure.rows:
             cells = [_cell(table.get(name, []), field) for name in systems]
-            best = best_peer(table, field, measure.higher_is_better)
-            ours = _values(table.get("runtime", []), field)
-            ratio = "-"
-            if best and ours and best[1]:
-                ratio = f"{statistics.median(ours) / best[1]:.2f} (best: {best[0]})"
-            lines.append(f"| {label} | " + " | ".join(cells) + f" | {ratio} |")
+            lines.append(
+                f"| {label} | " + " | ".join(cells) + f" | {_ratio(table, field, better)} |"
+            )
         lines.append("")
     return [*lines, "### Targets (issue: benchmarks side by side)", "", *targets(result), ""]
+
+
+def _ratio(table: dict[str, list[dict[str, Any]]], field: str, better: str) -> str:
+    """runtime's median over the best peer's, and who that is ("-" where a ratio says
+    nothing: no peer measured it, or the row is context only)."""
+    best = best_peer(table, field, better) if better in BETTER else None
+    ours = _values(table.get("runtime", []), field)
+    if not best or not ours:
+        return "-"
+    if not best[1]:
+        return f"- (best: {best[0]}, {_num(best[1])}; {BETTER[better]})"
+    mine = statistics.median(ours)
+    ratio = abs(mine) / abs(best[1]) if better == "zero" else mine / best[1]
+    return f"{ratio:.2f} (best: {best[0]}; {BETTER[better]})"
 
 
 def _median(table: dict[str, list[dict[str, Any]]], name: str, field: str) -> float | None:
@@ -324,29 +346,30 @@ def targets(result: dict[str, Any]) -> list[str]:
     """The issue's targets, each checked against this run's medians."""
     res, systems = result["results"], result["systems"]
     strict = {s["name"] for s in systems if s["processes"] and s["ack_after"]} - {"runtime"}
-    checks: list[tuple[str, str, str, bool, float, set[str] | None]] = [
+    checks: list[tuple[str, str, str, str, float, set[str] | None]] = [
         # (label, measure, field, higher is better, wanted ratio, peers compared)
         ("drain >= 2x the best peer with separate processes and acks after the job",
-         "drain", "rate", True, 2.0, strict),
-        ("drain >= 1x the best peer of any kind", "drain", "rate", True, 1.0, None),
-        ("enqueue one at a time >= 1.5x the best peer", "enqueue_one", "rate", True, 1.5, None),
-        ("enqueue in bulk >= 1.5x the best peer", "enqueue_bulk", "rate", True, 1.5, None),
-        ("put-to-start latency p99 below every peer", "latency", "p99", False, 1.0, None),
-        ("scheduled lateness p99 below every peer", "lateness", "p99", False, 1.0, None),
+         "drain", "rate", "higher", 2.0, strict),
+        ("drain >= 1x the best peer of any kind", "drain", "rate", "higher", 1.0, None),
+        ("enqueue one at a time >= 1.5x the best peer", "enqueue_one", "rate", "higher", 1.5,
+         None),
+        ("enqueue in bulk >= 1.5x the best peer", "enqueue_bulk", "rate", "higher", 1.5, None),
+        ("put-to-start latency p99 below every peer", "latency", "p99", "lower", 1.0, None),
+        ("scheduled lateness p99 below every peer", "lateness", "p99", "zero", 1.0, None),
         ("bytes per queued job within 1.5x the smallest peer", "memory", "bytes_per_job",
-         False, 1.5, None),
+         "lower", 1.5, None),
     ]  # fmt: skip
     lines = ["| target | runtime | best peer | ratio | met |", "| --- | ---: | --- | ---: | --- |"]
-    for label, key, field, higher, wanted, only in checks:
+    for label, key, field, better, wanted, only in checks:
         table = res.get(key, {})
         ours = _median(table, "runtime", field)
-        best = best_peer(table, field, higher, only)
+        best = best_peer(table, field, better, only)
         if ours is None or best is None or not best[1]:
             lines.append(f"| {label} | - | - | - | not measured |")
             continue
-        ratio = ours / best[1]
-        met = ratio >= wanted if higher else ratio <= wanted
-        if not higher and wanted == 1.0:
+        ratio = abs(ours) / abs(best[1]) if better == "zero" else ours / best[1]
+        met = ratio >= wanted if better == "higher" else ratio <= wanted
+        if better != "higher" and wanted == 1.0:  # "below every peer": strictly
             met = ratio < 1.0
         lines.append(f"| {label} | {_num(ours)} | {best[0]}: {_num(best[1])} | {ratio:.2f} | "
                      f"{'yes' if met else 'no'} |")  # fmt: skip

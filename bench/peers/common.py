@@ -203,8 +203,8 @@ def limited(url: str, seconds: float) -> dict[str, float]:
     span = max(steady) - start if steady else 0.0
     observed = len(steady) / span if span > 0 else 0.0
     max_1s, j = 0, 0
-    for i, t in enumerate(limited_at):
-        while limited_at[j] < t - 1.0:
+    for i, t in enumerate(limited_at):  # the starts in (t - 1 s, t]: windows of one second
+        while limited_at[j] <= t - 1.0:
             j += 1
         max_1s = max(max_1s, i - j + 1)
     return {"observed": observed, "error_pct": (observed / LIMIT_RATE - 1) * 100,
