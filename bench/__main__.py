@@ -1,6 +1,7 @@
 """`python -m bench [SUITE...] [--quick]`: runs benchmark suites, stores each
 suite's numbers in bench/results/<suite>.json and rewrites bench/RESULTS.md
-from every stored suite."""
+from every stored suite and its notes (bench/results/<suite>.notes.md, the only
+hand-written part); `--render` only rewrites RESULTS.md."""
 
 from __future__ import annotations
 
@@ -82,7 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", help="side: comma-separated systems (default: all)")
     parser.add_argument("--measures", help="side: comma-separated measures (default: all)")
     parser.add_argument("--repeat", type=int, default=3, help="side: runs of each measure")
+    parser.add_argument(
+        "--render", action="store_true", help="only rewrite RESULTS.md from results and notes"
+    )
     args = parser.parse_args(argv)
+    if args.render:
+        (HERE / "RESULTS.md").write_text(render())
+        return 0
     (HERE / "results").mkdir(exist_ok=True)
     for suite in args.suites or list(SUITES):
         started = time.monotonic()
