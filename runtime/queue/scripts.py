@@ -268,6 +268,25 @@ def needs_loading(result: object) -> bool:
     return isinstance(result, redis.ResponseError) and _trouble(result) == "missing"
 
 
+def _recover(conn: object, name: str, err: redis.ResponseError, functions: bool) -> bool:
+    """After a failed call: True when the library or scripts must be loaded before
+    trying again; False to try again with EVALSHA (no FCALL for this connection);
+    raises the operation's own error, or the refusal of a user allowed neither."""
+    trouble = _trouble(err)
+    if trouble is None:
+        raise translate(name, err) from err
+    if trouble == "unsupported" and not functions:
+        raise err
+    if trouble == "unsupported":
+        _uses_functions[conn] = False
+        return False
+    return True
+
+
+def _forgetting(name: str) -> Error:
+    return Error(f"script {name}: the server keeps forgetting runtime's scripts")
+
+
 def call(conn: redis.Redis, name: str, keys: list[str], args: list[Any]) -> Any:
     """Runs an operation on a synchronous connection."""
     for _ in range(3):  # a missing library: load and run again; no FCALL here: EVALSHA
@@ -277,20 +296,13 @@ def call(conn: redis.Redis, name: str, keys: list[str], args: list[Any]) -> Any:
                 return conn.fcall(function_name(name), len(keys), *keys, *args)
             return conn.evalsha(load(name).sha, len(keys), *keys, *args)
         except redis.ResponseError as err:
-            trouble = _trouble(err)
-            if trouble is None:
-                raise translate(name, err) from err
-            if trouble == "unsupported" and not functions:
-                raise
-            if trouble == "unsupported":
-                _uses_functions[conn] = False
-            else:
+            if _recover(conn, name, err, functions):
                 prepare(conn)
-    raise Error(f"script {name}: the server keeps forgetting runtime's scripts")
+    raise _forgetting(name)
 
 
 async def acall(conn: redis.asyncio.Redis, name: str, keys: list[str], args: list[Any]) -> Any:
-    """Runs an operation on an asyncio connection."""
+    """Runs an operation on an asyncio connection (as `call`)."""
     for _ in range(3):
         functions = uses_functions(conn)
         try:
@@ -298,13 +310,6 @@ async def acall(conn: redis.asyncio.Redis, name: str, keys: list[str], args: lis
                 return await conn.fcall(function_name(name), len(keys), *keys, *args)
             return await conn.evalsha(load(name).sha, len(keys), *keys, *args)
         except redis.ResponseError as err:
-            trouble = _trouble(err)
-            if trouble is None:
-                raise translate(name, err) from err
-            if trouble == "unsupported" and not functions:
-                raise
-            if trouble == "unsupported":
-                _uses_functions[conn] = False
-            else:
+            if _recover(conn, name, err, functions):
                 await aprepare(conn)
-    raise Error(f"script {name}: the server keeps forgetting runtime's scripts")
+    raise _forgetting(name)
