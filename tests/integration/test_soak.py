@@ -1,0 +1,125 @@
+"""Long fault runs (`./dev slow`): masters under a stream of random faults, and
+Redis itself killed and restarted. No job is lost, and two attempts of one job
+never overlap in time."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime import Client
+from runtime.queue.embedded import ServerProcess, find_server_binary
+from tests.integration.test_worker_leases import assert_no_overlap
+from tests.support.master import MasterProcess
+from tests.support.waiting import wait_for
+
+J = "tests.integration.jobs"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def aof_server() -> Iterator[ServerProcess]:
+    directory = Path(f"/tmp/rt-soak-{uuid.uuid4().hex[:8]}")
+    server = ServerProcess(find_server_binary(), directory, appendonly=True).start()
+    yield server
+    server.stop()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _settled(client: Client, jids: list[str]) -> dict[str, str]:
+    states = {}
+    for jid in jids:
+        job = client.get_job(jid)
+        states[jid] = "lost" if job is None else job.state
+    return states
+
+
+def _wait_settled(client: Client, jids: list[str], timeout_s: float) -> dict[str, str]:
+    def done() -> bool:
+        return all(s in ("complete", "failed") for s in _settled(client, jids).values())
+
+    wait_for(done, timeout_s, what="every job to complete or fail")
+    return _settled(client, jids)
+
+
+def test_soak_children_and_masters_killed_at_random_lose_no_job_and_never_overlap(
+    aof_server: ServerProcess, workdir: Path
+) -> None:
+    client = Client.from_url(aof_server.url, namespace="soak")
+    client.config_set("q-heartbeat", 2)
+    path = workdir / "alive"
+    q = client.queue("q")
+    rng = random.Random(7)  # a failing run can be replayed
+    specs = [q.spec(f"{J}:alive", {"seconds": rng.uniform(0.01, 0.3), "path": str(path)},
+                    retries=20) for _ in range(600)]  # fmt: skip
+    jids = client.put_many(specs)
+    masters = [MasterProcess(aof_server, "soak", workdir, "q", "-c", "2").start() for _ in "ab"]
+    faults = {"child": 0, "master": 0, "hup": 0}
+    try:
+        end = time.monotonic() + 40
+        while time.monotonic() < end:
+            time.sleep(rng.uniform(0.2, 0.8))
+            master = rng.choice(masters)
+            roll = rng.random()
+            children = master.children()
+            if roll < 0.7 and children:
+                with contextlib.suppress(ProcessLookupError):  # it may have just ended
+                    os.kill(rng.choice(children), signal.SIGKILL)
+                faults["child"] += 1
+            elif roll < 0.85:
+                master.kill()
+                masters.remove(master)
+                masters.append(MasterProcess(aof_server, "soak", workdir, "q", "-c", "2").start())
+                faults["master"] += 1
+            else:
+                master.send(signal.SIGHUP)
+                faults["hup"] += 1
+        states = _wait_settled(client, jids, 180)
+    finally:
+        for master in masters:
+            master.close()
+    assert all(faults.values()), faults
+    assert "lost" not in states.values()
+    assert list(states.values()).count("complete") >= len(jids) - 5, "only repeat crashes fail"
+    assert_no_overlap(path)
+    client.close()
+
+
+def test_redis_killed_and_restarted_with_aof_loses_no_job(
+    aof_server: ServerProcess, workdir: Path
+) -> None:
+    client = Client.from_url(aof_server.url, namespace="aof")
+    client.config_set("q-heartbeat", 2)
+    path = workdir / "runs"
+    q = client.queue("q")
+    jids = client.put_many(q.spec(f"{J}:record", {"path": str(path), "seconds": 0.01})
+                           for _ in range(1500))  # fmt: skip
+    master = MasterProcess(aof_server, "aof", workdir, "q", "-c", "2").start()
+
+    def ran() -> int:
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    try:
+        wait_for(lambda: ran() >= 200, 60, what="jobs to run")
+        aof_server.kill(signal.SIGKILL)
+        time.sleep(1.0)
+        aof_server.start()  # replays its append-only file
+        states = _wait_settled(client, jids, 180)
+        assert master.proc is not None and master.proc.poll() is None, "the master rode it out"
+    finally:
+        master.close()
+    assert set(states.values()) == {"complete"}, "no job lost, none failed"
+    runs = [line.split()[0] for line in path.read_text().splitlines()]
+    assert set(runs) == set(jids)
+    repeated = len(runs) - len(set(runs))
+    assert repeated <= 40, f"only jobs in flight when Redis died run again ({repeated})"
+    client.close()
