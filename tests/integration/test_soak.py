@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from runtime import Client
+from runtime.errors import RedisUnavailable
 from runtime.queue.embedded import ServerProcess, find_server_binary
 from tests.integration.test_worker_leases import assert_no_overlap
 from tests.support.master import MasterProcess
@@ -33,6 +34,26 @@ def aof_server() -> Iterator[ServerProcess]:
     yield server
     server.stop()
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def _client(server: ServerProcess, namespace: str) -> Client:
+    """A client whose queue `q` has a 2 s heartbeat, so lost leases come back fast."""
+    client = Client.from_url(server.url, namespace=namespace)
+    client.config_set("q-heartbeat", 2)
+    return client
+
+
+def _master(server: ServerProcess, namespace: str, workdir: Path) -> MasterProcess:
+    return MasterProcess(server, namespace, workdir, "q", "-c", "2").start()
+
+
+def _answers(client: Client) -> bool:
+    """False while Redis is still loading its append-only file after a restart."""
+    try:
+        client.now_ms()
+    except RedisUnavailable:
+        return False
+    return True
 
 
 def _settled(client: Client, jids: list[str]) -> dict[str, str]:
@@ -54,15 +75,14 @@ def _wait_settled(client: Client, jids: list[str], timeout_s: float) -> dict[str
 def test_soak_children_and_masters_killed_at_random_lose_no_job_and_never_overlap(
     aof_server: ServerProcess, workdir: Path
 ) -> None:
-    client = Client.from_url(aof_server.url, namespace="soak")
-    client.config_set("q-heartbeat", 2)
+    client = _client(aof_server, "soak")
     path = workdir / "alive"
     q = client.queue("q")
     rng = random.Random(7)  # a failing run can be replayed
     specs = [q.spec(f"{J}:alive", {"seconds": rng.uniform(0.01, 0.3), "path": str(path)},
                     retries=20) for _ in range(600)]  # fmt: skip
     jids = client.put_many(specs)
-    masters = [MasterProcess(aof_server, "soak", workdir, "q", "-c", "2").start() for _ in "ab"]
+    masters = [_master(aof_server, "soak", workdir) for _ in "ab"]
     faults = {"child": 0, "master": 0, "hup": 0}
     try:
         end = time.monotonic() + 40
@@ -78,7 +98,7 @@ def test_soak_children_and_masters_killed_at_random_lose_no_job_and_never_overla
             elif roll < 0.85:
                 master.kill()
                 masters.remove(master)
-                masters.append(MasterProcess(aof_server, "soak", workdir, "q", "-c", "2").start())
+                masters.append(_master(aof_server, "soak", workdir))
                 faults["master"] += 1
             else:
                 master.send(signal.SIGHUP)
@@ -97,13 +117,12 @@ def test_soak_children_and_masters_killed_at_random_lose_no_job_and_never_overla
 def test_redis_killed_and_restarted_with_aof_loses_no_job(
     aof_server: ServerProcess, workdir: Path
 ) -> None:
-    client = Client.from_url(aof_server.url, namespace="aof")
-    client.config_set("q-heartbeat", 2)
+    client = _client(aof_server, "aof")
     path = workdir / "runs"
     q = client.queue("q")
     jids = client.put_many(q.spec(f"{J}:record", {"path": str(path), "seconds": 0.01})
                            for _ in range(1500))  # fmt: skip
-    master = MasterProcess(aof_server, "aof", workdir, "q", "-c", "2").start()
+    master = _master(aof_server, "aof", workdir)
 
     def ran() -> int:
         return len(path.read_text().splitlines()) if path.exists() else 0
@@ -113,6 +132,7 @@ def test_redis_killed_and_restarted_with_aof_loses_no_job(
         aof_server.kill(signal.SIGKILL)
         time.sleep(1.0)
         aof_server.start()  # replays its append-only file
+        wait_for(lambda: _answers(client), 60, what="Redis to load its append-only file")
         states = _wait_settled(client, jids, 180)
         assert master.proc is not None and master.proc.poll() is None, "the master rode it out"
     finally:
