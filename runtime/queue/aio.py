@@ -4,167 +4,150 @@ One `exchange` sends everything the master has to say in one round trip: the
 completions, retries, failures and releases it collected, then a pop for its
 free children, pipelined. Idle masters block on their queues' wake-up lists
 (BLPOP on a connection of its own) instead of polling.
+
+Arguments and replies are runtime.queue.ops, the round trips the plan of
+runtime.queue.scripts: the same code as the synchronous `Client`. Every
+failure arrives as a runtime.errors class (never a redis-py exception):
+`RedisTransient` (with its `condition`) for what passes, so the master backs
+off and resumes. Nothing here retries: the master decides.
+
+Every command must answer within `command_timeout_s` (a blocking read: its wait
+plus that), so a half-open connection is noticed within it; the master sets it
+to a third of its shortest lease.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import socket
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
-from runtime.errors import Error
-from runtime.queue import recur, scripts, wire
-from runtime.queue.client import text
+from runtime import config
+from runtime.errors import BadArgument, Error, RedisTransient
+from runtime.queue import ops, recur, scripts
+from runtime.queue.faults import classify
 from runtime.queue.keys import Keys
+from runtime.queue.leases import Exchanged, Leased, Outcomes, Popped, Renewed
+from runtime.queue.ops import Call, text
 
+# the reply types of runtime.queue.leases (and `text`) stay importable from here
+__all__ = ["AsyncClient", "Exchanged", "Leased", "Outcomes", "Popped", "Renewed", "text"]
 
-@dataclass(frozen=True)
-class Leased:
-    """A job a pop leased to this master."""
-
-    jid: str
-    token: str
-    klass: str
-    queue: str
-    data: dict[str, Any]
-    attempt: int
-    retries: int
-    remaining: int
-    lease_s: float
-    timeout_s: float
-    start_in_s: float | None = None  # leased before its turn: start this long after the pop
-    expires_us: int | None = None  # when the lease runs out, on Redis's clock
-    handed: bool = False  # handed to this master while it waited (a short first lease)
-
-    @classmethod
-    def from_reply(cls, reply: dict[str, Any]) -> Leased:
-        meta = reply["meta"]
-        return cls(
-            jid=reply["jid"], token=meta["l"], klass=meta["k"], queue=meta["q"],
-            data=reply["data"], attempt=int(meta.get("a", 1)), retries=int(meta["r"]),
-            remaining=int(meta["m"]), lease_s=reply["lease_ms"] / 1000,
-            timeout_s=float(reply["timeout_s"]),
-            start_in_s=reply["start_in_us"] / 1e6 if "start_in_us" in reply else None,
-            expires_us=reply.get("expires_us"), handed=bool(reply.get("handed")),
-        )  # fmt: skip
-
-
-@dataclass
-class Outcomes:
-    """Reports collected by a master, sent together by the next exchange."""
-
-    complete: dict[str, str] = field(default_factory=dict)  # jid -> token
-    retry: list[tuple[str, str, str, str, int]] = field(default_factory=list)
-    fail: list[tuple[str, str, str, str]] = field(default_factory=list)
-    release: dict[str, str] = field(default_factory=dict)
-    since: float | None = None  # monotonic time the oldest of them was recorded
-
-    def __len__(self) -> int:
-        return len(self.complete) + len(self.retry) + len(self.fail) + len(self.release)
-
-    def _noted(self) -> None:
-        if self.since is None:
-            self.since = time.monotonic()
-
-    def add_complete(self, jid: str, token: str) -> None:
-        self.complete[jid] = token
-        self._noted()
-
-    def add_retry(self, jid: str, token: str, group: str, message: str, delay_ms: int) -> None:
-        self.retry.append((jid, token, group, message, delay_ms))
-        self._noted()
-
-    def add_fail(self, jid: str, token: str, group: str, message: str) -> None:
-        self.fail.append((jid, token, group, message))
-        self._noted()
-
-    def add_release(self, jid: str, token: str) -> None:
-        self.release[jid] = token
-        self._noted()
-
-    def take(self) -> Outcomes:
-        """These outcomes, leaving this collection empty."""
-        taken = Outcomes(self.complete, self.retry, self.fail, self.release, self.since)
-        self.complete, self.retry, self.fail, self.release = {}, [], [], {}
-        self.since = None
-        return taken
-
-    def merge(self, older: Outcomes) -> None:
-        """Puts back outcomes that could not be sent, ahead of newer ones."""
-        self.complete = {**older.complete, **self.complete}
-        self.retry[:0] = older.retry
-        self.fail[:0] = older.fail
-        self.release = {**older.release, **self.release}
-        if older.since is not None:
-            self.since = older.since
-
-    def calls(self, worker: str) -> list[tuple[str, list[Any]]]:
-        out: list[tuple[str, list[Any]]] = []
-        if self.complete:
-            out.append(
-                ("complete", [worker, *_flat((j, t, "{}") for j, t in self.complete.items())])
-            )
-        if self.retry:
-            out.append(("retry", [worker, *_flat(self.retry)]))
-        if self.fail:
-            out.append(("fail", [worker, *_flat(self.fail)]))
-        if self.release:
-            out.append(("release", [worker, *_flat(self.release.items())]))
-        return out
-
-
-def _flat(rows: Any) -> list[Any]:
-    return [value for row in rows for value in row]
-
-
-@dataclass(frozen=True)
-class Popped:
-    jobs: list[Leased]
-    wake_in_s: float | None  # None: nothing comes due, or the pop was full
-    refill: list[dict[str, Any]] = field(default_factory=list)  # cron recurrences low on ticks
-    now_us: int | None = None  # Redis's clock when the pop ran
+T = TypeVar("T")
+COMMAND_TIMEOUT_S = 5.0
+CANCELS_PING_S = 30.0  # the cancels connection is checked this often (a missed cancel is
+# still found by the next lease renewal)
+KEEPALIVE_IDLE_S = 5
 
 
 class AsyncClient:
     """A master's connection to its deployment."""
 
-    def __init__(self, url: str, keys: Keys, worker: str) -> None:
+    def __init__(
+        self, url: str, keys: Keys, worker: str, *, command_timeout_s: float = COMMAND_TIMEOUT_S
+    ) -> None:
         self.url = url
         self.keys = keys
         self.worker = worker
-        self.redis: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url)
-        self.blocking: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, socket_timeout=None)
-        self.functions = True  # FCALL until load_scripts finds otherwise
+        self.command_timeout_s = command_timeout_s
+        self.session = scripts.Session(url, keys.root)
+        self.redis: redis.asyncio.Redis = _connect(url, command_timeout_s)
+        self.blocking: redis.asyncio.Redis = _connect(url, command_timeout_s)
+
+    def set_command_timeout(self, timeout_s: float) -> None:
+        """From now on, a command not answered within `timeout_s` fails (RedisTransient
+        timeout) and its connection is dropped."""
+        self.command_timeout_s = timeout_s
+        for client in (self.redis, self.blocking):
+            pool = client.connection_pool
+            pool.connection_kwargs["socket_timeout"] = timeout_s
+            pool.connection_kwargs["socket_connect_timeout"] = timeout_s
+            # connections the pool made already reconnect with their own settings
+            made = [*getattr(pool, "_available_connections", ()),
+                    *getattr(pool, "_in_use_connections", ())]  # fmt: skip
+            for conn in made:
+                conn.socket_timeout = conn.socket_connect_timeout = timeout_s
 
     async def close(self) -> None:
         await self.redis.aclose()
         await self.blocking.aclose()
 
+    # --- running calls ----------------------------------------------------------
+
+    async def _drive(self, plan: scripts.Plan[T], *, blocks_s: float = 0.0) -> tuple[T, float]:
+        """Carries out a plan's round trips on one pooled connection (the blocking
+        one when replies may wait `blocks_s`); returns its result and
+        time.monotonic() taken once the connection was up, just before the first
+        request was written."""
+        pool = (self.blocking if blocks_s > 0 else self.redis).connection_pool
+        try:
+            conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # connected here
+        except (redis.RedisError, OSError) as err:
+            raise classify(err, self.url) from err
+        sent_at = time.monotonic()
+        try:
+            request = next(plan)
+            while True:
+                replies = await self._round_trip(conn, request, blocks_s)
+                request = plan.send(replies)
+        except StopIteration as done:
+            return done.value, sent_at
+        except BaseException as err:
+            if not isinstance(err, Error):  # the stream may hold unread replies
+                await conn.disconnect(nowait=True)
+            if isinstance(err, redis.RedisError | OSError):
+                raise classify(err, self.url) from err
+            raise
+        finally:
+            await pool.release(conn)
+
+    async def _round_trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
+        conn.socket_timeout = self.command_timeout_s
+        await conn.send_packed_command(conn.pack_commands(request), check_health=False)
+        conn.socket_timeout = self.command_timeout_s + blocks_s
+        replies = []
+        try:
+            for _ in request:
+                try:
+                    replies.append(await conn.read_response())
+                except redis.ResponseError as err:  # an error reply: the stream stays in step
+                    replies.append(err)
+        finally:
+            conn.socket_timeout = self.command_timeout_s
+        return replies
+
+    async def _run(self, calls: Sequence[Call[Any]]) -> tuple[list[Any], float]:
+        """Each call's result (or the Error that refused it) and when they were sent."""
+        return await self._drive(scripts.run(self.session, calls))
+
+    async def _one(self, call: Call[T]) -> T:
+        [value], _ = await self._run([call])
+        if isinstance(value, Error):
+            raise value
+        result: T = value
+        return result
+
+    # --- the master's operations ------------------------------------------------
+
+    async def connect(self) -> None:
+        """Reaches Redis and loads the function library (or the scripts); raises
+        RedisUnavailable (RedisTransient when it may pass)."""
+        await self.ping()
+        await self.load_scripts()
+
+    async def ping(self) -> None:
+        await self._one(ops.ping())
+
     async def load_scripts(self) -> None:
         """Loads the function library (or, without FCALL, every script) once."""
-        self.functions = await scripts.aprepare(self.redis)
-
-    async def _pipeline(self, calls: list[tuple[str, list[Any]]]) -> list[Any]:
-        """Runs the calls in one round trip; reloads scripts the server forgot."""
-        root = [self.keys.root]
-        pipe = self.redis.pipeline(transaction=False)
-        for name, args in calls:
-            scripts.queue_call(pipe, name, root, args, self.functions)
-        results: list[Any] = await pipe.execute(raise_on_error=False)
-        for i, (name, args) in enumerate(calls):
-            result = results[i]
-            if scripts.needs_loading(result):  # the server lost them (restart, flush)
-                results[i] = await scripts.acall(self.redis, name, root, args)
-                self.functions = scripts.uses_functions(self.redis)
-            elif isinstance(result, redis.exceptions.ResponseError):
-                raise scripts.translate(name, result)
-            elif isinstance(result, Exception):
-                raise result
-        return results
+        await self._drive(scripts.prepare(self.session))
 
     async def exchange(
         self,
@@ -173,77 +156,212 @@ class AsyncClient:
         queues: list[str],
         order: str,
         ahead_s: float = 0.0,
-    ) -> tuple[dict[str, str | Error], Popped | None]:
+        outage_ms: int = 0,
+    ) -> Exchanged:
         """Sends the outcomes, then pops up to `pop_count` jobs (None: no pop; 0: only
         learn when something comes due; jobs whose turn comes within `ahead_s` too),
-        in one round trip."""
-        calls = outcomes.calls(self.worker)
-        if pop_count is not None and queues:
-            ahead_us = round(ahead_s * 1e6)
-            pop = [self.worker, pop_count, wire.seed(), order, ahead_us, 1, *queues]
-            calls.append(("pop", pop))
+        in one round trip. With `outage_ms`, first says Redis was out of reach that
+        long (resumed). Raises when the pop (or resumed) was refused, or every report
+        was; reports refused by a transient condition while the pop went through come
+        back in `unsent`."""
+        first = _first_calls(self.worker, outcomes)
+        reports = ops.reports(self.worker, outcomes)
+        calls: list[Call[Any]] = [call for _, call in first + reports]
+        if outage_ms > 0:
+            calls.insert(0, ops.resumed(self.worker, outage_ms))
+        pop = pop_count is not None and bool(queues)
+        if pop:
+            calls.append(ops.pop(self.worker, pop_count or 0, queues, order, ahead_s, idle=True))
         if not calls:
-            return {}, None
-        results = await self._pipeline(calls)
-        states: dict[str, str | Error] = {}
-        popped = None
-        for (name, _), result in zip(calls, results, strict=True):
-            reply = json.loads(result)
-            if name == "pop":
-                wake = reply["wake_in_ms"]
-                popped = Popped(
-                    [Leased.from_reply(j) for j in reply["jobs"]],
-                    None if wake < 0 else wake / 1000,
-                    reply.get("refill", []),
-                    reply.get("now_us"),
-                )
-            else:
-                states.update(wire.outcomes(reply))
-        return states, popped
+            return Exchanged({}, None, time.monotonic())
+        results, sent_at = await self._run(calls)
+        if outage_ms > 0:
+            _raise_if_error(results.pop(0))
+        popped = results.pop() if pop else None
+        _raise_if_error(popped)
+        return _exchanged(outcomes, first, reports, results, popped, sent_at)
+
+    async def heartbeat(self, leases: dict[str, str], outage_ms: int = 0) -> Renewed:
+        """Renews the leases {jid: token} in one call (after `resumed`, with
+        `outage_ms`); says which are lost, and when the call was sent."""
+        calls: list[Call[Any]] = [ops.heartbeat(self.worker, leases)] if leases else []
+        if outage_ms > 0:
+            calls.insert(0, ops.resumed(self.worker, outage_ms))
+        if not calls:
+            return Renewed(set(), time.monotonic())
+        results, sent_at = await self._run(calls)
+        for value in results:
+            _raise_if_error(value)
+        beat = results[-1] if leases else ops.Heartbeat((), ())
+        return Renewed(set(beat.lost), sent_at, set(beat.renewed))
 
     async def extend_recurrence(self, id: str, cron: str, tz: str, after_ms: int) -> int:
         """Adds the next ticks of a cron recurrence (computed here: the scripts cannot)."""
-        ticks = recur.cron_ticks(cron, tz, after_ms)
-        [added] = await self._pipeline([("recur_ticks", [id, cron, *ticks])])
-        return int(added)
+        return await self._one(ops.recur_ticks(id, cron, recur.cron_ticks(cron, tz, after_ms)))
 
     async def counts(self, queues: list[str]) -> dict[str, dict[str, Any]]:
-        [reply] = await self._pipeline([("counts", list(queues))])
-        counts: dict[str, dict[str, Any]] = json.loads(reply)
-        return counts
+        return await self._one(ops.counts(queues))
 
-    async def heartbeat(self, leases: dict[str, str]) -> set[str]:
-        """Renews the leases {jid: token}; returns the jids whose lease is lost."""
-        if not leases:
-            return set()
-        args = [self.worker, *_flat(leases.items())]
-        [reply] = await self._pipeline([("heartbeat", args)])
-        return set(json.loads(reply)["lost"])
+    async def register(
+        self, *, host: str, pid: int, queues: list[str], concurrency: int, started_ms: int
+    ) -> None:
+        """Tells who this master is (host, pid, what it serves) for `runtime workers`."""
+        await self._one(ops.register_worker(
+            self.worker, host=host, pid=pid, queues=queues, concurrency=concurrency,
+            started_ms=started_ms,
+        ))  # fmt: skip
+
+    async def setting(self, name: str) -> str | None:
+        """A shared setting as stored in Redis (None: unset, its default applies)."""
+        config.shared_setting(name)
+        return await self._one(ops.setting(self.keys, name))
 
     async def wait_for_work(self, queues: list[str], timeout_s: float) -> tuple[str, bytes] | None:
         """Blocks until something arrives for this master: a queue's wake-up token,
         or on its own list a job handed to it (handoff.lua) or a token. Returns
-        (the key, the value), None on timeout."""
+        (the key, the value), None on timeout. Decode a handed job with
+        `ops.handed`."""
+        if not timeout_s > 0:  # BLPOP 0 waits forever: never from a master
+            raise BadArgument(f"timeout_s must be above 0, got {timeout_s!r}")
         keys = [self.keys.wake(q) for q in queues] + [self.keys.worker_wake(self.worker)]
-        got = await self.blocking.blpop(keys, timeout=timeout_s)
-        if got is None:
-            return None
-        value = got[1] if isinstance(got[1], bytes) else str(got[1]).encode()
-        return text(got[0]), value
+        call = ops.wait_for_work(keys, timeout_s)
+        [got], _ = await self._drive(scripts.run(self.session, [call]), blocks_s=timeout_s)
+        _raise_if_error(got)
+        woken: tuple[str, bytes] | None = got
+        return woken
+
+    async def cancellations(self) -> AsyncIterator[str]:
+        """The jids of jobs this master holds that are cancelled (cancel.lua
+        publishes them on keys.cancels(worker)), as they come: an async iterator
+        on a pub/sub connection of its own. A connection lost, refused or silent
+        (no answer to a PING within the command timeout) raises, typed
+        (RedisTransient, RedisUnavailable), and ends it; each call connects and
+        subscribes afresh. Cancels published while no one listened are missed:
+        their holder learns at its next lease renewal instead."""
+        listener = _connect(self.url, self.command_timeout_s)
+        pubsub = listener.pubsub()
+        try:
+            await pubsub.subscribe(self.keys.cancels(self.worker))
+            async for jid in _published(pubsub, self.command_timeout_s):
+                yield jid
+        except (redis.RedisError, OSError) as err:
+            raise classify(err, self.url) from err
+        finally:
+            with contextlib.suppress(redis.RedisError, OSError):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await listener.aclose()
 
     async def give_back(self, key: str) -> None:
         """Puts back a wake-up token this master cannot use (at most one per key)."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.rpush(key, "1")
-        pipe.ltrim(key, 0, 0)
-        await pipe.execute()
+        results, _ = await self._run(ops.give_back(key))
+        for value in results:
+            _raise_if_error(value)
 
     async def forget(self, queues: list[str]) -> int:
         """Says goodbye: stops waiting on `queues`, gives back jobs handed to this
         master but never taken; returns how many leases it still holds."""
-        [held] = await self._pipeline([("forget_worker", [self.worker, *queues])])
-        await self.redis.delete(self.keys.worker_wake(self.worker))
+        wake = self.keys.worker_wake(self.worker)
+        [held, gone], _ = await self._run(
+            [ops.forget_worker(self.worker, queues), ops.delete(wake)]
+        )
+        _raise_if_error(gone)
+        _raise_if_error(held)
         return int(held)
 
-    async def ping(self) -> None:
-        await self.redis.ping()
+
+def _connect(url: str, command_timeout_s: float) -> redis.asyncio.Redis:
+    """A redis-py client that never retries on its own and never waits longer than
+    the command timeout; over TCP with keepalive on (probes after KEEPALIVE_IDLE_S
+    idle), which unix sockets do not take."""
+    tcp: dict[str, Any] = {}
+    if url.split("://", 1)[0].lower() in ("redis", "rediss"):
+        tcp = {"socket_keepalive": True, "socket_keepalive_options": _keepalive()}
+    return redis.asyncio.Redis.from_url(
+        url, socket_timeout=command_timeout_s, socket_connect_timeout=command_timeout_s,
+        retry=Retry(NoBackoff(), 0), **tcp,
+    )  # fmt: skip
+
+
+def _keepalive() -> dict[int, int]:
+    """TCP keepalive options this platform has: a peer gone while a connection
+    idles in the pool is noticed in about KEEPALIVE_IDLE_S + 3 probes of 1 s."""
+    wanted = {"TCP_KEEPIDLE": KEEPALIVE_IDLE_S, "TCP_KEEPINTVL": 1, "TCP_KEEPCNT": 3}
+    return {getattr(socket, n): v for n, v in wanted.items() if hasattr(socket, n)}
+
+
+async def _published(
+    pubsub: Any, timeout_s: float, ping_every_s: float = CANCELS_PING_S
+) -> AsyncIterator[str]:
+    """Messages of a subscribed pub/sub connection, as text. PINGs it every
+    `ping_every_s` (an idle master stays all but silent); nothing heard for
+    `timeout_s` after one is a dead link (redis.TimeoutError)."""
+    heard = pinged = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if pinged > heard and now - pinged > timeout_s:
+            raise redis.TimeoutError(f"no answer on the cancels connection for {now - heard:.1f} s")
+        if now - pinged >= ping_every_s:
+            await pubsub.ping()
+            pinged = now
+        reply = await pubsub.parse_response(block=False, timeout=min(ping_every_s, 1.0))
+        if reply is None:
+            continue
+        heard = time.monotonic()
+        if isinstance(reply, list | tuple) and len(reply) == 3 and text(reply[0]) == "message":
+            yield text(reply[2])
+
+
+def _raise_if_error(value: Any) -> None:
+    if isinstance(value, Error):
+        raise value
+
+
+First = tuple[Outcomes, Call[Any]]  # progress or puts sent first, and their call
+
+
+def _first_calls(worker: str, outcomes: Outcomes) -> list[First]:
+    """What goes before the reports: the progress (one call), then the puts made at
+    once (one call per job putting them), each with the outcomes it carries."""
+    first: list[First] = []
+    if outcomes.progress:
+        first.append(
+            (Outcomes(progress=outcomes.progress), ops.progress(worker, outcomes.progress.values()))
+        )
+    for rows in outcomes.puts_by_job().values():
+        part = Outcomes(puts=rows)
+        [(_, call)] = ops.puts_at_once(part)
+        first.append((part, call))
+    return first
+
+
+def _exchanged(
+    outcomes: Outcomes,
+    first: list[First],
+    reports: list[tuple[Any, Call[Any]]],
+    results: list[Any],
+    popped: Popped | None,
+    sent_at: float,
+) -> Exchanged:
+    """States of the reports and the puts; those refused by a transient condition
+    go to `unsent` when the pop went through (else, if none was taken, the refusal
+    is raised). The progress reports' answers are dropped."""
+    states: dict[str, str | Error] = {}
+    put: dict[str, str | Error] = {}
+    unsent = Outcomes()
+    for (part, _), value in zip(first, results, strict=False):
+        if isinstance(value, RedisTransient):
+            unsent.merge(part)
+        elif part.puts:
+            jids = [row[0] for row in part.puts]
+            got = [value] * len(jids) if isinstance(value, Error) else value
+            put.update(zip(jids, got, strict=True))
+    for (kind, _), value in zip(reports, results[len(first) :], strict=True):
+        if isinstance(value, RedisTransient):
+            unsent.merge(outcomes.only(kind))
+        elif isinstance(value, Error):
+            states.update((jid, value) for jid in outcomes.jids(kind))
+        else:
+            states.update(value)
+    if popped is None and len(unsent) == len(outcomes) and len(unsent):
+        raise next(v for v in results if isinstance(v, RedisTransient))
+    return Exchanged(states, popped, sent_at, unsent, put)

@@ -1,31 +1,45 @@
-"""One connection to a deployment: the URL (or the embedded server), the
-namespace's keys, and running the Lua operations with their errors mapped.
+"""One synchronous connection to a deployment: the URL (or the embedded server),
+the namespace's keys, and running Calls (runtime.queue.ops) with their failures
+classified (runtime.queue.faults) and, for calls safe to repeat, retried.
 
-Connection and credential failures become `RedisUnavailable` with the URL's
-password hidden. `Client` builds its operations on `Connection`.
+Retries: a call marked `repeatable` that meets a `RedisTransient` (connection
+lost, timeout, BUSY, LOADING, READONLY, OOM ...) is sent again after a capped,
+jittered backoff, for at most `retry_for_s` seconds in all; then the error is
+raised. Other calls raise at once. `Client` builds its operations on this.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
+import random
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Self
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Self, TypeVar
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from runtime import config
-from runtime.errors import ConfigError, RedisUnavailable
-from runtime.queue import embedded, scripts
+from runtime.errors import ConfigError, Error, RedisTransient, WrongState
+from runtime.queue import embedded, ops, scripts
+from runtime.queue.faults import classify, redact
 from runtime.queue.keys import Keys
+from runtime.queue.ops import Call, text
 
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
-def text(value: object) -> str:
-    """A reply value as text (replies are bytes: the connection does not decode)."""
-    return value.decode() if isinstance(value, bytes) else str(value)
+RETRY_FOR_S = 2.0  # how long a repeatable call is retried through a transient failure
+BACKOFF_FIRST_S = 0.05
+BACKOFF_CAP_S = 0.5
+SOCKET_TIMEOUT_S = 10.0  # no answer to a command within this: the connection is lost
+CONNECT_TIMEOUT_S = 5.0
+
+__all__ = ["Connection", "default_worker_id", "redact", "resolve_url", "text"]
 
 
 def default_worker_id() -> str:
@@ -33,45 +47,37 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def redact(url: str) -> str:
-    """The URL with its password replaced by ***."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def unavailable(url: str, err: Exception) -> RedisUnavailable:
-    if isinstance(err, redis.exceptions.AuthenticationError | redis.exceptions.NoPermissionError):
-        if urlsplit(url).password is None and "password=" not in url:
-            return RedisUnavailable(
-                f"Redis at {redact(url)} requires a password (or ACL user) in the URL"
-            )
-        return RedisUnavailable(f"Redis at {redact(url)} refused the credentials: {err}")
-    if isinstance(err, redis.exceptions.InvalidResponse):  # something answered, not Redis
-        return RedisUnavailable(f"the server at {redact(url)} does not speak Redis: {err}")
-    return RedisUnavailable(f"cannot reach Redis at {redact(url)}: {err}")
-
-
-CONNECTION_ERRORS = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.NoPermissionError,
-    redis.exceptions.InvalidResponse,
-)
-
-
 def resolve_url(settings: config.Settings) -> str:
-    """The configured URL, else the embedded server's (started if needed)."""
-    return settings.url or embedded.ensure(settings.state_dir)
+    """The configured URL, else the embedded server's (started if needed). Inside
+    a worker's child (config.CHILD_MARKER) there is no embedded server to use:
+    WrongState, rather than a second Redis started where the job's puts would
+    be stranded."""
+    if settings.url:
+        return settings.url
+    if os.environ.get(config.CHILD_MARKER) == "1":
+        raise WrongState(
+            "inside a job there is no Redis URL (a job holds no credentials): put "
+            "follow-up jobs with ctx.put(...), they go through the worker"
+        )
+    return embedded.ensure(settings.state_dir)
 
 
 def connect(url: str, **kwargs: Any) -> redis.Redis:
+    """A redis-py client that never retries on its own (retries are ours, and only
+    for calls safe to repeat) and never waits forever for an answer."""
+    options = {"socket_timeout": SOCKET_TIMEOUT_S, "socket_connect_timeout": CONNECT_TIMEOUT_S,
+               "retry": Retry(NoBackoff(), 0), **kwargs}  # fmt: skip
     try:
-        return redis.Redis.from_url(url, **kwargs)
+        return redis.Redis.from_url(url, **options)
     except ValueError as err:
-        raise ConfigError(f"bad Redis URL {redact(url)}: {err}") from err
+        raise ConfigError(f"bad Redis URL {redact(url)}: {redact(str(err))}") from err
+
+
+def backoff_s(attempt: int) -> float:
+    """The pause before try `attempt` + 1: doubling from BACKOFF_FIRST_S up to
+    BACKOFF_CAP_S, jittered into its upper half (clients retry out of step)."""
+    ceiling: float = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2.0**attempt)
+    return ceiling * random.uniform(0.5, 1.0)
 
 
 class Connection:
@@ -83,6 +89,7 @@ class Connection:
         *,
         namespace: str | None = None,
         settings: config.Settings | None = None,
+        retry_for_s: float = RETRY_FOR_S,
         **redis_kwargs: Any,
     ) -> None:
         if settings is None:
@@ -90,6 +97,8 @@ class Connection:
         self.settings = settings
         self.url = resolve_url(settings)
         self.keys = Keys(settings.namespace)
+        self.retry_for_s = retry_for_s
+        self.session = scripts.Session(self.url, self.keys.root)
         self.redis = connect(self.url, **redis_kwargs)
 
     @classmethod
@@ -105,21 +114,93 @@ class Connection:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # --- running calls ------------------------------------------------------------
+
+    def call(self, call: Call[T], landed: Callable[[Error], T | None] | None = None) -> T:
+        """Runs one call. `landed`: after a retry failed with an Error, says whether
+        an earlier try did what was asked (its result), None if not."""
+        value: T = self.calls([call], landed)[0]
+        return value
+
+    def calls(
+        self, calls: Sequence[Call[Any]], landed: Callable[[Error], Any] | None = None
+    ) -> list[Any]:
+        """Runs calls in one round trip; their results in order, or the first error
+        raised. Retried through transient failures when every call is repeatable."""
+        deadline = time.monotonic() + self.retry_for_s
+        attempt = 0
+        while True:
+            try:
+                return _values(self._drive(scripts.run(self.session, calls)))
+            except RedisTransient as err:
+                pause = backoff_s(attempt)
+                repeatable = all(c.repeatable for c in calls)
+                if not repeatable or time.monotonic() + pause > deadline:
+                    raise
+                log.debug("%s; trying %s again in %.2f s", err, calls[0].name, pause)
+            except Error as err:
+                found = landed(err) if attempt and landed is not None else None
+                if found is None:
+                    raise
+                return [found]
+            time.sleep(pause)
+            attempt += 1
+
+    def _drive(self, plan: scripts.Plan[T]) -> T:
+        """Carries out a plan's round trips on one pooled connection."""
+        pool = self.redis.connection_pool
+        try:
+            conn = pool.get_connection()
+        except (redis.RedisError, OSError) as err:
+            raise classify(err, self.url) from err
+        try:
+            request = next(plan)
+            while True:
+                packed = conn.pack_commands(request)  # type: ignore[no-untyped-call]
+                conn.send_packed_command(packed, check_health=False)  # type: ignore[no-untyped-call]
+                request = plan.send([_read(conn) for _ in request])
+        except StopIteration as done:
+            value: T = done.value
+            return value
+        except BaseException as err:
+            if not isinstance(err, Error):  # the stream may hold unread replies
+                conn.disconnect()  # type: ignore[no-untyped-call]
+            if isinstance(err, redis.RedisError | OSError):
+                raise classify(err, self.url) from err
+            raise
+        finally:
+            pool.release(conn)
+
     @contextmanager
     def _reaching(self) -> Iterator[None]:
+        """For the few things that use redis-py directly (pub/sub): its errors classified."""
         try:
             yield
-        except CONNECTION_ERRORS as err:
-            raise unavailable(self.url, err) from err
+        except (redis.RedisError, OSError) as err:
+            raise classify(err, self.url) from err
 
     def run(self, operation: str, *args: Any) -> Any:
-        """Runs a script of lua/ with the namespace root as its key."""
-        with self._reaching():
-            return scripts.call(self.redis, operation, [self.keys.root], list(args))
+        """Runs operation lua/<operation>.lua; its reply as Redis sent it (not retried)."""
+        return self.call(ops.raw(operation, *args))
 
     def run_json(self, operation: str, *args: Any) -> Any:
-        return json.loads(self.run(operation, *args))
+        return self.call(ops.Call(operation, args, ops.read_json))
 
     def now_ms(self) -> int:
         """The deployment's time (Redis TIME), in ms: schedules never use ours."""
-        return int(self.run("now"))
+        return self.call(ops.now())
+
+
+def _read(conn: redis.connection.AbstractConnection) -> Any:
+    """One reply; an error reply as its exception (the stream stays in step)."""
+    try:
+        return conn.read_response()
+    except redis.ResponseError as err:
+        return err
+
+
+def _values(results: list[Any]) -> list[Any]:
+    for value in results:
+        if isinstance(value, Error):
+            raise value
+    return results

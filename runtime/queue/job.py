@@ -39,7 +39,9 @@ class Failure:
 @dataclass(frozen=True)
 class HistoryEvent:
     """One step of a job's timeline: put, popped, lease-lost, retried, failed,
-    completed, unfailed, priority."""
+    completed, unfailed, requeued, released, priority, puts (the jobs it put:
+    `count`, the first `jids`). `note`: what else there is to say (e.g. why a
+    result was not stored); `by`: on a put, the job that put it."""
 
     event: str
     at_ms: int
@@ -50,6 +52,10 @@ class HistoryEvent:
     priority: int | None = None
     starts_at_ms: int | None = None  # popped before its turn: the job starts then
     handed: bool = False  # popped: handed to a master waiting for it (no pop call)
+    note: str | None = None
+    count: int | None = None
+    jids: tuple[str, ...] = ()
+    by: str | None = None
 
     @classmethod
     def from_meta(cls, ev: dict[str, Any]) -> HistoryEvent:
@@ -63,11 +69,23 @@ class HistoryEvent:
             priority=ev.get("p"),
             starts_at_ms=ev.get("sa"),
             handed=bool(ev.get("ho")),
+            note=ev.get("n"),
+            count=ev.get("c"),
+            jids=tuple(ev.get("j", ())),
+            by=ev.get("b"),
         )
 
     @property
     def at(self) -> datetime | None:
         return _when(self.at_ms)
+
+
+def _progress(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError("progress must be an object")
+    return value
 
 
 def _history(meta: dict[str, Any]) -> tuple[HistoryEvent, ...]:
@@ -109,6 +127,9 @@ class Job:
     depends: tuple[str, ...] = ()
     dependents: tuple[str, ...] = ()
     lease_expires_ms: int | None = None
+    result: Any = None  # a complete job's return value (decoded JSON), None for none
+    output: str = ""  # the output tail of its last attempt
+    progress: dict[str, Any] | None = None  # {"done", "total", "message", "at_ms"}
     client: Client | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -143,8 +164,17 @@ class Job:
             depends=tuple(reply.get("depends", ())),
             dependents=tuple(reply.get("dependents", ())),
             lease_expires_ms=reply.get("lease_expires_ms"),
+            result=reply.get("result"),
+            output=str(reply.get("output", "")),
+            progress=_progress(reply.get("progress")),
             client=client,
         )
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Waits for this job to end: its result (Client.wait)."""
+        if self.client is None:
+            raise WrongState(f"job {self.jid} was not read through a client")
+        return self.client.wait(self.jid, timeout)
 
     # --- the lease holder's reports (jobs from a pop) ---------------------------
 
@@ -159,10 +189,17 @@ class Job:
         client.heartbeat(worker, {self.jid: token}, strict=True)
 
     def complete(
-        self, next: str | None = None, delay: float | None = None, depends: Iterable[str] = ()
+        self,
+        next: str | None = None,
+        delay: float | None = None,
+        depends: Iterable[str] = (),
+        *,
+        result: Any = None,
     ) -> str:
         client, worker, token = self._holder()
-        return client.complete(self.jid, worker, token, next=next, delay=delay, depends=depends)
+        return client.complete(
+            self.jid, worker, token, next=next, delay=delay, depends=depends, result=result
+        )
 
     def fail(self, group: str, message: str) -> str:
         client, worker, token = self._holder()

@@ -10,7 +10,9 @@ Key schema (the kind of each key in brackets):
     jobs                     [hash]  jid -> job record: meta JSON, "\\n", data JSON
     config                   [hash]  shared setting -> value (see runtime.config.SHARED)
     queues                   [zset]  queue name -> first-use time (ms)
-    q:<queue>                [hash]  paused, seq (order tickets), queued, throttled
+    q:<queue>                [hash]  paused, seq (order tickets), queued, throttled; totals
+                                     (never reset by retention): total:completed,
+                                     total:failed, total:retried (lua/lib/stats.lua)
     q:<queue>:prios          [zset]  priorities that have ready lanes (score = priority)
     q:<queue>:ready:<prio>   [zset]  domains whose lane is ready (score = head's ticket)
     q:<queue>:lane:<prio>:<domain> [list] jids waiting, oldest first ('' = no domain)
@@ -18,10 +20,19 @@ Key schema (the kind of each key in brackets):
     q:<queue>:scheduled      [zset]  jid -> due time (us)
     q:<queue>:running        [zset]  jid -> lease expiry (us)
     q:<queue>:depends        [set]   jids waiting on other jobs
+    q:<queue>:complete       [zset]  complete jids still kept by retention -> completion (ms)
+    q:<queue>:failed         [zset]  failed jids of the queue -> failure time (ms)
     q:<queue>:idle           [zset]  masters waiting for the queue's jobs -> since (ms)
     wake:<queue>             [list]  at most one token: an idle master BLPOPs it
     wake-worker:<worker>     [list]  jobs handed to an idle master (JSON), and tokens
     completed                [zset]  jid -> completion time (us), for retention
+    output                   [hash]  jid -> the output tail of its last attempt (meta.ot)
+    progress                 [hash]  jid -> its progress, JSON {"done","total","message",
+                                     "at_ms"} (meta.pg; a new attempt starts without)
+    q:<queue>:progressing    [zset]  running jobs that told their progress -> when (ms)
+    wait:<jid>               [list]  wake-up tokens for clients waiting on the job
+                                     (client.wait), pushed when it ends; with a TTL
+    cancel:<worker>          [channel] jids of jobs the worker holds that were cancelled
     failed                   [zset]  failure group -> failed jobs in it
     failed:<group>           [list]  jids, newest first
     tag:<tag>                [zset]  jid -> put time (ms)
@@ -34,11 +45,16 @@ Key schema (the kind of each key in brackets):
     events                   [channel] tracked jobs' events, JSON
     workers                  [zset]  worker id -> last seen (ms)
     w:<worker>:jobs          [set]   jids leased by the worker
+    w:<worker>:info          [string] what the master told of itself (JSON: host, pid,
+                                     queues, concurrency, started_ms); expires (worker_info.lua)
     deps:<jid>               [set]   jids this job waits on
     dependents:<jid>         [set]   jids waiting on this job
     domain-limits            [hash]  domain -> {"rate":..,"period":..,"burst":..}
     domain-tat               [zset]  domain -> theoretical arrival time (us), GCRA
     domain-lanes:<domain>    [zset]  "<prio>|<queue>" of the domain's non-empty lanes (score 0)
+    grace                    [hash]  post-outage grace window (lua/lib/lease.lua): from_us,
+                                     resumed_us, until_us, prev_from_us, prev_resumed_us,
+                                     worker; written by resumed.lua, expires at until_us
     test-clock               [string] frozen time (us); set only by tests
 """
 
@@ -59,10 +75,17 @@ TEMPLATES: dict[str, str] = {
     "scheduled": "q:{queue}:scheduled",
     "running": "q:{queue}:running",
     "depends": "q:{queue}:depends",
+    "complete_index": "q:{queue}:complete",
+    "failed_index": "q:{queue}:failed",
     "idle": "q:{queue}:idle",
     "wake": "wake:{queue}",
     "worker_wake": "wake-worker:{worker}",
     "completed": "completed",
+    "output": "output",
+    "progress": "progress",
+    "progressing": "q:{queue}:progressing",
+    "waited": "wait:{jid}",
+    "cancels": "cancel:{worker}",
     "failed_groups": "failed",
     "failed": "failed:{group}",
     "tag": "tag:{tag}",
@@ -75,11 +98,13 @@ TEMPLATES: dict[str, str] = {
     "events": "events",
     "workers": "workers",
     "worker_jobs": "w:{worker}:jobs",
+    "worker_info": "w:{worker}:info",
     "deps": "deps:{jid}",
     "dependents": "dependents:{jid}",
     "domain_limits": "domain-limits",
     "domain_tat": "domain-tat",
     "domain_lanes": "domain-lanes:{domain}",
+    "grace": "grace",
     "test_clock": "test-clock",
 }
 
@@ -108,6 +133,12 @@ class Keys:
 
     def worker_wake(self, worker: str) -> str:
         return self.key("worker_wake", worker=worker)
+
+    def waited(self, jid: str) -> str:
+        return self.key("waited", jid=jid)
+
+    def cancels(self, worker: str) -> str:
+        return self.key("cancels", worker=worker)
 
 
 def lua_key_builders() -> str:

@@ -1,10 +1,10 @@
 """The scheduler's side of `Client`: tags and tracking (with the events of
 tracked jobs), statistics per queue and day, recurring jobs and domain rate
-limits. `Scheduling` is a base of `Client`; use it through `Client`."""
+limits. `Scheduling` is a base of `Client` (and has the operator's side,
+`Operating`, as its own base); use it through `Client`."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -12,8 +12,8 @@ from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from runtime.errors import BadArgument
-from runtime.queue import recur, stats, wire
-from runtime.queue.connection import Connection, text
+from runtime.queue import ops, recur, stats, wire
+from runtime.queue.operating import Operating
 from runtime.queue.recur import Recurrence
 from runtime.queue.stats import QueueStats
 from runtime.queue.wire import JobSpec
@@ -36,7 +36,7 @@ def check_klass(klass: str) -> str:
     return klass
 
 
-class Scheduling(Connection):
+class Scheduling(Operating):
     if TYPE_CHECKING:
 
         def get_jobs(self, jids: list[str]) -> list[Job | None]: ...  # Client has it
@@ -45,31 +45,27 @@ class Scheduling(Connection):
 
     def tag(self, jid: str, *tags: str) -> list[str]:
         """Adds tags to a job; returns its tags."""
-        tagged: list[str] = self.run_json("tag", jid, "add", *tags)
-        return tagged
+        return self.call(ops.tag(jid, "add", tags))
 
     def untag(self, jid: str, *tags: str) -> list[str]:
-        tagged: list[str] = self.run_json("tag", jid, "remove", *tags)
-        return tagged
+        return self.call(ops.tag(jid, "remove", tags))
 
     def tagged(self, tag: str, start: int = 0, count: int = 25) -> tuple[int, list[Job]]:
         """(how many jobs carry `tag`, a page of them, newest first)."""
         key = self.keys.key("tag", tag=tag)
-        with self._reaching():
-            total = int(self.redis.zcard(key))
-            jids = [text(j) for j in self.redis.zrevrange(key, start, start + count - 1)]
+        page = ops.members(key, start, start + count - 1, newest_first=True)
+        total, jids = self.calls([ops.cardinality(key), page])
         return total, [j for j in self.get_jobs(jids) if j is not None]
 
     def track(self, jid: str) -> None:
         """Lists the job among the tracked ones and publishes its events."""
-        self.run("track", jid, "on")
+        self.call(ops.track(jid, True))
 
     def untrack(self, jid: str) -> None:
-        self.run("track", jid, "off")
+        self.call(ops.track(jid, False))
 
     def tracked(self) -> list[Job]:
-        with self._reaching():
-            jids = [text(j) for j in self.redis.zrange(self.keys.key("tracked"), 0, 999)]
+        jids = self.call(ops.members(self.keys.key("tracked"), 0, 999))
         return [j for j in self.get_jobs(jids) if j is not None]
 
     def events(self, idle_s: float | None = None) -> Iterator[dict[str, Any]]:
@@ -85,7 +81,7 @@ class Scheduling(Connection):
                     message = pubsub.get_message(timeout=1.0)
                 if message is not None:
                     last = time.monotonic()
-                    yield json.loads(message["data"])
+                    yield ops.event(message["data"])
         finally:
             pubsub.close()
 
@@ -94,10 +90,7 @@ class Scheduling(Connection):
     def stats(self, queue: str, day: date | None = None) -> QueueStats:
         """Wait and run times, failures, failed and retries of a queue on a UTC day."""
         day = day or stats.today()
-        key = self.keys.key("stats", queue=wire.check_queue(queue), day=stats.day_number(day))
-        with self._reaching():
-            raw = self.redis.hgetall(key)
-        return stats.parse(queue, day, {text(k): text(v) for k, v in raw.items()})
+        return self.call(ops.queue_stats(self.keys, wire.check_queue(queue), day))
 
     # --- recurring jobs -----------------------------------------------------------
 
@@ -144,21 +137,18 @@ class Scheduling(Connection):
             recur.zone(tz)
             definition["cron"] = recur.check_cron(cron or "")
             ticks = recur.cron_ticks(definition["cron"], tz, self.now_ms())
-        stored = self.run("recur", wire.dumps(definition), spec.data_json, *ticks)
-        return Recurrence.from_definition(stored)
+        return self.call(ops.recur(wire.dumps(definition), spec.data_json, ticks))
 
     def unrecur(self, id: str) -> bool:
         """Removes a recurrence (the jobs it spawned stay); False if there was none."""
-        return bool(self.run("unrecur", id))
+        return self.call(ops.unrecur(id))
 
     def recurrences(self) -> list[Recurrence]:
-        with self._reaching():
-            raw = self.redis.hgetall(self.keys.key("recur"))
-        return sorted((Recurrence.from_definition(v) for v in raw.values()), key=lambda r: r.id)
+        return self.call(ops.recurrences(self.keys))
 
     def extend_recurrence(self, id: str, cron: str, tz: str, after_ms: int) -> int:
         """Adds the next cron ticks of a recurrence running low (masters do this)."""
-        return int(self.run("recur_ticks", id, cron, *recur.cron_ticks(cron, tz, after_ms)))
+        return self.call(ops.recur_ticks(id, cron, recur.cron_ticks(cron, tz, after_ms)))
 
     # --- domain rate limits -------------------------------------------------------
 
@@ -167,15 +157,13 @@ class Scheduling(Connection):
     ) -> None:
         """Limits `domain` to `rate` job starts per `period` seconds (+ `burst`). Takes
         effect at once, also for the domain's jobs already throttled in any queue."""
-        self.run("domain_limit", domain, wire.domain_limit(domain, rate, period, burst))
+        self.call(ops.domain_limit(domain, wire.domain_limit(domain, rate, period, burst)))
 
     def domain_limits(self) -> dict[str, dict[str, float]]:
         """{domain: {"rate", "period", "burst"}} for the domains with a limit of their own."""
-        with self._reaching():
-            raw = self.redis.hgetall(self.keys.key("domain_limits"))
-        return {text(k): json.loads(v) for k, v in raw.items()}
+        return self.call(ops.domain_limits(self.keys))
 
     def clear_domain_limit(self, domain: str) -> None:
         """Removes `domain`'s own limit (the default limit applies, if one is set);
         its throttled jobs are re-scheduled at once."""
-        self.run("domain_limit", domain, "")
+        self.call(ops.domain_limit(domain, ""))

@@ -19,24 +19,32 @@ Two ways to run them, the same Lua either way:
 * EVALSHA of one script per operation: Redis 6.2, and users whose ACL lacks
   FUNCTION. A server that lost its scripts or functions gets them loaded again.
 
-Which one a connection uses is found out on its first call and remembered.
+Which one a client uses is found out on its first call and remembered in its
+`Session`. How Calls (runtime.queue.ops) are run, the reloads included, is one
+plan (`run`): a generator that yields the round trips to make and receives
+their replies. It does no I/O itself, so the synchronous `Client` and the
+master's `AsyncClient` drive the very same code, each with its own socket.
 """
 
 from __future__ import annotations
 
 import hashlib
-import weakref
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
-import redis.asyncio
 
 from runtime import config
-from runtime.errors import LUA_ERROR_CODES, Error
+from runtime.errors import LUA_ERROR_CODES, Error, RedisCondition, RedisTransient
+from runtime.queue import faults
+from runtime.queue.faults import redact
 from runtime.queue.keys import lua_key_builders
+from runtime.queue.ops import Call
+
+T = TypeVar("T")
 
 # Library files, in the order they are prepended (each uses only earlier ones).
 LIBRARY = (
@@ -44,6 +52,8 @@ LIBRARY = (
     "clock",
     "config",
     "job",
+    "attempt",
+    "wait",
     "stats",
     "unique",
     "domains",
@@ -197,119 +207,107 @@ def operations() -> list[str]:
     return sorted(p.name[:-4] for p in folder.iterdir() if p.name.endswith(".lua"))
 
 
-def translate(script: str, err: redis.ResponseError) -> Error:
-    """The runtime exception for a script's error reply."""
-    text = str(err)
-    code, _, message = text.partition(" ")
-    cls = LUA_ERROR_CODES.get(code)
-    if cls is not None:
-        return cls(message)
-    return Error(f"script {script} failed: {text}")
+# --- running Calls: one plan for the synchronous and the asyncio client ------------------
+
+Command = tuple[Any, ...]
+Replies = list[Any]  # one per command: the raw reply, or the ResponseError it was
+Plan = Generator[list[Command], Replies, T]  # yields round trips, gets their replies
+RELOADS = 3  # a server that lost our code this many times in one call keeps losing it
 
 
-# --- choosing FCALL or EVALSHA, per connection ------------------------------------
+@dataclass
+class Session:
+    """What a client knows of its deployment: the URL (for messages, never shown
+    unredacted), the namespace root (every operation's KEYS[1]), and whether
+    FCALL works for it (found out on the first call, FCALL until then)."""
 
-_uses_functions: weakref.WeakKeyDictionary[object, bool] = weakref.WeakKeyDictionary()
+    url: str
+    root: str
+    functions: bool = True
 
 
-def _trouble(err: redis.ResponseError) -> str | None:
+def command(session: Session, call: Call[Any]) -> Command:
+    """What to send for a Call: FCALL or EVALSHA of its operation, or its command."""
+    if not call.script:
+        return (call.name, *call.args)
+    if session.functions:
+        return ("FCALL", function_name(call.name), 1, session.root, *call.args)
+    return ("EVALSHA", load(call.name).sha, 1, session.root, *call.args)
+
+
+def run(session: Session, calls: Sequence[Call[Any]]) -> Plan[list[Any]]:
+    """The round trips that run `calls` (one, unless the server lost our library or
+    scripts or has no FCALL for us: then they are loaded and the calls that
+    failed sent again). Returns each call's decoded reply, or the Error that
+    refused it, in order; raises only when the code cannot be loaded."""
+    replies = yield [command(session, call) for call in calls]
+    for _ in range(RELOADS):
+        redo = [i for i, call in enumerate(calls) if call.script and _lost(session, replies[i])]
+        if not redo:
+            return [result(session, c, reply) for c, reply in zip(calls, replies, strict=True)]
+        yield from prepare(session)
+        again = yield [command(session, calls[i]) for i in redo]
+        for i, reply in zip(redo, again, strict=True):
+            replies[i] = reply
+    raise RedisTransient(
+        RedisCondition.SCRIPTS, f"Redis at {redact(session.url)} keeps losing runtime's scripts"
+    )
+
+
+def prepare(session: Session) -> Plan[None]:
+    """Loads the function library, else (no FCALL for this server or user) every
+    script; raises what refused it (RedisTransient SCRIPTS when that passes)."""
+    if session.functions:
+        [reply] = yield [("FUNCTION", "LOAD", "REPLACE", library())]
+        if not isinstance(reply, redis.RedisError):
+            return
+        if _trouble(reply) != "unsupported":
+            raise _unloadable(session, reply)
+        session.functions = False
+    replies = yield [("SCRIPT", "LOAD", load(name).source) for name in operations()]
+    for reply in replies:
+        if isinstance(reply, redis.RedisError):
+            raise _unloadable(session, reply)
+
+
+def result(session: Session, call: Call[Any], reply: Any) -> Any:
+    """A reply decoded, or the runtime Error for an error reply or one that does not decode."""
+    if isinstance(reply, BaseException):
+        return faults.classify(reply, session.url, call.name)
+    try:
+        return call.read(reply)
+    except Error as err:
+        return err
+
+
+def _lost(session: Session, reply: Any) -> bool:
+    """The reply says our code is missing, or FCALL is not for us (then: EVALSHA)."""
+    trouble = _trouble(reply)
+    if trouble == "unsupported" and session.functions:
+        session.functions = False
+        return True
+    return trouble == "missing"
+
+
+def _trouble(reply: Any) -> str | None:
     """Why a call failed: "missing" (no library or script loaded), "unsupported" (no
-    FCALL for this server or user), None (the operation itself refused)."""
-    text = str(err)
-    if "Function not found" in text or isinstance(err, redis.exceptions.NoScriptError):
+    FCALL or FUNCTION for this server or user), None (anything else)."""
+    if not isinstance(reply, redis.ResponseError):
+        return None
+    text = str(reply)
+    if "Function not found" in text or isinstance(reply, redis.exceptions.NoScriptError):
         return "missing"
-    if isinstance(err, redis.exceptions.NoPermissionError) or "unknown command" in text:
+    if "unknown command" in text.lower():
+        return "unsupported"
+    denied = isinstance(reply, redis.exceptions.NoPermissionError)
+    if denied and ("'fcall" in text or "'function" in text):
         return "unsupported"
     return None
 
 
-def prepare(conn: redis.Redis) -> bool:
-    """Loads the function library, else every script; True when FCALL is used."""
-    try:
-        conn.function_load(library(), replace=True)
-        _uses_functions[conn] = True
-    except redis.ResponseError as err:
-        if _trouble(err) != "unsupported":
-            raise
-        _uses_functions[conn] = False
-        for name in operations():
-            conn.script_load(load(name).source)
-    return _uses_functions[conn]
-
-
-async def aprepare(conn: redis.asyncio.Redis) -> bool:
-    try:
-        await conn.function_load(library(), replace=True)
-        _uses_functions[conn] = True
-    except redis.ResponseError as err:
-        if _trouble(err) != "unsupported":
-            raise
-        _uses_functions[conn] = False
-        for name in operations():
-            await conn.script_load(load(name).source)
-    return _uses_functions[conn]
-
-
-def uses_functions(conn: object) -> bool:
-    """What the connection was found to use (FCALL until found otherwise)."""
-    return _uses_functions.get(conn, True)
-
-
-def queue_call(pipe: Any, name: str, keys: list[str], args: list[Any], functions: bool) -> None:
-    """Adds operation `name` to a pipeline."""
-    if functions:
-        pipe.fcall(function_name(name), len(keys), *keys, *args)
-    else:
-        pipe.evalsha(load(name).sha, len(keys), *keys, *args)
-
-
-def needs_loading(result: object) -> bool:
-    """A pipeline result saying the server lacks our library or script."""
-    return isinstance(result, redis.ResponseError) and _trouble(result) == "missing"
-
-
-def _recover(conn: object, name: str, err: redis.ResponseError, functions: bool) -> bool:
-    """After a failed call: True when the library or scripts must be loaded before
-    trying again; False to try again with EVALSHA (no FCALL for this connection);
-    raises the operation's own error, or the refusal of a user allowed neither."""
-    trouble = _trouble(err)
-    if trouble is None:
-        raise translate(name, err) from err
-    if trouble == "unsupported" and not functions:
-        raise err
-    if trouble == "unsupported":
-        _uses_functions[conn] = False
-        return False
-    return True
-
-
-def _forgetting(name: str) -> Error:
-    return Error(f"script {name}: the server keeps forgetting runtime's scripts")
-
-
-def call(conn: redis.Redis, name: str, keys: list[str], args: list[Any]) -> Any:
-    """Runs an operation on a synchronous connection."""
-    for _ in range(3):  # a missing library: load and run again; no FCALL here: EVALSHA
-        functions = uses_functions(conn)
-        try:
-            if functions:
-                return conn.fcall(function_name(name), len(keys), *keys, *args)
-            return conn.evalsha(load(name).sha, len(keys), *keys, *args)
-        except redis.ResponseError as err:
-            if _recover(conn, name, err, functions):
-                prepare(conn)
-    raise _forgetting(name)
-
-
-async def acall(conn: redis.asyncio.Redis, name: str, keys: list[str], args: list[Any]) -> Any:
-    """Runs an operation on an asyncio connection (as `call`)."""
-    for _ in range(3):
-        functions = uses_functions(conn)
-        try:
-            if functions:
-                return await conn.fcall(function_name(name), len(keys), *keys, *args)
-            return await conn.evalsha(load(name).sha, len(keys), *keys, *args)
-        except redis.ResponseError as err:
-            if _recover(conn, name, err, functions):
-                await aprepare(conn)
-    raise _forgetting(name)
+def _unloadable(session: Session, err: redis.RedisError) -> Error:
+    found = faults.classify(err, session.url, "loading runtime's scripts")
+    if isinstance(found, RedisTransient):
+        why = f"runtime's scripts cannot be loaded now: {found}"
+        return RedisTransient(RedisCondition.SCRIPTS, why)
+    return found

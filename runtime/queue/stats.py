@@ -1,4 +1,12 @@
-"""Per queue and day statistics, as the scripts keep them (lua/lib/stats.lua)."""
+"""Per queue and day statistics, as the scripts keep them (lua/lib/stats.lua):
+wait and run times with their histograms and percentiles, and failure counts.
+
+A histogram bucket is named by its lower bound: ms0..ms9 (1 ms wide), ms10..ms90
+(10 ms), ms100..ms900 (100 ms), s1..s59 (1 s), m1..m59 (1 min), h1..h23 (1 h),
+d1..d365 (1 day; d365 holds everything longer). Days written before the
+millisecond buckets have one s0 bucket (0-1 s). Percentiles are read from the
+histogram: linear within the bucket that holds them.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
-UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+PERCENTILES = (0.5, 0.95, 0.99)
+LAST_DAY_BUCKET_S = 365 * 86400
+
+
+def bucket_width_s(lower_s: float) -> float:
+    """How wide the bucket starting at `lower_s` is (inf for the last one)."""
+    for below_s, width_s in ((0.01, 0.001), (0.1, 0.01), (1, 0.1), (60, 1), (3600, 60),
+                             (86400, 3600)):  # fmt: skip
+        if lower_s < below_s - 1e-9:
+            return width_s
+    return math.inf if lower_s >= LAST_DAY_BUCKET_S else 86400
+
+
+def bucket_of(label: str) -> float | None:
+    """A bucket's lower bound in seconds from its field label (ms250 -> 0.25); None
+    for a label that is not a bucket."""
+    unit = "ms" if label.startswith("ms") else label[:1]
+    number = label[len(unit) :]
+    if unit not in UNIT_S or not number.isdigit():
+        return None
+    return round(int(number) * UNIT_S[unit], 3)
 
 
 @dataclass(frozen=True)
@@ -17,11 +46,36 @@ class Times:
     count: int
     mean: float
     variance: float
-    histogram: tuple[tuple[int, int], ...]  # (bucket's lower bound in seconds, jobs), ascending
+    histogram: tuple[tuple[float, int], ...]  # (bucket's lower bound in s, jobs), ascending
+    p50: float | None  # None: no jobs
+    p95: float | None
+    p99: float | None
 
     @property
     def stddev(self) -> float:
         return math.sqrt(self.variance)
+
+    def percentile(self, fraction: float) -> float | None:
+        """The time below which `fraction` (0..1) of the jobs fall, from the histogram."""
+        return percentile(self.histogram, fraction)
+
+
+def percentile(histogram: tuple[tuple[float, int], ...], fraction: float) -> float | None:
+    """Linear within the bucket holding the rank; the last bucket (no upper bound)
+    answers its lower bound. None for an empty histogram."""
+    total = sum(n for _, n in histogram)
+    if total == 0:
+        return None
+    rank = min(max(fraction, 0.0), 1.0) * total
+    seen = 0
+    for lower_s, n in histogram:
+        if n and seen + n >= rank:
+            width = bucket_width_s(lower_s)
+            if math.isinf(width):
+                return lower_s
+            return lower_s + width * max(0.0, rank - seen) / n
+        seen += n
+    return histogram[-1][0]
 
 
 @dataclass(frozen=True)
@@ -43,20 +97,31 @@ def today() -> date:
     return datetime.now(UTC).date()
 
 
+def histogram_of(what: str, fields: Mapping[str, str]) -> tuple[tuple[float, int], ...]:
+    """The buckets of `what` (wait, run) among a stats hash's fields, ascending."""
+    buckets: dict[float, int] = {}
+    prefix = f"{what}:hist:"
+    for name, value in fields.items():
+        if name.startswith(prefix):
+            lower_s = bucket_of(name[len(prefix) :])
+            if lower_s is not None:
+                buckets[lower_s] = buckets.get(lower_s, 0) + int(value)
+    return tuple(sorted(buckets.items()))
+
+
 def _times(what: str, fields: Mapping[str, str]) -> Times:
     count = int(fields.get(f"{what}:n", 0))
     m2 = float(fields.get(f"{what}:m2", 0))
-    buckets = []
-    prefix = f"{what}:hist:"
-    for name, value in fields.items():
-        label = name.removeprefix(prefix)
-        if label != name and label[:1] in UNIT_S and label[1:].isdigit():
-            buckets.append((int(label[1:]) * UNIT_S[label[0]], int(value)))
+    histogram = histogram_of(what, fields)
+    p50, p95, p99 = (percentile(histogram, p) for p in PERCENTILES)
     return Times(
         count=count,
         mean=float(fields.get(f"{what}:mean", 0)),
         variance=m2 / (count - 1) if count > 1 else 0.0,
-        histogram=tuple(sorted(buckets)),
+        histogram=histogram,
+        p50=p50,
+        p95=p95,
+        p99=p99,
     )
 
 

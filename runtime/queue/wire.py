@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
@@ -78,15 +78,46 @@ def klass_path(klass: Any) -> str:
     return f"{module}:{qualname}"
 
 
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """True when `value` nests more than `limit` dicts and lists (a dict of
+    scalars is 1 level deep): the scripts' rule (data_depth_max), walked
+    without recursion, so it also stops at a dict that contains itself."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list | tuple))
+    return False
+
+
+def utf8_text(what: str, text: str) -> str:
+    """`text`, refused when it cannot be sent as UTF-8 (lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        bad = text[err.start : err.end].encode("utf-8", "backslashreplace").decode()
+        raise BadArgument(f"{what} holds {bad}, a lone surrogate: not valid Unicode text") from None
+    return text
+
+
 def encode_data(data: Mapping[str, Any] | None) -> str:
+    """Job data as the JSON text the scripts store; BadArgument (one line) for
+    anything they would refuse or Python could not send."""
     if data is None:
         return "{}"
     if not isinstance(data, Mapping):
         raise BadArgument(f"data must be a JSON object (a dict), got {type(data).__name__}")
+    depth_max = LIMITS["data_depth_max"]
+    if nested_deeper_than(dict(data), depth_max):
+        raise BadArgument(f"data is nested deeper than {depth_max} levels (data_depth_max)")
     try:
-        return dumps(dict(data))
-    except (TypeError, ValueError) as err:
-        raise BadArgument(f"data is not JSON: {err}") from None
+        text = dumps(dict(data))
+    except (TypeError, ValueError, RecursionError) as err:
+        first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise BadArgument(f"data is not JSON: {first_line}") from None
+    return utf8_text("data", text)
 
 
 def epoch_ms(at: Any) -> int:
@@ -160,12 +191,20 @@ class JobSpec:
     def to_wire(self) -> list[str]:
         spec = {"queue": self.queue, "klass": self.klass, **self.options}
         try:
-            return [dumps(spec), self.data_json]
-        except (TypeError, ValueError) as err:
+            text = dumps(spec)
+        except (TypeError, ValueError, RecursionError) as err:
             raise BadArgument(f"job options are not JSON: {err}") from None
+        return [utf8_text("the job's options", text), self.data_json]
 
 
-def complete_options(next: str | None, delay: float | None, depends: Iterable[str]) -> str:
+def complete_options(
+    next: str | None,
+    delay: float | None,
+    depends: Iterable[str],
+    note: str | None = None,
+    puts: Iterable[Sequence[str]] = (),
+) -> str:
+    """A completion's options (complete.lua) as JSON."""
     options: dict[str, Any] = {}
     if next is not None:
         options["next"] = check_queue(next)
@@ -174,15 +213,79 @@ def complete_options(next: str | None, delay: float | None, depends: Iterable[st
     deps = list(depends)
     if deps:
         options["depends"] = deps
-    return dumps(options)
+    return _with_extras(options, note, puts)
+
+
+def report_options(note: str | None, puts: Iterable[Sequence[str]]) -> str:
+    """A master's completion options: a history note and the jobs put with it."""
+    return _with_extras({}, note, puts)
+
+
+def _with_extras(options: dict[str, Any], note: str | None, puts: Iterable[Sequence[str]]) -> str:
+    pairs = [[str(spec), str(data)] for spec, data in puts]
+    if len(pairs) > LIMITS["puts_max"]:
+        raise BadArgument(f"a completion puts at most {LIMITS['puts_max']} jobs, got {len(pairs)}")
+    if pairs:
+        options["puts"] = pairs
+    if note:
+        options["note"] = cap_head(note, LIMITS["note_max_bytes"])
+    if not options:
+        return "{}"
+    return utf8_text("the completion's options", dumps(options))
+
+
+def result_json(result: Any) -> str:
+    """A job's return value as the JSON text complete.lua stores ("" for None)."""
+    if result is None:
+        return ""
+    try:
+        return utf8_text("the result", dumps(result))
+    except (TypeError, ValueError, RecursionError) as err:
+        raise BadArgument(f"the result is not JSON: {err}") from None
+
+
+def check_progress(value: Any) -> float:
+    """A progress count (done, total): a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadArgument(f"progress must be numbers, got {value!r}")
+    if not math.isfinite(value) or not 0 <= value <= 1e15:
+        raise BadArgument(f"progress must be finite numbers in [0, 1e15], got {value!r}")
+    return value
+
+
+def put_with_by(spec_json: str, by: str | None) -> tuple[str, str]:
+    """(its jid, the spec naming the job putting it) for a put spec (JobSpec.to_wire()[0])."""
+    try:
+        spec = json.loads(spec_json)
+    except ValueError as err:
+        raise BadArgument(f"a put's spec is not JSON: {err}") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("jid"), str):
+        raise BadArgument("a put's spec must be a JSON object with its jid")
+    return spec["jid"], spec_json if by is None else dumps({**spec, "by": by})
+
+
+def cap_head(text: str, cap: int) -> str:
+    """`text` cut to its first `cap` bytes of UTF-8."""
+    raw = text.encode("utf-8", "replace")
+    return text if len(raw) <= cap else raw[:cap].decode("utf-8", "ignore")
+
+
+def cap_output(output: str) -> str:
+    """An attempt's output cut to the scripts' cap, keeping its tail."""
+    return _cap_tail(output, LIMITS["output_max_bytes"])
 
 
 def cap_message(message: str) -> str:
     """A failure message cut to the scripts' cap, keeping its tail."""
-    cap = LIMITS["message_max_bytes"]
-    raw = message.encode("utf-8", "replace")
+    return _cap_tail(message, LIMITS["message_max_bytes"])
+
+
+def _cap_tail(text: str, cap: int) -> str:
+    """`text` (lone surrogates as "?": it must go as UTF-8) cut to its last `cap`
+    bytes after a marker saying how much was cut."""
+    raw = text.encode("utf-8", "replace")
     if len(raw) <= cap:
-        return message
+        return text if len(raw) == len(text) else raw.decode("utf-8")
     marker = f"[... cut {len(raw) - cap} bytes ...]\n"
     return marker + raw[len(raw) - cap + len(marker.encode()) :].decode("utf-8", "ignore")
 

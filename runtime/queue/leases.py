@@ -1,0 +1,273 @@
+"""What a lease holder (a master) receives and reports: `Leased` jobs and the
+`Popped` reply that brings them, the `Outcomes` it collects, and what its
+calls answer (`Exchanged`, `Renewed`). Pure values, no I/O: runtime.queue.ops
+builds them from replies; runtime.queue.aio sends them.
+
+A reply is decoded one job at a time: a job that does not decode goes to
+`Popped.corrupt` with its jid (when it has one), the others are kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from runtime.errors import CorruptReply, Error
+from runtime.queue import wire
+
+Kind = Literal["complete", "retry", "fail", "release"]
+
+
+@dataclass(frozen=True)
+class Leased:
+    """A job a pop leased to this master."""
+
+    jid: str
+    token: str
+    klass: str
+    queue: str
+    data: dict[str, Any]
+    attempt: int
+    retries: int
+    remaining: int
+    lease_s: float
+    timeout_s: float
+    start_in_s: float | None = None  # leased before its turn: start this long after the pop
+    expires_us: int | None = None  # when the lease runs out, on Redis's clock
+    handed: bool = False  # handed to this master while it waited (a short first lease)
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> Leased:
+        """One job of a pop reply (or of a handoff); CorruptReply (with its jid when
+        it has one) if it does not decode."""
+        try:
+            return cls._decode(reply)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise CorruptReply(f"a leased job does not decode: {err!r}", _jid_of(reply)) from err
+
+    @classmethod
+    def _decode(cls, reply: dict[str, Any]) -> Leased:
+        meta = reply["meta"]
+        jid, token, data = reply["jid"], meta["l"], reply["data"]
+        if not isinstance(jid, str) or not isinstance(token, str) or not isinstance(data, dict):
+            raise TypeError("jid and token must be text, data an object")
+        return cls(
+            jid=jid, token=token, klass=str(meta["k"]), queue=str(meta["q"]),
+            data=data, attempt=int(meta.get("a", 1)), retries=int(meta["r"]),
+            remaining=int(meta["m"]), lease_s=float(reply["lease_ms"]) / 1000,
+            timeout_s=float(reply["timeout_s"]),
+            start_in_s=float(reply["start_in_us"]) / 1e6 if "start_in_us" in reply else None,
+            expires_us=_int_or_none(reply.get("expires_us")), handed=bool(reply.get("handed")),
+        )  # fmt: skip
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _jid_of(reply: Any) -> str | None:
+    jid = reply.get("jid") if isinstance(reply, dict) else None
+    return jid if isinstance(jid, str) else None
+
+
+@dataclass(frozen=True)
+class Popped:
+    jobs: list[Leased]
+    wake_in_s: float | None  # None: nothing comes due, or the pop was full
+    refill: list[dict[str, Any]] = field(default_factory=list)  # cron recurrences low on ticks
+    now_us: int | None = None  # Redis's clock when the pop ran
+    corrupt: list[tuple[str | None, str]] = field(default_factory=list)  # (jid, why) undecodable
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> Popped:
+        jobs: list[Leased] = []
+        corrupt: list[tuple[str | None, str]] = []
+        for item in reply["jobs"]:
+            try:
+                jobs.append(Leased.from_reply(item))
+            except CorruptReply as err:
+                corrupt.append((err.jid, str(err)))
+        wake = float(reply["wake_in_ms"])
+        refill = reply.get("refill", [])
+        if not isinstance(refill, list):
+            raise TypeError("refill must be a list")
+        return cls(jobs, None if wake < 0 else wake / 1000, refill,
+                   _int_or_none(reply.get("now_us")), corrupt)  # fmt: skip
+
+
+CompleteRow = tuple[str, str, str, str, str]  # jid, token, options JSON, result, output
+RetryRow = tuple[str, str, str, str, int, str]  # jid, token, group, message, delay_ms, output
+FailRow = tuple[str, str, str, str, str]  # jid, token, group, message, output
+ProgressRow = tuple[str, str, float, float | None, str | None]  # jid, token, done, total, message
+PutRow = tuple[str, str, str, str | None]  # jid, spec JSON, data JSON, the job putting it
+
+
+@dataclass
+class Outcomes:
+    """Reports collected by a master, sent together by the next exchange: the
+    lease holder's reports (complete, retry, fail, release), the running jobs'
+    progress and the jobs they put at once. Failure messages are cut to
+    LIMITS["message_max_bytes"] (their tail kept) and outputs to
+    LIMITS["output_max_bytes"] as they are added: a huge traceback or output
+    never leaves the master."""
+
+    complete: dict[str, CompleteRow] = field(default_factory=dict)  # jid -> row
+    retry: list[RetryRow] = field(default_factory=list)
+    fail: list[FailRow] = field(default_factory=list)
+    release: dict[str, str] = field(default_factory=dict)
+    since: float | None = None  # monotonic time the oldest of them was recorded
+    started: set[str] = field(default_factory=set)  # released jids that had started running
+    progress: dict[str, ProgressRow] = field(default_factory=dict)  # jid -> its latest
+    puts: list[PutRow] = field(default_factory=list)  # jobs put at once (now=True)
+
+    def __len__(self) -> int:
+        reports = len(self.complete) + len(self.retry) + len(self.fail) + len(self.release)
+        return reports + len(self.progress) + len(self.puts)
+
+    def _noted(self) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+
+    def add_complete(
+        self,
+        jid: str,
+        token: str,
+        *,
+        result: str = "",
+        output: str = "",
+        note: str | None = None,
+        puts: Iterable[Sequence[str]] = (),
+    ) -> None:
+        """Completes a job. `result`: its return value as JSON text ("" for none);
+        `output`: the attempt's output tail; `note`: a line for its history (e.g.
+        why no result came); `puts`: (spec JSON, data JSON) pairs
+        (JobSpec.to_wire()) put in the same step as the completion."""
+        options = wire.report_options(note, puts)
+        self.complete[jid] = (jid, token, options, result, wire.cap_output(output))
+        self._noted()
+
+    def add_retry(
+        self, jid: str, token: str, group: str, message: str, delay_ms: int, *, output: str = ""
+    ) -> None:
+        row = (jid, token, group, wire.cap_message(message), delay_ms, wire.cap_output(output))
+        self.retry.append(row)
+        self._noted()
+
+    def add_fail(self, jid: str, token: str, group: str, message: str, *, output: str = "") -> None:
+        self.fail.append((jid, token, group, wire.cap_message(message), wire.cap_output(output)))
+        self._noted()
+
+    def add_release(self, jid: str, token: str, *, started: bool = False) -> None:
+        """Gives a job back unfinished; `started`: it ran (its attempt counts, no retry
+        is spent), else it never started (the attempt is not counted)."""
+        self.release[jid] = token
+        if started:
+            self.started.add(jid)
+        self._noted()
+
+    def add_progress(
+        self, jid: str, token: str, done: float, total: float | None, message: str | None
+    ) -> None:
+        """A running job's progress; only the latest of a job goes. BadArgument
+        unless done and total (or None) are finite numbers >= 0."""
+        total = None if total is None else wire.check_progress(total)
+        self.progress[jid] = (jid, token, wire.check_progress(done), total, message)
+        self._noted()
+
+    def add_put(self, spec_json: str, data_json: str, *, by: str | None = None) -> None:
+        """A job put at once (JobSpec.to_wire() pair); `by`: the jid of the running
+        job putting it (its history counts it). BadArgument for a spec that is
+        not a JSON object with its jid."""
+        jid, spec_json = wire.put_with_by(spec_json, by)
+        self.puts.append((jid, spec_json, data_json, by))
+        self._noted()
+
+    def take(self) -> Outcomes:
+        """These outcomes, leaving this collection empty."""
+        taken = Outcomes(
+            self.complete, self.retry, self.fail, self.release, self.since, self.started,
+            self.progress, self.puts,
+        )  # fmt: skip
+        self.complete, self.retry, self.fail, self.release = {}, [], [], {}
+        self.started, self.progress, self.puts = set(), {}, []
+        self.since = None
+        return taken
+
+    def merge(self, older: Outcomes) -> None:
+        """Puts back outcomes that could not be sent, ahead of newer ones."""
+        self.complete = {**older.complete, **self.complete}
+        self.retry[:0] = older.retry
+        self.fail[:0] = older.fail
+        self.release = {**older.release, **self.release}
+        self.started |= older.started
+        self.progress = {**older.progress, **self.progress}
+        self.puts[:0] = older.puts
+        if older.since is not None:
+            self.since = older.since
+
+    def only(self, kind: Kind) -> Outcomes:
+        """A collection of this one's outcomes of one kind."""
+        part = Outcomes(since=self.since)
+        setattr(part, kind, getattr(self, kind))
+        if kind == "release":
+            part.started = set(self.started)
+        return part
+
+    def kinds(self) -> Iterator[Kind]:
+        """The kinds of reports present, in the order they are sent (after the
+        progress and the puts)."""
+        kinds: tuple[Kind, ...] = ("complete", "retry", "fail", "release")
+        return (kind for kind in kinds if getattr(self, kind))
+
+    def jids(self, kind: Kind) -> list[str]:
+        rows = getattr(self, kind)
+        return list(rows) if isinstance(rows, dict) else [row[0] for row in rows]
+
+    def puts_by_job(self) -> dict[str | None, list[PutRow]]:
+        """The puts grouped by the job putting them, in order (each group is one
+        all-or-nothing put)."""
+        groups: dict[str | None, list[PutRow]] = {}
+        for row in self.puts:
+            groups.setdefault(row[3], []).append(row)
+        return groups
+
+
+@dataclass(frozen=True)
+class Exchanged:
+    """What one exchange answered.
+
+    states: {jid: its state after the report, or the error that refused it}
+    popped: the pop's reply (None when no pop was asked)
+    sent_at: time.monotonic() just before the request was written (after the
+        connection was up): leases granted by the pop started after it
+    unsent: reports Redis could not take now (a transient refusal of their
+        call while the pop went through): merge them back and send them again
+    put: the jobs put at once (Outcomes.puts), by the jid of their spec: the
+        jid put (a unique key's holder for a duplicate), or the Error refusing
+        the put of that job and the others its job put with it (JobExists for
+        a put sent again after a lost reply: the first one landed). The
+        progress reports' answers are not kept (a refusal means the job is
+        gone or no longer ours: its own report says so)
+    """
+
+    states: dict[str, str | Error]
+    popped: Popped | None
+    sent_at: float
+    unsent: Outcomes = field(default_factory=Outcomes)
+    put: dict[str, str | Error] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[Any]:
+        """(states, popped): the older two-value form, for callers not yet switched."""
+        return iter((self.states, self.popped))
+
+
+@dataclass(frozen=True)
+class Renewed:
+    """What one lease renewal answered: the jids no longer ours (stop them), and
+    time.monotonic() just before the request was written."""
+
+    lost: set[str]
+    sent_at: float
+    renewed: set[str] = field(default_factory=set)

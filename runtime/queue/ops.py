@@ -1,0 +1,566 @@
+"""Every operation's arguments and reply decoding, written once (sans-IO).
+
+A `Call` says what to send (a Lua operation of lua/ with its ARGV, or a plain
+command) and how to read the reply; it does no I/O. The synchronous `Client`
+(connection.py) and the master's `AsyncClient` (aio.py) run the same Calls
+through the same plan (scripts.run), so nothing else builds ARGV or parses a
+reply. `repeatable` marks calls that are safe to send again when a first try's
+fate is unknown: reads, put (the jid is chosen before the call), and the lease
+holder's reports with the same token (the scripts answer a repeat as done).
+
+A reply that does not decode raises `CorruptReply`, a data error about that
+reply; a pop's jobs are decoded one by one (runtime.queue.leases).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from runtime.errors import CorruptReply, Error
+from runtime.queue import stats, wire
+from runtime.queue.job import Job
+from runtime.queue.keys import Keys
+from runtime.queue.leases import (
+    CompleteRow,
+    FailRow,
+    Leased,
+    Outcomes,
+    Popped,
+    ProgressRow,
+    RetryRow,
+)
+from runtime.queue.recur import Recurrence
+from runtime.queue.stats import QueueStats
+
+if TYPE_CHECKING:
+    from runtime.queue.client import Client
+
+T = TypeVar("T")
+Arg = str | int | float | bytes
+DECODE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError)
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One operation: what to send and how to read its reply. `script`: `name` is
+    an operation of lua/ (sent by FCALL or EVALSHA with the namespace root as its
+    only key) and `args` its ARGV; else `name` and `args` are a plain command.
+    `blocks_s`: the command may wait this long for data before answering."""
+
+    name: str
+    args: tuple[Arg, ...]
+    decode: Callable[[Any], T]
+    script: bool = True
+    repeatable: bool = False
+    blocks_s: float = 0.0
+
+    def read(self, reply: Any) -> T:
+        """The reply decoded; CorruptReply if it does not decode."""
+        try:
+            return self.decode(reply)
+        except Error:
+            raise
+        except DECODE_ERRORS as err:
+            raise CorruptReply(f"the reply to {self.name} does not decode: {err!r}") from err
+
+
+def text(value: object) -> str:
+    """A reply value as text (replies are bytes: the connection does not decode)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def read_json(reply: Any) -> Any:
+    return json.loads(reply)
+
+
+def _raw(reply: Any) -> Any:
+    return reply
+
+
+def _op(name: str, *args: Arg, decode: Callable[[Any], T], repeatable: bool = False) -> Call[T]:
+    return Call(name, args, decode, script=True, repeatable=repeatable)
+
+
+def _cmd(name: str, *args: Arg, decode: Callable[[Any], T], repeatable: bool = True) -> Call[T]:
+    return Call(name, args, decode, script=False, repeatable=repeatable)
+
+
+def raw(operation: str, *args: Arg) -> Call[Any]:
+    """An operation with its reply as Redis sent it (for tests and tools)."""
+    return _op(operation, *args, decode=_raw)
+
+
+# --- putting and reading jobs ------------------------------------------------------------
+
+
+def put(specs: Iterable[wire.JobSpec]) -> Call[list[str]]:
+    """Puts jobs in one atomic call: their jids (a unique key's holder for duplicates)."""
+    args = [arg for spec in specs for arg in spec.to_wire()]
+    return _op("put", *args, decode=_strings, repeatable=True)
+
+
+def _strings(reply: Any) -> list[str]:
+    items = read_json(reply)
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise TypeError("expected a list of text")
+    return items
+
+
+def get(jids: Sequence[str], owner: Client | None = None) -> Call[list[Job | None]]:
+    def decode(reply: Any) -> list[Job | None]:
+        return [None if r is None else _job(r, owner) for r in read_json(reply)]
+
+    return _op("get", *jids, decode=decode, repeatable=True)
+
+
+def _job(reply: Any, owner: Client | None) -> Job:
+    try:
+        return Job.from_reply(reply, owner)
+    except DECODE_ERRORS as err:
+        jid = reply.get("jid") if isinstance(reply, dict) else None
+        raise CorruptReply(f"a job does not decode: {err!r}", jid) from err
+
+
+def _jobs(owner: Client | None) -> Callable[[Any], list[Job]]:
+    return lambda reply: [_job(r, owner) for r in read_json(reply)]
+
+
+def peek(queue: str, count: int, owner: Client | None = None) -> Call[list[Job]]:
+    return _op("peek", queue, count, decode=_jobs(owner), repeatable=True)
+
+
+def message_status(jid: str) -> Call[str | None]:
+    return _op("message_status", jid, decode=_text_or_none, repeatable=True)
+
+
+def _text_or_none(reply: Any) -> str | None:
+    return None if reply is None else text(reply)
+
+
+def now() -> Call[int]:
+    return _op("now", decode=int, repeatable=True)
+
+
+def counts(queues: Iterable[str]) -> Call[dict[str, dict[str, Any]]]:
+    return _op("counts", *queues, decode=_object, repeatable=True)
+
+
+def workers() -> Call[dict[str, dict[str, Any]]]:
+    return _op("workers", decode=_object, repeatable=True)
+
+
+def _object(reply: Any) -> Any:
+    value = read_json(reply)
+    if not isinstance(value, dict):
+        raise TypeError("expected a JSON object")
+    return value
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a job ended, as wait.lua answers: state "complete" (with its result),
+    "failed" (with group and message), or another state while it has not ended."""
+
+    state: str
+    result: Any = None
+    group: str = ""
+    message: str = ""
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ("complete", "failed")
+
+
+def wait(jid: str, for_ms: int) -> Call[Ending]:
+    """How the job ended; if it has not, registers a waiter for `for_ms` (0: only
+    looks). A repeat registers once more (harmless: one more wake-up token)."""
+
+    def decode(reply: Any) -> Ending:
+        value = _object(reply)
+        state = str(value["state"])
+        if state == "failed":
+            return Ending(state, group=str(value["group"]), message=str(value["message"]))
+        return Ending(state, result=value.get("result"))
+
+    return _op("wait", jid, for_ms, decode=decode, repeatable=True)
+
+
+def wait_for_end(key: str, timeout_s: float) -> Call[str | None]:
+    """BLPOP on a job's wake-up list: how it ended (complete, failed, cancelled), None
+    on timeout. Repeatable: a lost token only means reading the job once more."""
+
+    def decode(reply: Any) -> str | None:
+        return None if reply is None else text(reply[1])
+
+    return Call("BLPOP", (key, timeout_s), decode, script=False, repeatable=True,
+                blocks_s=timeout_s)  # fmt: skip
+
+
+# --- changing jobs (never sent twice: a repeat would not be the same change) ---------------
+
+
+def cancel(jids: Sequence[str]) -> Call[list[str]]:
+    return _op("cancel", *jids, decode=_strings)
+
+
+def depends(jid: str, verb: str, on: Sequence[str]) -> Call[str]:
+    return _op("depends", jid, verb, *on, decode=text)
+
+
+def requeue(jid: str, queue: str) -> Call[str]:
+    return _op("requeue", jid, queue, decode=text)
+
+
+def priority(jid: str, value: int) -> Call[str]:
+    return _op("priority", jid, value, decode=text)
+
+
+def unfail(group: str, queue: str, count: int) -> Call[int]:
+    return _op("unfail", group, queue, count, decode=int)
+
+
+def tag(jid: str, verb: str, tags: Sequence[str]) -> Call[list[str]]:
+    return _op("tag", jid, verb, *tags, decode=_strings)
+
+
+def track(jid: str, on: bool) -> Call[bool]:
+    return _op("track", jid, "on" if on else "off", decode=bool)
+
+
+def set_paused(queue: str, paused: bool) -> Call[None]:
+    return _op("set_paused", queue, "1" if paused else "0", decode=lambda _: None)
+
+
+def domain_limit(domain: str, limit: str) -> Call[int]:
+    return _op("domain_limit", domain, limit, decode=int)
+
+
+def recur(definition: str, data: str, ticks: Sequence[int]) -> Call[Recurrence]:
+    return _op("recur", definition, data, *ticks, decode=Recurrence.from_definition)
+
+
+def unrecur(id: str) -> Call[bool]:
+    return _op("unrecur", id, decode=bool)
+
+
+def recur_ticks(id: str, cron: str, ticks: Sequence[int]) -> Call[int]:
+    """Ticks at or before the newest stored one are ignored: safe to repeat."""
+    return _op("recur_ticks", id, cron, *ticks, decode=int, repeatable=True)
+
+
+# --- failures -----------------------------------------------------------------------------
+
+
+def failed_groups() -> Call[dict[str, int]]:
+    return _op("failed", "", 0, 0, decode=lambda r: dict(_object(r)["groups"]), repeatable=True)
+
+
+def failed_jobs(
+    group: str, start: int, count: int, owner: Client | None = None
+) -> Call[tuple[int, list[Job]]]:
+    def decode(reply: Any) -> tuple[int, list[Job]]:
+        page = _object(reply)
+        return int(page["total"]), [_job(r, owner) for r in page["jobs"]]
+
+    return _op("failed", group, start, count, decode=decode, repeatable=True)
+
+
+# --- the lease holder's side ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    renewed: tuple[str, ...]
+    lost: tuple[str, ...]
+
+
+def pop(
+    worker: str, count: int, queues: Sequence[str], order: str = "ordered",
+    ahead_s: float = 0.0, idle: bool = False,
+) -> Call[Popped]:  # fmt: skip
+    """Leases up to `count` jobs (a fresh seed for the tokens). Never sent twice: a
+    lost reply's jobs stay leased to `worker` until their lease runs out."""
+    args = (worker, count, wire.seed(), order, round(ahead_s * 1e6), 1 if idle else 0, *queues)
+    return _op("pop", *args, decode=lambda r: Popped.from_reply(_object(r)))
+
+
+def pop_jobs(worker: str, count: int, queue: str, owner: Client | None = None) -> Call[list[Job]]:
+    """A pop by hand (not a master): the jobs with their lease, as `Job`s."""
+    args = (worker, wire.check_count(count), wire.seed(), "ordered", 0, 0, queue)
+    return _op("pop", *args, decode=lambda r: [_job(j, owner) for j in _object(r)["jobs"]])
+
+
+def heartbeat(worker: str, leases: Mapping[str, str]) -> Call[Heartbeat]:
+    args = [worker, *_flat(leases.items())]
+    return _op("heartbeat", *args, decode=_heartbeat, repeatable=True)
+
+
+def _heartbeat(reply: Any) -> Heartbeat:
+    value = _object(reply)
+    return Heartbeat(tuple(map(str, value["renewed"])), tuple(map(str, value["lost"])))
+
+
+def _flat(rows: Iterable[Iterable[Arg]]) -> list[Arg]:
+    return [value for row in rows for value in row]
+
+
+def _batch(name: str, worker: str, rows: Iterable[Iterable[Arg]]) -> Call[dict[str, str | Error]]:
+    """A report on many jobs: {jid: state, or the error of that job}."""
+    return _op(name, worker, *_flat(rows), decode=lambda r: wire.outcomes(read_json(r)),
+               repeatable=True)  # fmt: skip
+
+
+def complete(worker: str, rows: Iterable[CompleteRow]) -> Call[dict[str, str | Error]]:
+    """rows: (jid, token, options JSON, result JSON or "", output); outputs cut here."""
+    return _batch("complete", worker, ((j, t, o, r, wire.cap_output(out))
+                                       for j, t, o, r, out in rows))  # fmt: skip
+
+
+def fail(worker: str, rows: Iterable[FailRow]) -> Call[dict[str, str | Error]]:
+    """rows: (jid, token, group, message, output); messages and outputs cut to the
+    scripts' caps here."""
+    rows = ((j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in rows)
+    return _batch("fail", worker, rows)
+
+
+def retry(worker: str, rows: Iterable[RetryRow]) -> Call[dict[str, str | Error]]:
+    """rows: (jid, token, group, message, delay_ms, output); cut to the caps here."""
+    rows = ((j, t, g, wire.cap_message(m), d, wire.cap_output(o)) for j, t, g, m, d, o in rows)
+    return _batch("retry", worker, rows)
+
+
+def progress(worker: str, rows: Iterable[ProgressRow]) -> Call[dict[str, str | Error]]:
+    """rows: (jid, token, done, total or None, message or None): running jobs' progress."""
+    flat = ((j, t, repr(wire.check_progress(d)), "" if n is None else repr(wire.check_progress(n)),
+             m or "") for j, t, d, n, m in rows)  # fmt: skip
+    return _batch("progress", worker, flat)
+
+
+def release(
+    worker: str, leases: Mapping[str, str], started: Iterable[str] = ()
+) -> Call[dict[str, str | Error]]:
+    """Gives jobs back unfinished; the jids in `started` had started (their attempt
+    counts), the others never did."""
+    ran = set(started)
+    return _batch("release", worker, ((j, t, int(j in ran)) for j, t in leases.items()))
+
+
+def reports(worker: str, outcomes: Outcomes) -> list[tuple[str, Call[dict[str, str | Error]]]]:
+    """The calls that send a master's collected reports, one per kind: (kind, call)."""
+    calls = {
+        "complete": lambda: complete(worker, outcomes.complete.values()),
+        "retry": lambda: retry(worker, outcomes.retry),
+        "fail": lambda: fail(worker, outcomes.fail),
+        "release": lambda: release(worker, outcomes.release, outcomes.started),
+    }
+    return [(kind, calls[kind]()) for kind in outcomes.kinds()]
+
+
+def puts_at_once(outcomes: Outcomes) -> list[tuple[list[str], Call[list[str]]]]:
+    """The calls that put the jobs running jobs put at once: one per job putting
+    them (all or nothing for that job), with the jids of their specs."""
+    calls = []
+    for rows in outcomes.puts_by_job().values():
+        args = [arg for _, spec_json, data_json, _ in rows for arg in (spec_json, data_json)]
+        jids = [row[0] for row in rows]
+        calls.append((jids, _op("put", *args, decode=_strings, repeatable=True)))
+    return calls
+
+
+def resumed(worker: str, outage_ms: int) -> Call[Any]:
+    """A master tells that it reaches Redis again after `outage_ms` without it
+    (lua/resumed.lua: leases are not reaped for a grace period). Safe to repeat."""
+    return _op("resumed", worker, outage_ms, decode=_loose, repeatable=True)
+
+
+def _loose(reply: Any) -> Any:
+    """A reply read as JSON when it is, else as it came (an integer, a status)."""
+    if isinstance(reply, bytes) and reply[:1] in (b"{", b"["):
+        return read_json(reply)
+    return reply
+
+
+def forget_worker(worker: str, queues: Sequence[str]) -> Call[int]:
+    """A goodbye: safe to repeat (a second one finds nothing to give back)."""
+    return _op("forget_worker", worker, *queues, decode=int, repeatable=True)
+
+
+def event(raw: Any) -> dict[str, Any]:
+    """One event of a tracked job, as published on the events channel."""
+    try:
+        value: dict[str, Any] = _object(raw)
+    except DECODE_ERRORS as err:
+        raise CorruptReply(f"an event does not decode: {err!r}") from err
+    return value
+
+
+# --- plain commands -------------------------------------------------------------------------
+
+
+def ping() -> Call[None]:
+    return _cmd("PING", decode=lambda _: None)
+
+
+def wait_for_work(keys: Sequence[str], timeout_s: float) -> Call[tuple[str, bytes] | None]:
+    """BLPOP on the keys: (key, value) of the first to get something, None on timeout.
+    Not repeatable: a lost reply lost the value it took."""
+
+    def decode(reply: Any) -> tuple[str, bytes] | None:
+        if reply is None:
+            return None
+        key, value = reply
+        return text(key), value if isinstance(value, bytes) else str(value).encode()
+
+    return Call("BLPOP", (*keys, timeout_s), decode, script=False, blocks_s=timeout_s)
+
+
+def handed(value: bytes) -> Leased:
+    """A job handed to a waiting master (its own wake-up list, handoff.lua), as
+    `wait_for_work` returned it; CorruptReply (with the jid when known) if it
+    does not decode."""
+    try:
+        reply = read_json(value)
+    except DECODE_ERRORS as err:
+        raise CorruptReply(f"a handed job does not decode: {err!r}") from err
+    if not isinstance(reply, dict):
+        raise CorruptReply("a handed job is not a JSON object")
+    return Leased.from_reply(reply)
+
+
+def give_back(key: str) -> list[Call[None]]:
+    """A wake-up token put back (at most one on the list)."""
+    return [_cmd("RPUSH", key, "1", decode=_none), _cmd("LTRIM", key, 0, 0, decode=_none)]
+
+
+def _none(_: Any) -> None:
+    return None
+
+
+def delete(key: str) -> Call[None]:
+    return _cmd("DEL", key, decode=_none)
+
+
+def _pairs(reply: Any) -> dict[str, str]:
+    """An HGETALL reply (a map in RESP3, a flat [field, value, ...] list in
+    RESP2) as a dict of text."""
+    if isinstance(reply, dict):
+        return {text(k): text(v) for k, v in reply.items()}
+    items = list(reply)
+    return {text(k): text(v) for k, v in zip(items[::2], items[1::2], strict=True)}
+
+
+def hash_of(key: str) -> Call[dict[str, str]]:
+    return _cmd("HGETALL", key, decode=_pairs)
+
+
+def recurrences(keys: Keys) -> Call[list[Recurrence]]:
+    def decode(reply: Any) -> list[Recurrence]:
+        found = (Recurrence.from_definition(v) for v in _pairs(reply).values())
+        return sorted(found, key=lambda r: r.id)
+
+    return _cmd("HGETALL", keys.key("recur"), decode=decode)
+
+
+def domain_limits(keys: Keys) -> Call[dict[str, dict[str, float]]]:
+    def decode(reply: Any) -> dict[str, dict[str, float]]:
+        return {domain: _object(limit) for domain, limit in _pairs(reply).items()}
+
+    return _cmd("HGETALL", keys.key("domain_limits"), decode=decode)
+
+
+def queue_stats(keys: Keys, queue: str, day: date) -> Call[QueueStats]:
+    key = keys.key("stats", queue=queue, day=stats.day_number(day))
+    return _cmd("HGETALL", key, decode=lambda reply: stats.parse(queue, day, _pairs(reply)))
+
+
+def setting(keys: Keys, name: str) -> Call[str | None]:
+    """One shared setting as stored (None: not set, its default applies)."""
+    return _cmd("HGET", keys.key("config"), name, decode=_text_or_none)
+
+
+def set_setting(keys: Keys, name: str, value: str) -> Call[None]:
+    return _cmd("HSET", keys.key("config"), name, value, decode=_none)
+
+
+def unset_setting(keys: Keys, name: str) -> Call[None]:
+    return _cmd("HDEL", keys.key("config"), name, decode=_none)
+
+
+def members(
+    key: str, start: int = 0, stop: int = -1, newest_first: bool = False
+) -> Call[list[str]]:
+    """Members of a sorted set by rank (ZRANGE / ZREVRANGE)."""
+    name = "ZREVRANGE" if newest_first else "ZRANGE"
+    return _cmd(name, key, start, stop, decode=lambda r: [text(m) for m in r])
+
+
+def cardinality(key: str) -> Call[int]:
+    return _cmd("ZCARD", key, decode=int)
+
+
+# --- operating: listing, forgetting, workers, metrics ---------------------------------------
+
+LISTED_STATES = ("waiting", "throttled", "scheduled", "running", "depends", "complete", "failed")
+
+
+def jobs(
+    queue: str, state: str, start: int, count: int, oldest_first: bool,
+    owner: Client | None = None,
+) -> Call[tuple[int, list[Job]]]:  # fmt: skip
+    """A page of a queue's jobs in one state (lua/jobs.lua): (total, jobs)."""
+
+    def decode(reply: Any) -> tuple[int, list[Job]]:
+        page = _object(reply)
+        return int(page["total"]), [_job(r, owner) for r in page["jobs"]]
+
+    order = "oldest" if oldest_first else "newest"
+    return _op("jobs", queue, state, start, count, order, decode=decode, repeatable=True)
+
+
+def queue_forget(queue: str) -> Call[bool]:
+    """Forgets an empty queue (WrongState if it is not); False if it was not known."""
+    return _op("queue_forget", queue, decode=bool, repeatable=True)
+
+
+def queue_known(keys: Keys, queue: str) -> Call[bool]:
+    """Whether the queue was ever used (it is in the list of queues)."""
+    return _cmd("ZSCORE", keys.key("queues"), queue, decode=lambda r: r is not None)
+
+
+def register_worker(
+    worker: str, *, host: str, pid: int, queues: Sequence[str], concurrency: int,
+    started_ms: int | None = None,
+) -> Call[None]:  # fmt: skip
+    """A master tells who it is (lua/worker_info.lua): where it runs, what it serves."""
+    info = {"host": host, "pid": pid, "queues": list(queues), "concurrency": concurrency,
+            "started_ms": started_ms}  # fmt: skip
+    return _op("worker_info", worker, wire.dumps(info), decode=_none, repeatable=True)
+
+
+def metrics(up_ms: int) -> Call[dict[str, Any]]:
+    """Everything a scrape shows, in one call (lua/metrics.lua)."""
+    return _op("metrics", up_ms, decode=_object, repeatable=True)
+
+
+def server_info() -> Call[dict[str, str]]:
+    """INFO (its default sections) as {field: value}."""
+
+    def decode(reply: Any) -> dict[str, str]:
+        fields = (line.partition(":") for line in text(reply).splitlines())
+        return {k: v for k, sep, v in fields if sep and not k.startswith("#")}
+
+    return _cmd("INFO", decode=decode)
+
+
+def domains(count: int) -> Call[dict[str, dict[str, Any]]]:
+    """Domains with a limit of their own or a spent budget (lua/domains.lua)."""
+    return _op("domains", count, decode=_object, repeatable=True)
+
+
+def list_range(key: str, start: int, stop: int) -> Call[list[str]]:
+    """Entries of a list by index (LRANGE; negative indexes count from the tail)."""
+    return _cmd("LRANGE", key, start, stop, decode=lambda r: [text(m) for m in r])
