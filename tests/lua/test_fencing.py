@@ -28,6 +28,11 @@ REPORTS: dict[str, Callable[[Client, str, str], object]] = {
     "complete-next": lambda c, w, t: c.complete("j1", w, t, next="other"),
     "fail": lambda c, w, t: c.fail("j1", w, t, "g", "m"),
     "retry": lambda c, w, t: c.retry("j1", w, t, "g", "m", delay=0),
+    "progress": lambda c, w, t: c.progress("j1", w, t, 1, 2, "half"),
+    "complete-with-puts": lambda c, w, t: c.complete(
+        "j1", w, t, result={"ok": 1}, output="out", puts=[c.queue("n").spec("a.b:c", jid="kid")]
+    ),
+    "fail-with-output": lambda c, w, t: c.fail("j1", w, t, "g", "m", output="out"),
 }
 
 
@@ -64,6 +69,8 @@ def test_reports_after_the_lease_was_reclaimed_change_nothing(
     ("name", "expected"),
     [
         ("complete", "complete"),
+        ("complete-with-puts", "complete"),
+        ("fail-with-output", "failed"),
         ("complete-next", "waiting"),
         ("fail", "failed"),
         ("retry", "waiting"),
@@ -101,7 +108,7 @@ def test_batched_complete_reports_each_job_on_its_own(client: Client, clock: Fro
     jobs = q.pop(3, worker="w")
     args = ["w"]
     for job in jobs:
-        args += [job.jid, (job.token or "") if job.jid != "j1" else "bad", "{}"]
+        args += [job.jid, (job.token or "") if job.jid != "j1" else "bad", "{}", "", ""]
     reply = client.run_json("complete", *args)
     assert [r.get("state") or r["error"] for r in reply] == ["complete", "LEASE_LOST", "complete"]
     assert client.get_job("j1").state == "running"  # type: ignore[union-attr]
@@ -117,6 +124,16 @@ ITEM_ERRORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "complete-delay-without-next": ("complete", (json.dumps({"delay_ms": 5}),)),
     "complete-depends-on-itself": ("complete", (json.dumps({"next": "n", "depends": ["j1"]}),)),
     "complete-options-not-json": ("complete", ("{next}",)),
+    "complete-puts-not-a-list": ("complete", (json.dumps({"puts": 5}),)),
+    "complete-put-not-a-pair": ("complete", (json.dumps({"puts": [["{}"]]}),)),
+    "complete-put-not-text": ("complete", (json.dumps({"puts": [[{}, "{}"]]}),)),
+    "complete-too-many-puts": ("complete", (json.dumps({"puts": [["{}", "{}"]] * 1001}),)),
+    "complete-note-not-text": ("complete", (json.dumps({"note": 5}),)),
+    "progress-done-negative": ("progress", ("-1", "", "")),
+    "progress-done-nan": ("progress", ("nan", "", "")),
+    "progress-done-missing": ("progress", ("", "", "")),
+    "progress-total-text": ("progress", ("1", "lots", "")),
+    "progress-total-inf": ("progress", ("1", "inf", "")),
     "fail-empty-group": ("fail", ("", "m")),
     "fail-group-with-blanks": ("fail", ("a b", "m")),
     "retry-empty-group": ("retry", ("", "m", "0")),
@@ -127,12 +144,15 @@ ITEM_ERRORS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+TAIL = {"complete": ("", ""), "fail": ("",), "retry": ("",), "progress": ()}  # result, output
+
+
 @pytest.mark.parametrize(("op", "rest"), ITEM_ERRORS.values(), ids=ITEM_ERRORS.keys())
 def test_a_malformed_report_item_answers_bad_arg_and_changes_nothing(
     client: Client, leased: Job, op: str, rest: tuple[str, ...]
 ) -> None:
     before = snapshot(client)
-    reply = client.run_json(op, "holder", "j1", leased.token or "", *rest)
+    reply = client.run_json(op, "holder", "j1", leased.token or "", *rest, *TAIL[op])
     assert [(r["jid"], r["error"]) for r in reply] == [("j1", "BAD_ARG")], reply
     assert "\n" not in reply[0]["message"]
     assert snapshot(client) == before

@@ -78,7 +78,9 @@ def test_put_pop_heartbeat_complete_timeline(client: Client, clock: FrozenClock)
     assert client.redis.scard(client.keys.key("worker_jobs", worker=W1)) == 0
     assert q.counts() == {
         "waiting": 0, "throttled": 0, "scheduled": 0, "running": 0,
-        "stalled": 0, "depends": 0, "paused": False, "size_warning": 0,
+        "stalled": 0, "depends": 0, "complete": 1, "failed": 0, "paused": False,
+        "size_warning": 0, "completed_total": 1, "failed_total": 0, "retried_total": 0,
+        "oldest_waiting_ms": 0,
     }  # fmt: skip
 
 

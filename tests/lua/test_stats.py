@@ -33,7 +33,7 @@ def test_wait_and_run_times_with_mean_variance_and_histogram(
     assert math.isclose(s.wait.variance, statistics.variance(waits))
     assert math.isclose(s.run.mean, statistics.mean(runs))
     assert math.isclose(s.run.variance, statistics.variance(runs))
-    assert s.wait.histogram == ((0, 1), (2, 1), (60, 1), (3600, 1))
+    assert s.wait.histogram == ((0.5, 1), (2, 1), (60, 1), (3600, 1))
     assert s.run.histogram == ((1, 1), (3, 1), (60, 1), (7200, 1))
 
 

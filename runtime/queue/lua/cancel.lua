@@ -1,9 +1,13 @@
--- cancel.lua: deletes jobs, wherever they are (a running job's holder learns
--- at its next heartbeat that its lease is lost).
+-- cancel.lua: deletes jobs, wherever they are. The holder of a running one is
+-- told at once: its jid is published on K.cancels(holder) (a master listening
+-- there stops it; else it learns at its next heartbeat that its lease is
+-- lost). Clients waiting for one wake (lib/wait.lua) and find no job.
 --
 -- KEYS[1]  the namespace root
 -- ARGV     jid_1, jid_2, ...
--- Reply    JSON list of the jids that existed and were deleted
+-- Reply    JSON list of the jids that existed and were deleted (a job whose
+--          record does not decode too: it is deleted as it is, with what its
+--          meta, if sound, says it holds)
 -- Errors   DEPENDED_ON when a job outside this call waits on one of them
 --          (cancel those too, in the same call); nothing is written then.
 --          BAD_ARG for more than cancel_max jids.
@@ -16,7 +20,10 @@ for _, jid in ipairs(ARGV) do
   doomed[jid] = true
 end
 for _, jid in ipairs(ARGV) do
-  local meta = Job.load(jid)
+  local meta, _, _, sound_meta = Job.read(jid) -- nothing is written before the checks pass
+  if meta == false then
+    meta = sound_meta or {}
+  end
   if meta and not found[jid] then
     for _, other in ipairs(redis.call('SMEMBERS', K.dependents(jid))) do
       if not doomed[other] and redis.call('HEXISTS', K.jobs, other) == 1 then
@@ -29,8 +36,14 @@ for _, jid in ipairs(ARGV) do
   end
 end
 local cancelled = {}
+local now_ms = Clock.ms(Clock.now_us())
 for _, jid in ipairs(found) do
-  Place.delete(jid, found[jid])
+  local meta = found[jid]
+  Place.delete(jid, meta)
+  Wait.notify(jid, meta, 'cancelled', now_ms)
+  if meta.s == 'running' and type(meta.w) == 'string' then
+    redis.call('PUBLISH', K.cancels(meta.w), jid)
+  end
   cancelled[#cancelled + 1] = jid
 end
 return Json.array(cancelled)

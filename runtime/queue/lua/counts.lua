@@ -1,13 +1,20 @@
--- counts.lua: how many jobs each queue holds, by state. Cheap: counters and
--- cardinalities only.
+-- counts.lua: how many jobs each queue holds, by state, with its totals. Cheap:
+-- counters, cardinalities and one job record per queue (lib/stats.lua).
 --
 -- KEYS[1]  the namespace root
 -- ARGV     queue_1, queue_2, ... (none: every known queue, at most counts_max)
 -- Reply    {"<queue>": {"waiting", "throttled", "scheduled", "running",
---          "stalled", "depends", "paused", "size_warning"}, ...}
---          size_warning: the queue's size-warning setting (0: none)
+--          "stalled", "depends", "complete", "failed", "paused", "size_warning",
+--          "completed_total", "failed_total", "retried_total",
+--          "oldest_waiting_ms"}, ...}
 --          running counts live leases; stalled, leases expired but not yet
---          reclaimed by a pop.
+--          reclaimed by a pop; complete, complete jobs still kept by retention;
+--          failed, jobs of the queue failed for good (in any group);
+--          size_warning: the queue's size-warning setting (0: none);
+--          *_total: completions reported, final failures and retries since the
+--          queue was first used (never reset);
+--          oldest_waiting_ms: how long the oldest waiting job has waited since
+--          it became eligible (0: none waits).
 -- Errors   BAD_ARG
 
 local queues = ARGV
@@ -18,19 +25,6 @@ local now_us = Clock.now_us()
 local out = {}
 for i, queue in ipairs(queues) do
   Check.queue('queue', queue)
-  local c = redis.call('HMGET', K.queue(queue), 'queued', 'throttled', 'paused')
-  local queued, throttled = tonumber(c[1]) or 0, tonumber(c[2]) or 0
-  local running = redis.call('ZCARD', K.running(queue))
-  local stalled = redis.call('ZCOUNT', K.running(queue), '-inf', '(' .. int(now_us))
-  out[i] = cjson.encode(queue) .. ':' .. cjson.encode({
-    waiting = queued - throttled,
-    throttled = throttled,
-    scheduled = redis.call('ZCARD', K.scheduled(queue)),
-    running = running - stalled,
-    stalled = stalled,
-    depends = redis.call('SCARD', K.depends(queue)),
-    paused = c[3] == '1',
-    size_warning = Config.get('size-warning', queue),
-  })
+  out[i] = cjson.encode(queue) .. ':' .. Stats.counts(queue, now_us)
 end
 return '{' .. table.concat(out, ',') .. '}'

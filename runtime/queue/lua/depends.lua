@@ -3,11 +3,13 @@
 -- KEYS[1]  the namespace root
 -- ARGV     jid, "on" | "off", dep_1, dep_2, ...
 --          on: the job waits on these too (those already complete are ignored);
---              a waiting or scheduled job moves to depends
+--              a waiting or scheduled job moves to depends; waiting on a job
+--              that failed for good fails it at once (runtime.DependencyFailed)
 --          off: it no longer waits on them; with none left it moves on
 --              (scheduled if its due time lies ahead, else waiting)
 -- Reply    the job's state
--- Errors   NO_SUCH_JOB; WRONG_STATE (running, complete or failed); BAD_ARG (unknown
+-- Errors   NO_SUCH_JOB; WRONG_STATE (running, complete or failed, a job whose
+--          record does not decode too: failed first, lib/job.lua); BAD_ARG (unknown
 --          or self dependency, a cycle, a bad verb); nothing written then
 
 local jid, verb = ARGV[1], ARGV[2]
@@ -33,6 +35,9 @@ if verb == 'on' then
     Place.remove(jid, meta)
     meta.s, meta.d = 'depends', due
     redis.call('SADD', K.depends(meta.q), jid)
+  end
+  if Deps.fail_if_doomed(jid, meta, data, now_us) then
+    return meta.s
   end
 else
   Deps.remove(jid, deps)

@@ -1,27 +1,34 @@
 -- fail.lua: the lease holder fails jobs for good, no retry (many in one step).
 --
 -- KEYS[1]  the namespace root
--- ARGV     worker, then per job: jid, token, group, message
+-- ARGV     worker, then per job: jid, token, group, message, output
 --          group: the failure group (an exception's class path);
---          message: text, cut to its last 64 KiB
+--          message: text, cut to its last 64 KiB;
+--          output: "" or the attempt's output tail, kept with the job
+--          (lib/attempt.lua)
+-- The jobs waiting on a failed job fail too, as runtime.DependencyFailed
+-- (lib/deps.lua); clients waiting for it wake (lib/wait.lua).
 -- Reply    JSON list, one entry per job: {"jid", "ok": true, "state"} or
 --          {"jid", "error": code, "message"}. A repeated fail with the same token
 --          answers ok and changes nothing.
--- Errors   per job: LEASE_LOST, NO_SUCH_JOB, BAD_ARG; BAD_ARG for malformed ARGV
+-- Errors   per job: LEASE_LOST (also for a job whose record does not decode: it
+--          is failed first, as runtime.CorruptJob, lib/job.lua), NO_SUCH_JOB,
+--          BAD_ARG; BAD_ARG for malformed ARGV
 
 local worker = Check.token('worker', ARGV[1], LIMITS.worker_max)
-if #ARGV % 4 ~= 1 then
-  E.bad('fail takes a worker, then groups of jid, token, group and message')
+if #ARGV % 5 ~= 1 then
+  E.bad('fail takes a worker, then groups of jid, token, group, message and output')
 end
 local now_us = Clock.now_us()
 
-local function fail(jid, token, group, message)
+local function fail(jid, token, group, message, output)
   local meta, data = Job.must(jid)
   if Lease.check(jid, meta, worker, token, 'fail', now_us) then
     return meta.s
   end
   Check.token('group', group, LIMITS.group_max)
   Lease.drop(jid, meta)
+  Attempt.output(jid, meta, output)
   meta.lr = 'fail'
   Stats.count(meta.q, 'failures', now_us)
   Place.fail(jid, meta, group, message, worker, now_us)
@@ -30,8 +37,9 @@ local function fail(jid, token, group, message)
 end
 
 local out = {}
-for i = 2, #ARGV, 4 do
-  out[#out + 1] = E.item(ARGV[i], E.attempt(fail, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]))
+for i = 2, #ARGV, 5 do
+  out[#out + 1] = E.item(ARGV[i],
+    E.attempt(fail, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]))
 end
 Stats.flush()
 return '[' .. table.concat(out, ',') .. ']'

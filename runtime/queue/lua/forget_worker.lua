@@ -6,6 +6,7 @@
 -- KEYS[1]  the namespace root
 -- ARGV     worker, queue_1, queue_2, ... (the queues it served)
 -- Reply    the number of jobs it still held
+--          Anything on its handoff list that is not a job's reply is dropped.
 -- Errors   BAD_ARG
 
 local worker = Check.token('worker', ARGV[1], LIMITS.worker_max)
@@ -16,7 +17,7 @@ end
 local now_us = Clock.now_us()
 Handoff.withdraw(worker, queues)
 for _, reply in ipairs(Handoff.collect(worker)) do
-  local handed = cjson.decode(reply)
+  local handed = cjson.decode(reply) -- checked by Handoff.collect
   local jid, token = handed.jid, handed.meta.l
   E.attempt(function()
     local meta, data = Job.must(jid)

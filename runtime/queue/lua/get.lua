@@ -4,9 +4,14 @@
 -- ARGV     jid_1, jid_2, ...
 -- Reply    JSON list, per jid: null, or {"jid", "meta", "data", "state",
 --          "lease_expires_ms" (running jobs), "depends" [jids it waits on],
---          "dependents" [jids waiting on it]}
+--          "dependents" [jids waiting on it], "result" (complete jobs with
+--          one: the JSON as stored), "output" (text: its last attempt's
+--          output tail, when it has one), "progress" ({"done", "total",
+--          "message", "at_ms"}, when it told one: lib/attempt.lua)}
 --          state is meta.s except "throttled" for a waiting job whose domain
---          is over its limit right now.
+--          is over its limit right now. A record that does not decode is
+--          failed first (runtime.CorruptJob, lib/job.lua): its entry is the
+--          failed record.
 -- Errors   BAD_ARG for more than get_max jids
 
 if #ARGV > LIMITS.get_max then
@@ -14,15 +19,24 @@ if #ARGV > LIMITS.get_max then
 end
 local out = {}
 for i, jid in ipairs(ARGV) do
-  local meta, data = Job.load(jid)
+  local meta, data = Job.load(jid, true)
   if meta then
     local expiry = meta.s == 'running' and Lease.expiry(jid, meta)
-    out[i] = Job.reply(jid, meta, data, {
+    local extra = {
       { 'state', cjson.encode(Job.visible_state(meta)) },
       { 'lease_expires_ms', expiry and int(Clock.ms(expiry)) or 'null' },
       { 'depends', Json.array(redis.call('SMEMBERS', K.deps(jid))) },
       { 'dependents', Json.array(redis.call('SMEMBERS', K.dependents(jid))) },
-    })
+    }
+    local output = meta.ot and redis.call('HGET', K.output, jid)
+    if output then
+      extra[#extra + 1] = { 'output', cjson.encode(output) }
+    end
+    local progress = meta.pg and redis.call('HGET', K.progress, jid)
+    if progress then
+      extra[#extra + 1] = { 'progress', progress }
+    end
+    out[i] = Job.reply(jid, meta, data, extra)
   else
     out[i] = 'null'
   end

@@ -9,6 +9,8 @@
 --          "done-with-backoff" (complete, its unique key still taken),
 --          "done-awaiting-gc" (complete or failed, until retention removes it),
 --          or nil (no such job)
+--          (a job whose record does not decode is failed first, lib/job.lua:
+--          done-awaiting-gc)
 -- Errors   BAD_ARG
 
 local jid = Check.token('jid', ARGV[1], LIMITS.jid_max)

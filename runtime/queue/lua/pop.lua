@@ -16,17 +16,21 @@
 --          idle    1: the caller is a master that will wait for work when this
 --                  pop comes back short (see below); 0: any other caller
 -- Before taking, each served queue (paused ones are skipped) reclaims jobs
--- whose lease expired, promotes due scheduled jobs and frees throttled lanes.
+-- whose lease expired (not those post-outage grace holds: lib/lease.lua),
+-- promotes due scheduled jobs and frees throttled lanes. A job whose record
+-- does not decode, met on the way, is failed (runtime.CorruptJob) and taken
+-- out of its lane, and the pop goes on with the jobs behind it (lib/job.lua).
 -- Reply    {"jobs": [job, ...], "wake_in_ms": n, "refill": [recurrence, ...]}
 --          job: as Lease.hand replies it (lease.lua), with the lease in meta (w,
 --          l); jobs handed to this worker while it waited (handoff.lua) come
 --          first, marked "handed";
 --          wake_in_ms: in how many ms (to the microsecond) something next
---          comes due in these queues (a
---          scheduled job, a throttled domain, a lease expiry), -1 for never
+--          comes due in these queues (a scheduled job, a throttled domain, a
+--          lease expiry or the end of its post-outage grace), -1 for never
 --          or for a pop that got all it asked for (count 0 only asks this);
 --          0 when a queue still has ready jobs but this pop set aside its
---          pop_skips lanes (lanes.lua): ask again at once;
+--          pop_skips lanes, or dropped drop_batch corrupt entries (lanes.lua):
+--          ask again at once;
 --          refill: cron recurrences low on ticks, {id, cron, tz, after (ms)}: the
 --          caller computes more with croniter (recur_ticks.lua);
 --          now_us: Redis's clock when the pop ran (expires_us is on it)
@@ -115,7 +119,8 @@ end
 Domains.prune(now_us, LIMITS.prune_batch + 2 * #out)
 
 -- When something next comes due in the queue (us): a scheduled job (whole
--- milliseconds), a throttled lane's domain, a lease expiry.
+-- milliseconds), a throttled lane's domain, a lease expiry (for an expired
+-- lease that post-outage grace holds: the end of its grace).
 local function next_due_us(queue)
   local due
   local keys = { K.scheduled(queue), K.throttled(queue), K.running(queue), K.recurring(queue) }
@@ -123,6 +128,8 @@ local function next_due_us(queue)
     local first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
     if first and i == 1 then
       first = math.floor(first / 1000) * 1000
+    elseif first and i == 3 and first <= now_us then
+      first = Grace.until_us(queue, first, now_us) or first
     end
     if first and (not due or first < due) then
       due = first

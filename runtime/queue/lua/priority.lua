@@ -5,7 +5,8 @@
 -- KEYS[1]  the namespace root
 -- ARGV     jid, priority
 -- Reply    the job's state
--- Errors   NO_SUCH_JOB, BAD_ARG
+-- Errors   NO_SUCH_JOB, BAD_ARG. A job whose record does not decode is failed
+--          first (runtime.CorruptJob, lib/job.lua); the change applies to that record.
 
 local jid = ARGV[1]
 local priority = Check.int('priority', ARGV[2], LIMITS.priority_min, LIMITS.priority_max)

@@ -14,6 +14,9 @@
 --                                   for one more run after it
 --            backoff                [min s, max s] or null; timeout_s: number or null
 --            tracked                boolean
+--            by                     the jid of the job putting it (a running job's
+--                                   put that goes at once): recorded in its put
+--                                   event, and that job's history counts it ("puts")
 --          data: the job's data, a JSON object as text
 -- Reply    JSON list of the jids, in order (for a duplicate of a unique key:
 --          the jid of the job holding it)
@@ -25,55 +28,25 @@ local now_ms = Clock.ms(now_us)
 if #ARGV == 0 or #ARGV % 2 ~= 0 then
   E.bad('put takes pairs of job spec and data')
 end
-local function parse(spec_json, data)
-  return Create.parse(Json.decode('job spec', spec_json), data, now_ms)
-end
-
--- 1. check everything
-local jobs, in_call = {}, {}
-for i = 1, #ARGV, 2 do
-  local job = parse(ARGV[i], ARGV[i + 1])
-  if in_call[job.jid] or redis.call('HEXISTS', K.jobs, job.jid) == 1 then
-    E.raise('JOB_EXISTS', 'a job with jid ' .. job.jid .. ' already exists')
-  end
-  in_call[job.jid] = true
-  jobs[#jobs + 1] = job
-end
-local by_jid, adding = {}, {}
+local jobs = Create.check(ARGV, 1, now_ms)
+local jids, parents, by_parent = {}, {}, {}
 for _, job in ipairs(jobs) do
-  by_jid[job.jid] = job
-  for _, dep in ipairs(job.depends) do
-    if dep == job.jid then
-      E.bad('a job cannot depend on itself (' .. dep .. ')')
+  local jid = Create.job(job, now_us)
+  jids[#jids + 1] = jid
+  if job.by then
+    if not by_parent[job.by] then
+      by_parent[job.by] = {}
+      parents[#parents + 1] = job.by
     end
-    if not in_call[dep] and redis.call('HEXISTS', K.jobs, dep) == 0 then
-      E.bad('unknown dependency ' .. dep)
-    end
-    adding[dep] = (adding[dep] or 0) + 1
-    Deps.check_dependents(dep, adding[dep])
+    table.insert(by_parent[job.by], jid)
   end
 end
--- jobs of one call may wait on each other, but not in a circle
-local done, active = {}, {}
-local function visit(jid)
-  if active[jid] then
-    E.bad('dependency cycle through ' .. jid)
+-- the jobs that put them count them in their history (a parent gone is skipped)
+for _, parent in ipairs(parents) do
+  local meta, data = Job.load(parent)
+  if meta then
+    Job.event(parent, meta, now_ms, 'puts', Create.puts_event(by_parent[parent]))
+    Job.save(parent, meta, data)
   end
-  if not done[jid] and by_jid[jid] then
-    active[jid] = true
-    for _, dep in ipairs(by_jid[jid].depends) do
-      visit(dep)
-    end
-    active[jid], done[jid] = nil, true
-  end
-end
-for _, job in ipairs(jobs) do
-  visit(job.jid)
-end
-
--- 2. write
-local jids = {}
-for _, job in ipairs(jobs) do
-  jids[#jids + 1] = Create.job(job, now_us)
 end
 return Json.array(jids)

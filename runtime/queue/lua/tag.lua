@@ -3,7 +3,9 @@
 -- KEYS[1]  the namespace root
 -- ARGV     jid, "add" | "remove", tag_1, tag_2, ...
 -- Reply    JSON list of the job's tags after the change
--- Errors   NO_SUCH_JOB, BAD_ARG (a bad verb or tag, more than tags_max tags)
+-- Errors   NO_SUCH_JOB, BAD_ARG (a bad verb or tag, more than tags_max tags). A
+--          job whose record does not decode is failed first (runtime.CorruptJob,
+--          lib/job.lua); the change applies to that record.
 
 local jid, verb = ARGV[1], ARGV[2]
 if verb ~= 'add' and verb ~= 'remove' then

@@ -5,7 +5,8 @@
 -- KEYS[1]  the namespace root
 -- ARGV     jid, "on" | "off"
 -- Reply    1 tracked, 0 not
--- Errors   NO_SUCH_JOB, BAD_ARG
+-- Errors   NO_SUCH_JOB, BAD_ARG. A job whose record does not decode is failed
+--          first (runtime.CorruptJob, lib/job.lua); the change applies to that record.
 
 local jid, verb = ARGV[1], ARGV[2]
 if verb ~= 'on' and verb ~= 'off' then

@@ -1,32 +1,47 @@
--- unfail.lua: moves failed jobs of a group back to a queue, oldest first, with
--- their retries renewed.
+-- unfail.lua: moves failed jobs of a group back to a queue (or each to its
+-- own), oldest first, with their retries renewed. The jobs that failed as runtime.DependencyFailed
+-- because one of them failed return to depends (lib/deps.lua: Deps.restore);
+-- a job that failed so itself runs without the jobs it waits on that failed.
 --
 -- KEYS[1]  the namespace root
--- ARGV     group, queue, count (1..unfail_max)
--- Reply    how many jobs moved
--- Errors   BAD_ARG
+-- ARGV     group, queue ('' for each job's own), count (1..unfail_max)
+-- Reply    how many jobs moved. A job whose record does not decode is failed
+--          as runtime.CorruptJob instead (lib/job.lua); entries whose job is
+--          gone or not failed are dropped.
+-- Errors   BAD_ARG; also for the group runtime.CorruptJob: those jobs' data
+--          is lost, they cannot run again (read them, then cancel them)
 
 local group = Check.token('group', ARGV[1], LIMITS.group_max)
-local queue = Check.queue('queue', ARGV[2])
+local queue = ARGV[2] == '' and '' or Check.queue('queue', ARGV[2])
 local count = Check.int('count', ARGV[3], 1, LIMITS.unfail_max)
+if group == 'runtime.CorruptJob' then
+  E.bad('jobs failed as runtime.CorruptJob cannot run again: their records did not decode')
+end
 local now_us = Clock.now_us()
 local now_ms = Clock.ms(now_us)
 local key = K.failed(group)
-local moved = 0
+local moved, left = 0, 0 -- jobs moved; entries that left the group's list
 for _ = 1, count do
   local jid = redis.call('RPOP', key)
   if not jid then
     break
   end
-  local meta, data = Job.load(jid)
-  if meta then
-    Job.event(jid, meta, now_ms, 'unfailed', { q = queue, fq = meta.q })
-    meta.q, meta.m, meta.a, meta.f, meta.o = queue, meta.r, nil, nil, nil
-    Place.enqueue(jid, meta, data, nil, now_us, false)
+  left = left + 1
+  local meta, data, raw, sound_meta = Job.read(jid)
+  if meta and meta.s == 'failed' then
+    Stats.leave(jid, meta)
+    local to = queue ~= '' and queue or meta.q
+    Job.event(jid, meta, now_ms, 'unfailed', { q = to, fq = meta.q })
+    meta.q, meta.m, meta.a, meta.f, meta.o = to, meta.r, nil, nil, nil
+    Deps.drop_failed(jid)
+    Place.enqueue(jid, meta, data, nil, now_us, true)
+    Deps.restore(jid, now_us)
     moved = moved + 1
+  elseif meta == false then
+    Job.corrupt(jid, data, raw, sound_meta, '')
   end
 end
-if moved > 0 and redis.call('ZINCRBY', K.failed_groups, -moved, group) + 0 <= 0 then
+if left > 0 and redis.call('ZINCRBY', K.failed_groups, -left, group) + 0 <= 0 then
   redis.call('ZREM', K.failed_groups, group)
 end
 return moved

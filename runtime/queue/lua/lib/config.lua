@@ -10,7 +10,7 @@ per_call(function()
   config_values = nil
 end)
 
-function Config.get(name, queue)
+local function values()
   if not config_values then
     config_values = {}
     local flat = redis.call('HGETALL', K.config)
@@ -18,5 +18,22 @@ function Config.get(name, queue)
       config_values[flat[i]] = tonumber(flat[i + 1])
     end
   end
-  return (queue and config_values[queue .. '-' .. name]) or config_values[name] or DEFAULTS[name]
+  return config_values
+end
+
+function Config.get(name, queue)
+  local v = values()
+  return (queue and v[queue .. '-' .. name]) or v[name] or DEFAULTS[name]
+end
+
+-- The largest value of a per-queue setting over all queues (and the deployment's).
+function Config.max(name)
+  local most = Config.get(name)
+  local suffix = '-' .. name
+  for key, value in pairs(values()) do
+    if value and value > most and string.sub(key, -#suffix) == suffix then
+      most = value
+    end
+  end
+  return most
 end

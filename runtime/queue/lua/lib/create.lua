@@ -1,5 +1,6 @@
--- create.lua: a new job from its spec: checked (Create.parse, before anything is
--- written) and written (Create.job). Shared by put and by recurring jobs.
+-- create.lua: a new job from its spec: checked (Create.parse, Create.check,
+-- before anything is written) and written (Create.job). Shared by put, by the
+-- puts that go with a completion (complete.lua) and by recurring jobs.
 
 local Create = {}
 
@@ -29,7 +30,11 @@ function Create.parse(spec, data, now_ms)
     timeout_s = optional_number('timeout_s', spec.timeout_s, 0.001, 86400 * 365),
     tracked = spec.tracked == true,
     data = Check.data(data, Config.get('max-data-bytes')),
+    by = Check.optional(spec.by),
   }
+  if job.by ~= nil then
+    Check.token('by', job.by, LIMITS.jid_max)
+  end
   if job.domain ~= nil then
     Check.token('domain', job.domain, LIMITS.domain_max)
   end
@@ -56,6 +61,65 @@ function Create.parse(spec, data, now_ms)
   return job
 end
 
+-- Checks the jobs of one put (`args`: spec JSON, data text, spec, data ...,
+-- from index `first`) before anything is written: each spec, no jid taken,
+-- dependencies known, within graph_max dependents, no cycle among them. `by`:
+-- the job putting them, if not in their specs. Returns the parsed jobs;
+-- raises BAD_ARG or JOB_EXISTS.
+function Create.check(args, first, now_ms, by)
+  local jobs, in_call = {}, {}
+  for i = first, #args, 2 do
+    local job = Create.parse(Json.decode('job spec', args[i]), args[i + 1], now_ms)
+    job.by = job.by or by
+    if in_call[job.jid] or redis.call('HEXISTS', K.jobs, job.jid) == 1 then
+      E.raise('JOB_EXISTS', 'a job with jid ' .. job.jid .. ' already exists')
+    end
+    in_call[job.jid] = true
+    jobs[#jobs + 1] = job
+  end
+  local by_jid, adding = {}, {}
+  for _, job in ipairs(jobs) do
+    by_jid[job.jid] = job
+    for _, dep in ipairs(job.depends) do
+      if dep == job.jid then
+        E.bad('a job cannot depend on itself (' .. dep .. ')')
+      end
+      if not in_call[dep] and redis.call('HEXISTS', K.jobs, dep) == 0 then
+        E.bad('unknown dependency ' .. dep)
+      end
+      adding[dep] = (adding[dep] or 0) + 1
+      Deps.check_dependents(dep, adding[dep])
+    end
+  end
+  -- jobs of one call may wait on each other, but not in a circle
+  local done, active = {}, {}
+  local function visit(jid)
+    if active[jid] then
+      E.bad('dependency cycle through ' .. jid)
+    end
+    if not done[jid] and by_jid[jid] then
+      active[jid] = true
+      for _, dep in ipairs(by_jid[jid].depends) do
+        visit(dep)
+      end
+      active[jid], done[jid] = nil, true
+    end
+  end
+  for _, job in ipairs(jobs) do
+    visit(job.jid)
+  end
+  return jobs
+end
+
+-- The history event of a job that put `jids`: their count and the first few.
+function Create.puts_event(jids)
+  local kept = {}
+  for i = 1, math.min(#jids, LIMITS.put_jids_kept) do
+    kept[i] = jids[i]
+  end
+  return { c = #jids, j = kept }
+end
+
 -- Writes a checked job; returns its jid, or the jid of the job holding its unique key.
 function Create.job(job, now_us)
   if job.unique_key then
@@ -67,7 +131,7 @@ function Create.job(job, now_us)
   local jid, now_ms = job.jid, Clock.ms(now_us)
   local meta = {
     k = job.klass, q = job.queue, r = job.retries, m = job.retries,
-    h = { { e = 'put', t = now_ms } }, -- its queue: meta.q, or the first move's fq
+    h = { { e = 'put', t = now_ms, b = job.by } }, -- its queue: meta.q, or the first move's fq
   }
   if job.priority ~= 0 then
     meta.p = job.priority
@@ -109,5 +173,6 @@ function Create.job(job, now_us)
     end
   end
   Place.enqueue(jid, meta, job.data, job.due_ms, now_us, #job.depends > 0)
+  Deps.fail_if_doomed(jid, meta, job.data, now_us)
   return jid
 end

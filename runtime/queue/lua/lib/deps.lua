@@ -2,8 +2,23 @@
 -- K.dependents(jid) the jids waiting on it. A job with a non-empty deps set is
 -- in state depends; the completion of its last dependency moves it on, once
 -- (Place.release_dependents). No cycles: adding an edge that closes one is refused.
+--
+-- Failure cascades: when a job fails for good (Place.fail, Place.corrupt), each
+-- job in depends waiting on it fails as runtime.DependencyFailed, its message
+-- naming that job, and so on down the graph (Deps.fail_dependents). The edges
+-- stay: when the failed job runs again (unfail, requeue), the jobs that failed
+-- that way waiting on it return to depends, unless another job they wait on is
+-- still failed, and so on down (Deps.restore). Both walks examine at most
+-- graph_max dependents per call; the rest stay as they are. A job that would
+-- wait on a job already failed (put, depends on, complete with next) fails at
+-- once the same way (Deps.fail_if_doomed).
 
 local Deps = {}
+local DEPENDENCY_FAILED = 'runtime.DependencyFailed'
+local examined = 0 -- dependents the walks of this call examined
+per_call(function()
+  examined = 0
+end)
 
 -- True when `jid` is reachable from any of `starts` along deps edges (so making
 -- jid wait on them would close a cycle). Walks at most graph_max jobs.
@@ -74,4 +89,103 @@ function Deps.remove(jid, deps)
     redis.call('SREM', K.deps(jid), dep)
     redis.call('SREM', K.dependents(dep), jid)
   end
+end
+
+-- The first job `jid` waits on that failed for good, and its group; nil if none.
+function Deps.failed_parent(jid)
+  for _, dep in ipairs(redis.call('SMEMBERS', K.deps(jid))) do
+    local meta = Job.load(dep)
+    if meta and meta.s == 'failed' then
+      return dep, meta.f.g
+    end
+  end
+  return nil
+end
+
+-- A job in depends fails because `parent` failed for good (with group `why`).
+local function fail_waiting(jid, meta, data, parent, why, now_us)
+  redis.call('SREM', K.depends(meta.q), jid)
+  Place.fail_only(jid, meta, DEPENDENCY_FAILED, 'job ' .. parent
+    .. ', which it depends on, failed for good (' .. why .. ')', nil, now_us)
+  Job.save(jid, meta, data)
+end
+
+-- The dependents of each job of `todo` (pairs: jid, group), breadth first:
+-- visit(other, parent, group) returns the group to walk on with, or nil.
+local function walk(todo, visit)
+  local i = 1
+  while i < #todo do
+    local parent, why = todo[i], todo[i + 1]
+    i = i + 2
+    for _, other in ipairs(redis.call('SMEMBERS', K.dependents(parent))) do
+      if examined >= LIMITS.graph_max then
+        return
+      end
+      examined = examined + 1
+      local next_why = visit(other, parent, why)
+      if next_why then
+        todo[#todo + 1] = other
+        todo[#todo + 1] = next_why
+      end
+    end
+  end
+end
+
+-- `root` failed for good with `group`: the jobs in depends waiting on it fail,
+-- and so on down.
+function Deps.fail_dependents(root, group, now_us)
+  walk({ root, group }, function(other, parent, why)
+    local meta, data = Job.load(other)
+    if meta and meta.s == 'depends' then
+      fail_waiting(other, meta, data, parent, why, now_us)
+      return DEPENDENCY_FAILED
+    end
+    return nil
+  end)
+end
+Place.cascade = Deps.fail_dependents
+
+-- `root` runs again: the jobs that failed as runtime.DependencyFailed waiting
+-- on it, and waiting on no other failed job, return to depends; so on down.
+function Deps.restore(root, now_us)
+  local now_ms = Clock.ms(now_us)
+  walk({ root, '' }, function(other, parent)
+    local meta, data = Job.load(other)
+    if not (meta and meta.s == 'failed' and meta.f.g == DEPENDENCY_FAILED)
+        or Deps.failed_parent(other) then
+      return nil
+    end
+    Place.remove(other, meta, true)
+    Job.event(other, meta, now_ms, 'unfailed', { n = 'job ' .. parent .. ' runs again' })
+    meta.s, meta.f, meta.lr = 'depends', nil, nil
+    redis.call('SADD', K.depends(meta.q), other)
+    Job.save(other, meta, data)
+    return ''
+  end)
+end
+
+-- A job that runs again by hand (unfail, requeue) no longer waits on the jobs
+-- it waits on that failed: it runs without them.
+function Deps.drop_failed(jid)
+  for _, dep in ipairs(redis.call('SMEMBERS', K.deps(jid))) do
+    local meta = Job.load(dep)
+    if meta and meta.s == 'failed' then
+      Deps.remove(jid, { dep })
+    end
+  end
+end
+
+-- A job just put in depends that waits on a job already failed fails at once.
+-- Returns true if it did (the record is saved).
+function Deps.fail_if_doomed(jid, meta, data, now_us)
+  if meta.s ~= 'depends' then
+    return false
+  end
+  local parent, why = Deps.failed_parent(jid)
+  if not parent then
+    return false
+  end
+  fail_waiting(jid, meta, data, parent, why, now_us)
+  Place.cascade(jid, DEPENDENCY_FAILED, now_us)
+  return true
 end

@@ -30,8 +30,13 @@ function Domains.limit(domain)
   end
   local rate, period, burst
   local raw = redis.call('HGET', K.domain_limits, domain)
+  local ok, lim = false, nil
   if raw then
-    local lim = cjson.decode(raw)
+    ok, lim = Json.strict(raw)
+    ok = ok and type(lim) == 'table' and type(lim.rate) == 'number'
+      and type(lim.period) == 'number' and type(lim.burst or 0) == 'number'
+  end
+  if ok then -- a limit that does not decode counts as none of its own
     rate, period, burst = lim.rate, lim.period, lim.burst or 0
   else
     rate, period, burst = Config.get('domain-rate'), Config.get('domain-period'),

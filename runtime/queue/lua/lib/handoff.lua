@@ -28,7 +28,19 @@ function Handoff.register(worker, queues, now_ms)
   end
 end
 
--- Jobs handed to the master and not yet taken off its list: their replies (JSON).
+-- A handed job's reply as Lease.hand wrote it, which Python decodes (the list
+-- is a plain Redis list: anything may have been pushed onto it by hand).
+local function sound_reply(item)
+  if string.sub(item, 1, 1) ~= '{' or not Text.utf8(item) then
+    return false
+  end
+  local ok, reply = Json.strict(item, LIMITS.data_depth_max + 1) -- the data sits one level down
+  return ok and type(reply) == 'table' and type(reply.jid) == 'string'
+    and type(reply.meta) == 'table' and type(reply.meta.l) == 'string'
+end
+
+-- Jobs handed to the master and not yet taken off its list: their replies
+-- (JSON; anything else on the list, wake-up tokens included, is dropped).
 function Handoff.collect(worker)
   local key = K.worker_wake(worker)
   local items = redis.call('LRANGE', key, 0, -1)
@@ -38,7 +50,7 @@ function Handoff.collect(worker)
   redis.call('DEL', key)
   local jobs = {}
   for _, item in ipairs(items) do
-    if string.sub(item, 1, 1) == '{' then
+    if sound_reply(item) then
       jobs[#jobs + 1] = item
     end
   end

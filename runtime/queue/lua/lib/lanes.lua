@@ -24,6 +24,10 @@
 -- that it stopped short (Lanes.pop's second result).
 --
 -- Counters in K.queue(queue): queued (jobs in lanes), throttled (in throttled lanes).
+--
+-- A lane entry whose record is corrupt, gone or not waiting in this queue is
+-- dropped by the pop that meets it at the head (a corrupt record is failed:
+-- Job.corrupt); until then its ticket reads as 0, so its lane comes first.
 
 local Lanes = {}
 
@@ -37,12 +41,17 @@ local function split_id(id)
   return string.sub(id, 1, bar - 1), string.sub(id, bar + 1)
 end
 
+-- The order ticket of a lane entry; 0 for an entry a pop will drop.
+local function ticket_of(jid)
+  return Job.ticket(jid) or 0
+end
+
 local function head_ticket(lane)
   local jid = redis.call('LINDEX', lane, 0)
   if not jid then
     return nil
   end
-  return Job.load(jid).o
+  return ticket_of(jid)
 end
 
 local function make_ready(queue, prio, domain, ticket)
@@ -201,7 +210,7 @@ function Lanes.insert_by_ticket(queue, jid, meta, now_us)
   local n = hi
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
-    if Job.load(redis.call('LINDEX', lane, mid)).o < meta.o then
+    if ticket_of(redis.call('LINDEX', lane, mid)) < meta.o then
       lo = mid + 1
     else
       hi = mid
@@ -251,15 +260,33 @@ function Lanes.release(queue, now_us, count, ahead_us)
   end
 end
 
+-- Takes the lane's head if its record is corrupt, gone or not waiting in this
+-- queue (failing a corrupt one): true when it did. Counts against the call's
+-- drop budget (Job.may_drop); `spent` is true once that is used up.
+local function drop_head(queue, lane, jid, meta, problem, raw, sound_meta)
+  if meta and meta.s == 'waiting' and meta.q == queue then
+    return false, false
+  end
+  if not Job.may_drop() then
+    return false, true
+  end
+  redis.call('LPOP', lane)
+  if meta == false then
+    Job.corrupt(jid, problem, raw, sound_meta, queue)
+  end
+  return true, false
+end
+
 -- Takes up to `room` jobs in pop order; calls take(jid, meta, data, start_us)
 -- for each (start_us: a domain's turn within ahead_us that the job waits for).
 -- The start that spends a domain's budget throttles the domain's lanes; a
 -- ready lane found over its limit is throttled on the way (a skip). Returns
--- the jobs taken and whether it stopped short after pop_skips skips with
--- lanes still ready (the caller should ask again at once).
+-- the jobs taken and whether it stopped short (after pop_skips skips, or the
+-- call's drop budget spent) with lanes still ready (the caller should ask
+-- again at once).
 function Lanes.pop(queue, room, now_us, take, ahead_us)
-  local taken, skips = 0, 0
-  while taken < room and skips < LIMITS.pop_skips do
+  local taken, skips, dropped, spent = 0, 0, 0, false
+  while taken < room and skips < LIMITS.pop_skips and not spent do
     local before = taken
     local prio = redis.call('ZRANGE', K.prios(queue), 0, 0)[1]
     if not prio then
@@ -278,30 +305,37 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
           drop_empty(queue, prio, domain)
           break
         end
-        local meta, data = Job.load(jid)
-        if bound and meta.o > bound then
+        local meta, data, raw, sound_meta = Job.read(jid, true) -- its data goes in a reply
+        local drop
+        drop, spent = drop_head(queue, lane, jid, meta, data, raw, sound_meta)
+        if spent then
+          break
+        elseif drop then
+          dropped = dropped + 1
+        elseif bound and meta.o > bound then
           redis.call('ZADD', ready, meta.o, domain) -- the score was stale: choose again
           break
-        end
-        local granted, free_at, start_us = true, nil, nil
-        if domain ~= '' then
-          granted, free_at, start_us = Domains.acquire(domain, now_us, ahead_us)
-        end
-        if granted then
-          redis.call('LPOP', lane)
-          taken = taken + 1
-          take(jid, meta, data, start_us)
-        end
-        if free_at then -- spent by this start, or found spent: its lanes wait
-          local left = redis.call('LLEN', lane)
-          if left == 0 then
-            drop_empty(queue, prio, domain)
-          else
-            unready(queue, prio, domain)
-            throttle(queue, prio, domain, free_at, left)
+        else
+          local granted, free_at, start_us = true, nil, nil
+          if domain ~= '' then
+            granted, free_at, start_us = Domains.acquire(domain, now_us, ahead_us)
           end
-          Lanes.throttle_domain(domain, free_at)
-          break
+          if granted then
+            redis.call('LPOP', lane)
+            taken = taken + 1
+            take(jid, meta, data, start_us)
+          end
+          if free_at then -- spent by this start, or found spent: its lanes wait
+            local left = redis.call('LLEN', lane)
+            if left == 0 then
+              drop_empty(queue, prio, domain)
+            else
+              unready(queue, prio, domain)
+              throttle(queue, prio, domain, free_at, left)
+            end
+            Lanes.throttle_domain(domain, free_at)
+            break
+          end
         end
       end
     end
@@ -309,24 +343,29 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
       skips = skips + 1
     end
   end
-  if taken > 0 then
-    redis.call('HINCRBY', K.queue(queue), 'queued', -taken)
+  if taken + dropped > 0 then
+    redis.call('HINCRBY', K.queue(queue), 'queued', -(taken + dropped))
   end
-  local short = taken < room and skips >= LIMITS.pop_skips
+  local short = taken < room and (skips >= LIMITS.pop_skips or spent)
       and redis.call('EXISTS', K.prios(queue)) == 1
   return taken, short
 end
 
--- Up to `count` waiting jobs in pop order, without taking them: {jid, ...}.
--- A merge over the ready lanes of the lowest priorities, one record read per job.
+-- Up to `count` waiting jobs in pop order, without taking them: {jid, ...},
+-- and {jid = {prio, domain}} (their lanes). A merge over the ready lanes of
+-- the lowest priorities, one record read per job. Entries a pop would drop
+-- (ticket 0) come first: the caller sees what they are.
 function Lanes.peek(queue, count)
-  local out = {}
+  local out, from = {}, {}
   for _, prio in ipairs(redis.call('ZRANGE', K.prios(queue), 0, count - 1)) do
     local cursors = {}
     for _, domain in ipairs(redis.call('ZRANGE', K.ready(queue, prio), 0, count - 1)) do
       local lane = K.lane(queue, prio, domain)
       local jid = redis.call('LINDEX', lane, 0)
-      cursors[#cursors + 1] = { lane = lane, index = 0, jid = jid, ticket = Job.load(jid).o }
+      if jid then
+        cursors[#cursors + 1] = { lane = lane, domain = domain, index = 0, jid = jid,
+          ticket = ticket_of(jid) }
+      end
     end
     while #out < count and #cursors > 0 do
       local best = 1
@@ -337,10 +376,11 @@ function Lanes.peek(queue, count)
       end
       local c = cursors[best]
       out[#out + 1] = c.jid
+      from[c.jid] = { prio, c.domain }
       c.index = c.index + 1
       c.jid = redis.call('LINDEX', c.lane, c.index)
       if c.jid then
-        c.ticket = Job.load(c.jid).o
+        c.ticket = ticket_of(c.jid)
       else
         table.remove(cursors, best)
       end
@@ -349,5 +389,5 @@ function Lanes.peek(queue, count)
       break
     end
   end
-  return out
+  return out, from
 end

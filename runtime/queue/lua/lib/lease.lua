@@ -2,10 +2,114 @@
 --
 -- A lease is (worker, token) with an expiry: K.running(queue) scores the job by
 -- expiry (us), the record keeps w and l, and K.worker_jobs(worker) lists what a
--- worker holds. A renewal only touches the zset, never the record. Tokens are fresh per pop: sha1(seed .. jid .. attempt),
--- the seed coming from the popping client. Only the holder may heartbeat,
--- complete, fail or retry; once the lease expired it is lost, even before
--- another pop reclaims the job.
+-- worker holds. A renewal only touches the zset, never the record. Tokens are
+-- fresh per pop: sha1(seed .. jid .. attempt), the seed coming from the popping
+-- client. Only the holder may heartbeat, complete, fail or retry; once the
+-- lease expired it is lost, even before another pop reclaims the job (unless
+-- post-outage grace holds it, below).
+
+-- Post-outage grace. A master that could not reach Redis for a while reports
+-- it (resumed.lua) before its first renewal; the deployment then keeps a grace
+-- window in K.grace: from_us (when the outage began), resumed_us (when it was
+-- reported). A lease of queue q that expired at E > from_us (during the
+-- outage, or after it) is still held while now < resumed_us + q's heartbeat:
+-- pops do not reclaim it, and its holder may renew it and report. Leases that
+-- expired before the outage are reclaimed as usual. A second master reporting
+-- the same outage (it began before the window's resumed_us) widens the window
+-- (earliest from_us, latest resumed_us); a new outage while the last one's
+-- grace lasts keeps that one as prev_from_us / prev_resumed_us. until_us (the
+-- longest heartbeat after the last report) is when the whole window is over;
+-- the key expires then. Nothing reads K.grace unless a lease has expired.
+
+local Grace = {}
+local window -- nil: not read in this call; false: none open; else the fields, numbers
+per_call(function()
+  window = nil
+end)
+
+local FIELDS = { 'from_us', 'resumed_us', 'until_us', 'prev_from_us', 'prev_resumed_us' }
+
+local function open_window(now_us)
+  if window == nil then
+    local got = redis.call('HMGET', K.grace, unpack(FIELDS))
+    window = {}
+    for i, name in ipairs(FIELDS) do
+      window[name] = tonumber(got[i])
+    end
+    if not (window.from_us and window.resumed_us and window.until_us) then
+      window = false
+    elseif now_us >= window.until_us then
+      redis.call('DEL', K.grace)
+      window = false
+    end
+  end
+  return window
+end
+
+-- Until when (us) a lease of `queue` that expired at expiry_us is held by grace;
+-- nil when it is not.
+function Grace.until_us(queue, expiry_us, now_us)
+  local w = open_window(now_us)
+  if not w then
+    return nil
+  end
+  local lease_us = Config.get('heartbeat', queue) * 1000000
+  local ends
+  if expiry_us > w.from_us and now_us < w.resumed_us + lease_us then
+    ends = w.resumed_us + lease_us
+  end
+  if w.prev_from_us and w.prev_resumed_us and expiry_us > w.prev_from_us
+      and now_us < w.prev_resumed_us + lease_us then
+    ends = math.max(ends or 0, w.prev_resumed_us + lease_us)
+  end
+  return ends
+end
+
+-- The latest expiry (us) a pop may reclaim in `queue` now: now_us, or earlier
+-- while grace holds the leases that expired after an outage began.
+function Grace.reclaim_bound(queue, now_us)
+  local w = open_window(now_us)
+  if not w then
+    return now_us
+  end
+  local lease_us = Config.get('heartbeat', queue) * 1000000
+  local bound = now_us
+  if now_us < w.resumed_us + lease_us then
+    bound = math.min(bound, w.from_us)
+  end
+  if w.prev_from_us and w.prev_resumed_us and now_us < w.prev_resumed_us + lease_us then
+    bound = math.min(bound, w.prev_from_us)
+  end
+  return bound
+end
+
+-- Opens or widens the window for an outage of `worker` from from_us to now_us;
+-- returns the window's from_us and until_us.
+function Grace.open(worker, from_us, now_us)
+  local w = open_window(now_us)
+  local until_us = now_us + Config.max('heartbeat') * 1000000
+  local prev_from, prev_resumed
+  if w and from_us <= w.resumed_us then -- the same outage, another master reporting it
+    from_us = math.min(from_us, w.from_us)
+    prev_from, prev_resumed = w.prev_from_us, w.prev_resumed_us
+  elseif w then -- a new outage while the last one's grace lasts: keep that one too
+    prev_from, prev_resumed = w.from_us, w.resumed_us
+  end
+  if w then
+    until_us = math.max(until_us, w.until_us)
+  end
+  redis.call('DEL', K.grace)
+  redis.call('HSET', K.grace, 'from_us', int(from_us), 'resumed_us', int(now_us),
+    'until_us', int(until_us), 'worker', worker)
+  if prev_from and prev_resumed then
+    redis.call('HSET', K.grace, 'prev_from_us', int(prev_from), 'prev_resumed_us',
+      int(prev_resumed))
+  end
+  redis.call('PEXPIRE', K.grace, math.ceil((until_us - now_us) / 1000))
+  window = { from_us = from_us, resumed_us = now_us, until_us = until_us,
+    prev_from_us = prev_from, prev_resumed_us = prev_resumed }
+  return from_us, until_us
+end
 
 local Lease = {}
 
@@ -13,6 +117,7 @@ function Lease.grant(jid, meta, worker, seed, now_us, lease_s)
   local expires_us = now_us + (lease_s or Config.get('heartbeat', meta.q)) * 1000000
   meta.a = (meta.a or 0) + 1
   meta.s, meta.w, meta.lr, meta.pt = 'running', worker, nil, Clock.ms(now_us)
+  Attempt.restart(jid, meta)
   meta.l = string.sub(redis.sha1hex(seed .. jid .. meta.a), 1, 24)
   redis.call('ZADD', K.running(meta.q), int(expires_us), jid)
   redis.call('SADD', K.worker_jobs(worker), jid)
@@ -53,6 +158,16 @@ function Lease.expiry(jid, meta)
   return tonumber(redis.call('ZSCORE', K.running(meta.q), jid))
 end
 
+-- The expiry of the job's lease while it holds (not expired, or held by
+-- post-outage grace), else nil.
+function Lease.live(jid, meta, now_us)
+  local expiry = Lease.expiry(jid, meta)
+  if expiry and (expiry >= now_us or Grace.until_us(meta.q, expiry, now_us)) then
+    return expiry
+  end
+  return nil
+end
+
 function Lease.renew(jid, meta, now_us)
   local expires_us = now_us + Config.get('heartbeat', meta.q) * 1000000
   redis.call('ZADD', K.running(meta.q), 'XX', int(expires_us), jid)
@@ -61,19 +176,26 @@ end
 
 function Lease.drop(jid, meta)
   redis.call('ZREM', K.running(meta.q), jid)
+  Attempt.stopped(jid, meta)
   if meta.w then
     redis.call('SREM', K.worker_jobs(meta.w), jid)
   end
 end
 
--- Raises LEASE_LOST unless (worker, token) holds a live lease on the job.
--- Returns true when that holder already did `op` with this lease: a repeated
--- call (a client retrying after a lost reply) that must answer and change nothing.
+-- A job failed as corrupt is held by no one: out of the set of a worker that
+-- says it holds it (a record whose meta was lost did not say whose it was).
+function Lease.forget_corrupt(jid, worker)
+  redis.call('SREM', K.worker_jobs(worker), jid)
+end
+
+-- Raises LEASE_LOST unless (worker, token) holds a live lease on the job
+-- (Lease.live). Returns true when that holder already did `op` with this
+-- lease: a repeated call (a client retrying after a lost reply) that must
+-- answer and change nothing.
 function Lease.check(jid, meta, worker, token, op, now_us)
   if meta.l == token and meta.w == worker then
     if meta.s == 'running' then
-      local expiry = Lease.expiry(jid, meta)
-      if expiry and expiry >= now_us then
+      if Lease.live(jid, meta, now_us) then
         return false
       end
       E.raise('LEASE_LOST', 'the lease on ' .. jid .. ' expired')
@@ -81,6 +203,11 @@ function Lease.check(jid, meta, worker, token, op, now_us)
     if meta.lr == op then
       return true
     end
+  end
+  if meta.cr then
+    Lease.forget_corrupt(jid, worker)
+    E.raise('LEASE_LOST',
+      jid .. ' was failed as runtime.CorruptJob: its stored record did not decode')
   end
   E.raise('LEASE_LOST', jid .. ' is not leased to worker ' .. worker .. ' with that token')
 end

@@ -7,6 +7,13 @@
 -- Every move into waiting first promotes the queue's due scheduled jobs, so
 -- order tickets follow eligible time.
 --
+-- A job failed for good (Place.fail, Place.corrupt) wakes its waiters
+-- (lib/wait.lua) and fails the jobs waiting on it (Place.cascade: lib/deps.lua).
+--
+-- A record that does not decode becomes a failed job (Place.corrupt); loops
+-- over an index (promotions, reclaims) drop entries whose job is corrupt, gone
+-- or no longer in that state, so no entry is met twice.
+--
 -- A scheduled job is scored by its due time (us, whole milliseconds) and keeps
 -- its put ticket (the queue's counter sseq) in meta.o while scheduled; its member
 -- is that ticket, fixed-order encoded, then the jid. Members of equal score sort
@@ -14,6 +21,7 @@
 -- promotion batch cut anywhere still takes the oldest first.
 
 local Place = {}
+local CORRUPT_GROUP = 'runtime.CorruptJob'
 local woken, promoted, known = {}, {}, {}
 per_call(function()
   woken, promoted, known = {}, {}, {}
@@ -27,7 +35,21 @@ local function scheduled_member(jid, ticket)
 end
 
 local function scheduled_jid(member)
-  return string.sub(member, tonumber(string.sub(member, 1, 1), 16) + 2)
+  local digits = tonumber(string.sub(member, 1, 1), 16)
+  return digits and string.sub(member, digits + 2) or member
+end
+
+-- True for a record read as (meta, data, ...) by Job.read that is sound and in
+-- `state` in `queue`; else a corrupt one is failed (taken out of `queue`'s
+-- index by the caller) and false returned: the caller drops the entry.
+local function in_state(jid, state, queue, meta, problem, raw, sound_meta)
+  if meta and meta.s == state and meta.q == queue then
+    return true
+  end
+  if meta == false then
+    Job.corrupt(jid, problem, raw, sound_meta, queue)
+  end
+  return false
 end
 
 -- Jobs of the queue may be ready: at the end of the call they go to masters
@@ -64,10 +86,12 @@ function Place.promote(queue, now_us)
   redis.call('ZREM', key, unpack(members))
   for _, member in ipairs(members) do
     local jid = scheduled_jid(member)
-    local meta, data = Job.load(jid)
-    meta.s, meta.d = 'waiting', nil
-    Lanes.push(queue, jid, meta, now_us, false)
-    Job.save(jid, meta, data)
+    local meta, data, raw, sound_meta = Job.read(jid)
+    if in_state(jid, 'scheduled', queue, meta, data, raw, sound_meta) then
+      meta.s, meta.d = 'waiting', nil
+      Lanes.push(queue, jid, meta, now_us, false)
+      Job.save(jid, meta, data)
+    end
   end
   Place.wake(queue)
 end
@@ -87,8 +111,10 @@ function Place.take_soon(queue, now_us, ahead_us, room, take)
     end
     local member = found[i]
     local jid = scheduled_jid(member)
-    local meta, data = Job.load(jid)
-    if not meta.dm then
+    local meta, data, raw, sound_meta = Job.read(jid, true) -- its data goes in a reply
+    if not in_state(jid, 'scheduled', queue, meta, data, raw, sound_meta) then
+      redis.call('ZREM', key, member)
+    elseif not meta.dm then
       redis.call('ZREM', key, member)
       meta.d, meta.o, meta.qt = nil, nil, Clock.ms(tonumber(found[i + 1]))
       take(jid, meta, data, tonumber(found[i + 1]))
@@ -130,11 +156,14 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
 end
 
 -- The lease holder gives the job back unfinished: to the head of its lane, its
--- attempt not counted. The caller checked the lease; the record is saved.
-function Place.release(jid, meta, data, worker, now_us)
+-- attempt not counted unless it `started`. The caller checked the lease; the
+-- record is saved.
+function Place.release(jid, meta, data, worker, now_us, started)
   Lease.drop(jid, meta)
   meta.lr = 'release'
-  meta.a = math.max(0, (meta.a or 1) - 1)
+  if not started then
+    meta.a = math.max(0, (meta.a or 1) - 1)
+  end
   Job.event(jid, meta, Clock.ms(now_us), 'released', { w = worker })
   meta.s = 'waiting'
   Lanes.push(meta.q, jid, meta, now_us, true)
@@ -142,20 +171,32 @@ function Place.release(jid, meta, data, worker, now_us)
   Job.save(jid, meta, data)
 end
 
--- Final failure: the job joins its group's list. The caller saves the record.
-function Place.fail(jid, meta, group, message, worker, now_us)
+-- Final failure of one job: it joins its group's list and its waiters wake
+-- (lib/wait.lua). The caller saves the record.
+function Place.fail_only(jid, meta, group, message, worker, now_us)
   local now_ms = Clock.ms(now_us)
   Stats.count(meta.q, 'failed', now_us)
   Unique.release(jid, meta)
-  meta.s = 'failed'
+  meta.s, meta.o = 'failed', nil
   meta.f = { g = group, m = Job.cap_message(message), t = now_ms, w = worker }
+  Stats.enter(jid, meta, now_us)
   Job.event(jid, meta, now_ms, 'failed', { w = worker, g = group })
   redis.call('LPUSH', K.failed(group), jid)
   redis.call('ZINCRBY', K.failed_groups, 1, group)
+  Wait.notify(jid, meta, 'failed', now_ms)
+end
+
+-- Final failure: Place.fail_only, then the jobs waiting on it fail too
+-- (Deps.fail_dependents, bound here by deps.lua). The caller saves the record.
+function Place.fail(jid, meta, group, message, worker, now_us)
+  Place.fail_only(jid, meta, group, message, worker, now_us)
+  Place.cascade(jid, group, now_us)
 end
 
 -- Takes a job out of the structure its state keeps it in; the record stays.
-function Place.remove(jid, meta)
+-- `oldest_first`: a failed job is looked for from the old end of its group's list.
+function Place.remove(jid, meta, oldest_first)
+  Stats.leave(jid, meta)
   local state, queue = meta.s, meta.q
   if state == 'waiting' then
     Lanes.remove(queue, jid, meta)
@@ -167,7 +208,7 @@ function Place.remove(jid, meta)
     redis.call('SREM', K.depends(queue), jid)
   elseif state == 'failed' then
     local group = meta.f.g
-    redis.call('LREM', K.failed(group), 1, jid)
+    redis.call('LREM', K.failed(group), oldest_first and -1 or 1, jid)
     if redis.call('ZINCRBY', K.failed_groups, -1, group) + 0 <= 0 then
       redis.call('ZREM', K.failed_groups, group)
     end
@@ -190,6 +231,7 @@ function Place.delete(jid, meta)
     redis.call('SREM', K.dependents(dep), jid)
   end
   redis.call('DEL', K.deps(jid), K.dependents(jid))
+  Attempt.forget(jid, meta)
   redis.call('HDEL', K.jobs, jid)
 end
 
@@ -212,26 +254,100 @@ function Place.release_dependents(jid, now_us)
 end
 
 -- Jobs whose lease expired go back to the head of their lane, one retry spent,
--- or fail when none is left. At most `count` per call.
+-- or fail when none is left. At most `count` per call. Leases that expired
+-- during or after an outage stay while its grace lasts (Grace, lease.lua).
 function Place.reclaim(queue, now_us, count)
-  local jids = redis.call('ZRANGEBYSCORE', K.running(queue), '-inf', int(now_us), 'LIMIT', 0, count)
+  local key = K.running(queue)
+  local jids = redis.call('ZRANGEBYSCORE', key, '-inf', int(now_us), 'LIMIT', 0, count)
+  if #jids == 0 then
+    return 0
+  end
+  local bound_us = Grace.reclaim_bound(queue, now_us)
+  if bound_us < now_us then
+    jids = redis.call('ZRANGEBYSCORE', key, '-inf', int(bound_us), 'LIMIT', 0, count)
+  end
   for _, jid in ipairs(jids) do
-    local meta, data = Job.load(jid)
-    local worker = meta.w
-    Lease.drop(jid, meta)
-    Job.event(jid, meta, Clock.ms(now_us), 'lease-lost', { w = worker })
-    Stats.count(queue, 'failures', now_us)
-    if meta.m <= 0 then
-      Place.fail(jid, meta, 'runtime.LeaseExpired',
-        'lease expired: worker ' .. worker .. ' stopped renewing it, and no retries are left',
-        worker, now_us)
+    local meta, data, raw, sound_meta = Job.read(jid)
+    if in_state(jid, 'running', queue, meta, data, raw, sound_meta) then
+      local worker = meta.w
+      Lease.drop(jid, meta)
+      Job.event(jid, meta, Clock.ms(now_us), 'lease-lost', { w = worker })
+      Stats.count(queue, 'failures', now_us)
+      if meta.m <= 0 then
+        Place.fail(jid, meta, 'runtime.LeaseExpired',
+          'lease expired: worker ' .. worker .. ' stopped renewing it, and no retries are left',
+          worker, now_us)
+      else
+        Stats.count(queue, 'retries', now_us)
+        meta.m = meta.m - 1
+        meta.s, meta.qt = 'waiting', Clock.ms(now_us)
+        Lanes.push(queue, jid, meta, now_us, true)
+      end
+      Job.save(jid, meta, data)
     else
-      Stats.count(queue, 'retries', now_us)
-      meta.m = meta.m - 1
-      meta.s, meta.qt = 'waiting', Clock.ms(now_us)
-      Lanes.push(queue, jid, meta, now_us, true)
+      redis.call('ZREM', key, jid)
     end
-    Job.save(jid, meta, data)
   end
   return #jids
 end
+
+-- The failed record that replaces a corrupt one: its sound meta, unless that
+-- holds text Python could not decode; else a minimal one.
+local function corrupt_meta(sound_meta, queue)
+  local meta = sound_meta
+  if meta then
+    meta.o, meta.d, meta.rq, meta.lr, meta.rl, meta.ot, meta.pg = nil, nil, nil, nil, nil, nil, nil
+    if Text.utf8(cjson.encode(meta)) then
+      return meta
+    end
+    queue = Text.utf8(meta.q) and meta.q or queue
+  end
+  return { k = '', q = queue or '', r = 0, m = 0, h = {} }
+end
+
+-- A record that does not decode (Job.read: `problem`, the `raw` bytes, the
+-- meta if that part is sound) becomes a failed job of group runtime.CorruptJob:
+-- data '{}', meta the sound one (or a minimal one: klass '', queue `out` or
+-- ''), marked cr, with the raw record (its first corrupt_kept_bytes, escaped)
+-- in the failure message. `out`: nil when the job is still where it sat (a
+-- sound meta says where: it is taken out); else the queue (or '') whose
+-- index the caller takes it out of. Returns the new meta and data.
+function Place.corrupt(jid, problem, raw, sound_meta, out)
+  if sound_meta then
+    Stats.leave(jid, sound_meta)
+  end
+  local now_us = Clock.now_us()
+  local now_ms = Clock.ms(now_us)
+  if sound_meta and out == nil then
+    Place.remove(jid, sound_meta)
+  elseif sound_meta and sound_meta.s == 'running' then
+    Lease.drop(jid, sound_meta)
+  end
+  if sound_meta then
+    Unique.release(jid, sound_meta)
+  end
+  redis.call('HDEL', K.output, jid)
+  redis.call('HDEL', K.progress, jid)
+  local meta = corrupt_meta(sound_meta, out)
+  meta.s, meta.cr = 'failed', 1
+  if meta.q ~= '' then
+    Stats.enter(jid, meta, now_us)
+  end
+  local kept = string.sub(raw, 1, LIMITS.corrupt_kept_bytes)
+  local message = 'the stored record of ' .. Text.escape(jid) .. ' does not decode ('
+    .. problem .. '); it was taken out of its queue. The record, ' .. #raw .. ' bytes'
+    .. (#kept < #raw and (', the first ' .. #kept) or '')
+    .. ', other than printable ASCII as \\xHH:\n' .. Text.escape(kept)
+  meta.f = { g = CORRUPT_GROUP, m = message, t = now_ms }
+  Job.event(jid, meta, now_ms, 'failed', { g = CORRUPT_GROUP })
+  if meta.q ~= '' then
+    Stats.count(meta.q, 'failed', now_us)
+  end
+  redis.call('LPUSH', K.failed(CORRUPT_GROUP), jid)
+  redis.call('ZINCRBY', K.failed_groups, 1, CORRUPT_GROUP)
+  Wait.notify(jid, meta, 'failed', now_ms)
+  Job.save(jid, meta, '{}')
+  Place.cascade(jid, CORRUPT_GROUP, now_us) -- its data is lost: it can never complete
+  return meta, '{}'
+end
+Job.corrupt = Place.corrupt

@@ -13,12 +13,35 @@
 -- came due while nobody popped follow the policy: all (a job each, at most
 -- recur_catch_up per call), once (one job for the newest), skip (only ticks at
 -- most `grace` seconds late).
+--
+-- A definition that does not decode is left in K.recur for a person to read
+-- (unrecur removes it) and dropped from its queue's schedule by the pop that
+-- meets it; one whose jobs no longer pass put's checks (its data over a
+-- lowered max-data-bytes, say) stops, with the reason in its `error`.
 
 local Recur = {}
 
+local function sound(def)
+  return type(def) == 'table' and type(def.id) == 'string' and type(def.q) == 'string'
+    and type(def.spec) == 'table' and type(def.data) == 'string'
+    and type(def.policy) == 'string' and type(def.grace) == 'number'
+    and (def.next == nil or type(def.next) == 'number')
+    and (type(def.every) == 'number' or (type(def.cron) == 'string'
+      and type(def.ticks_to) == 'number'))
+end
+
+-- The definition of recurrence `id`: def; nil when there is none; false and
+-- the raw text when it does not decode.
 function Recur.load(id)
   local raw = redis.call('HGET', K.recur, id)
-  return raw and cjson.decode(raw)
+  if not raw then
+    return nil
+  end
+  local ok, def = Json.strict(raw)
+  if not ok or not sound(def) then
+    return false, raw
+  end
+  return def
 end
 
 function Recur.save(def)
@@ -59,6 +82,7 @@ local function due_ticks(def, now_ms)
   return ticks
 end
 
+-- Spawns the job of one tick; false and why when its template no longer makes a job.
 local function spawn_one(def, tick, now_us)
   local spec = {}
   for k, v in pairs(def.spec) do
@@ -66,10 +90,15 @@ local function spawn_one(def, tick, now_us)
   end
   spec.jid, spec.queue = def.id .. '-' .. int(tick), def.q
   if redis.call('HEXISTS', K.jobs, spec.jid) == 1 then
-    return
+    return true
   end
-  Create.job(Create.parse(spec, def.data, Clock.ms(now_us)), now_us)
+  local ok, job, why = E.attempt(Create.parse, spec, def.data, Clock.ms(now_us))
+  if not ok then
+    return false, why
+  end
+  Create.job(job, now_us)
   def.count = (def.count or 0) + 1
+  return true
 end
 
 -- Spawns the due jobs of the queue's recurrences; returns the cron recurrences
@@ -81,7 +110,7 @@ function Recur.spawn(queue, now_us)
     LIMITS.recur_batch)
   for _, id in ipairs(ids) do
     local def = Recur.load(id)
-    if not def then
+    if not def or def.q ~= queue then -- gone, corrupt, or moved to another queue
       redis.call('ZREM', K.recurring(queue), id)
     else
       local ticks = due_ticks(def, now_ms)
@@ -89,7 +118,11 @@ function Recur.spawn(queue, now_us)
         local newest = i == #ticks
         if def.policy == 'all' or (newest and def.policy == 'once')
             or (def.policy == 'skip' and now_ms - tick <= def.grace * 1000) then
-          spawn_one(def, tick, now_us)
+          local ok, why = spawn_one(def, tick, now_us)
+          if not ok then
+            def.next, def.error = nil, why -- stopped: Recur.save drops it from the schedule
+            break
+          end
         end
       end
       if #ticks > 0 then

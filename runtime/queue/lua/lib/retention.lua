@@ -1,7 +1,8 @@
 -- retention.lua: completed jobs are kept jobs-history seconds, at most
 -- jobs-history-count of them; older ones are deleted a batch at a time, by
 -- calls that completed a job (complete.lua) and by every pop (pop.lua), so
--- they also go away when nothing completes any more.
+-- they also go away when nothing completes any more. A corrupt record met
+-- there is not deleted but failed (Job.corrupt), like anywhere else.
 
 local Retention = {}
 
@@ -21,11 +22,14 @@ function Retention.trim(now_us, batch)
     end
   end
   for _, jid in ipairs(doomed) do
-    local meta = Job.load(jid)
+    local meta, problem, raw, sound_meta = Job.read(jid)
     if meta then
       Place.delete(jid, meta)
     else
       redis.call('ZREM', K.completed, jid)
+      if meta == false then -- corrupt: failed and kept, for a person to look at
+        Job.corrupt(jid, problem, raw, sound_meta, '')
+      end
     end
   end
   return #doomed

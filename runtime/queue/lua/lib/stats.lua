@@ -1,12 +1,34 @@
--- stats.lua: per queue and UTC day, how long jobs waited (popped - eligible) and
--- ran (completed - popped), in seconds: count, mean and M2 (fields wait:n,
--- wait:mean, wait:m2; Welford: variance is M2 / (n - 1)), and a histogram (fields
--- wait:hist:s5, wait:hist:m3 ...) with 1 s buckets for the first minute, 1 min
--- for the first hour, 1 h for the first day, 1 day after (capped at 365). Also
--- counts: failures (attempts that failed), failed (final), retries.
+-- stats.lua: what is known of a queue beyond its jobs: statistics per UTC day,
+-- totals, the indexes of its complete and failed jobs, and its counts.
+--
+-- Statistics (K.stats(queue, day), expires after stats_days): how long jobs
+-- waited (popped - eligible) and ran (completed - popped), in seconds: count,
+-- mean and M2 (fields wait:n, wait:mean, wait:m2; Welford: variance is
+-- M2 / (n - 1)), and a histogram, one field per bucket (wait:hist:ms250 ...),
+-- named by its lower bound:
+--   ms0 .. ms9      1 ms wide, below 10 ms        (10 buckets)
+--   ms10 .. ms90    10 ms wide, below 100 ms      (9)
+--   ms100 .. ms900  100 ms wide, below 1 s        (9)
+--   s1 .. s59       1 s wide, below 1 min         (59)
+--   m1 .. m59       1 min wide, below 1 h         (59)
+--   h1 .. h23       1 h wide, below 1 day         (23)
+--   d1 .. d365      1 day wide (d365: a year or more)
+-- Only buckets that were hit exist: jobs of 1-500 ms fill at most 24 fields per
+-- histogram. A queue-day holds 3 moments x 2 + its buckets + 3 counts fields:
+-- about 15 to 70 in practice, 2 x 535 + 9 at most. (Days written before the
+-- ms buckets have one s0 field for everything below a second.) Also counts:
+-- failures (attempts that failed), failed (final), retries.
+--
+-- Totals per queue, in K.queue(queue), kept for good (retention does not touch
+-- them): total:completed (completions reported, including those that moved the
+-- job on to another queue), total:failed (jobs failed for good), total:retried.
 --
 -- Observations are gathered for the length of a script call and written once per
 -- (queue, day) with Chan's merge of the batch into the stored moments.
+--
+-- The indexes K.complete_index(queue) and K.failed_index(queue) (jid -> time,
+-- ms) list a queue's complete and failed jobs; the scripts that move a job into
+-- or out of those states call Stats.enter and Stats.leave.
 
 local Stats = {}
 local pending = {} -- "queue\0day" -> {queue, day, times = {what -> {n, mean, m2}}, hist, counts}
@@ -15,7 +37,15 @@ per_call(function()
 end)
 
 local function bucket(seconds)
-  if seconds < 60 then
+  if seconds < 1 then
+    local ms = math.floor(seconds * 1000 + 1e-6) -- a time of 7 ms stays in ms7
+    if ms < 10 then
+      return 'ms' .. ms
+    elseif ms < 100 then
+      return 'ms' .. (ms - ms % 10)
+    end
+    return 'ms' .. math.min(900, ms - ms % 100)
+  elseif seconds < 60 then
     return 's' .. math.floor(seconds)
   elseif seconds < 3600 then
     return 'm' .. math.floor(seconds / 60)
@@ -63,6 +93,13 @@ local function num(x)
   return string.format('%.17g', x)
 end
 
+-- The totals kept for good, from what a day's entry gathered: field -> n.
+local function totals_of(e)
+  local run = e.times.run
+  return { ['total:completed'] = run and run.n, ['total:failed'] = e.counts.failed,
+    ['total:retried'] = e.counts.retries }
+end
+
 -- Writes what this call gathered. Every script that records calls this last.
 function Stats.flush()
   for _, id in ipairs(pending) do
@@ -85,6 +122,105 @@ function Stats.flush()
       redis.call('HINCRBY', key, field, n)
     end
     redis.call('EXPIRE', key, LIMITS.stats_days * 86400)
+    for field, n in pairs(totals_of(e)) do
+      redis.call('HINCRBY', K.queue(e.queue), field, n)
+    end
   end
   pending = {}
+end
+
+-- The index of a queue that lists jobs in `state` (complete, failed), or nil.
+local function index_of(state, queue)
+  if state == 'complete' then
+    return K.complete_index(queue)
+  elseif state == 'failed' then
+    return K.failed_index(queue)
+  end
+  return nil
+end
+
+-- The job just became complete or failed (meta.s and meta.q say where): it is
+-- listed in its queue's index of that state. Any other state: nothing.
+function Stats.enter(jid, meta, now_us)
+  local index = index_of(meta.s, meta.q)
+  if index then
+    redis.call('ZADD', index, Clock.ms(now_us), jid)
+  end
+end
+
+-- A complete or failed job leaves that state (meta.s and meta.q as they were).
+function Stats.leave(jid, meta)
+  local index = index_of(meta.s, meta.q)
+  if index then
+    redis.call('ZREM', index, jid)
+  end
+end
+
+-- When a job became eligible (ms), from its record's meta alone; nil if it has none.
+local function eligible_ms(jid)
+  local raw = redis.call('HGET', K.jobs, jid)
+  local nl = raw and string.find(raw, '\n', 1, true)
+  if not nl then
+    return nil
+  end
+  local ok, meta = pcall(cjson.decode, string.sub(raw, 1, nl - 1))
+  if not ok or type(meta) ~= 'table' then
+    return nil
+  end
+  local first = type(meta.h) == 'table' and type(meta.h[1]) == 'table' and meta.h[1].t
+  local at = meta.qt or first
+  return type(at) == 'number' and at or nil
+end
+
+-- How long (ms) the oldest waiting job of the queue has waited since it became
+-- eligible; 0 when none waits. Order tickets follow eligible time, so it is the
+-- head of the ready lane with the lowest ticket of any priority (the first 32
+-- priorities are looked at, two lanes each: a lane a pop just emptied stays
+-- ready until the next pop; a stale lane score may hide an older head).
+local function oldest_waiting_ms(queue, now_ms)
+  local lanes = {}
+  for _, prio in ipairs(redis.call('ZRANGE', K.prios(queue), 0, 31)) do
+    local top = redis.call('ZRANGE', K.ready(queue, prio), 0, 1, 'WITHSCORES')
+    for i = 1, #top, 2 do
+      lanes[#lanes + 1] = { tonumber(top[i + 1]), K.lane(queue, prio, top[i]) }
+    end
+  end
+  table.sort(lanes, function(a, b)
+    return a[1] < b[1]
+  end)
+  for _, lane in ipairs(lanes) do
+    local jid = redis.call('LINDEX', lane[2], 0)
+    if jid then
+      local at = eligible_ms(jid)
+      return at and math.max(0, now_ms - at) or 0
+    end
+  end
+  return 0
+end
+
+-- The counts of one queue, as JSON (counts.lua says what each field means).
+function Stats.counts(queue, now_us)
+  local c = redis.call('HMGET', K.queue(queue), 'queued', 'throttled', 'paused',
+    'total:completed', 'total:failed', 'total:retried')
+  local queued, throttled = tonumber(c[1]) or 0, tonumber(c[2]) or 0
+  local running = redis.call('ZCARD', K.running(queue))
+  local stalled = running > 0 and redis.call('ZCOUNT', K.running(queue), '-inf', '(' .. int(now_us))
+    or 0
+  local waiting = queued - throttled
+  return Json.object({
+    { 'waiting', int(waiting) },
+    { 'throttled', int(throttled) },
+    { 'scheduled', int(redis.call('ZCARD', K.scheduled(queue))) },
+    { 'running', int(running - stalled) },
+    { 'stalled', int(stalled) },
+    { 'depends', int(redis.call('SCARD', K.depends(queue))) },
+    { 'complete', int(redis.call('ZCARD', K.complete_index(queue))) },
+    { 'failed', int(redis.call('ZCARD', K.failed_index(queue))) },
+    { 'paused', c[3] == '1' and 'true' or 'false' },
+    { 'size_warning', cjson.encode(Config.get('size-warning', queue)) },
+    { 'completed_total', int(tonumber(c[4]) or 0) },
+    { 'failed_total', int(tonumber(c[5]) or 0) },
+    { 'retried_total', int(tonumber(c[6]) or 0) },
+    { 'oldest_waiting_ms', int(waiting > 0 and oldest_waiting_ms(queue, Clock.ms(now_us)) or 0) },
+  })
 end

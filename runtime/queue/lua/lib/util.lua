@@ -1,4 +1,4 @@
--- util.lua: coded errors, argument checks, JSON helpers.
+-- util.lua: coded errors, argument checks, text and JSON helpers.
 --
 -- E.raise(code, msg) aborts the operation; the runner that wraps every script
 -- turns it into the error reply "CODE msg". Codes come from the closed list
@@ -6,6 +6,10 @@
 --
 -- cjson encodes numbers with 14 significant digits, so JSON only ever holds
 -- times in milliseconds; microseconds stay in zset scores.
+--
+-- What is stored or replied must decode in Python: valid UTF-8 (cjson does not
+-- check it) and strict JSON (Json.strict: no hex, nan or inf numbers, which
+-- cjson accepts by default), nested at most data_depth_max levels.
 
 local E = {}
 
@@ -21,7 +25,8 @@ function E.bad(msg)
 end
 
 -- Runs fn(...) for one item of a batch: true, result; or false, code, message
--- for a coded error (the item changed nothing). Other errors propagate.
+-- for a coded error (the item changed nothing, except that a record found
+-- corrupt was failed first: Job.load). Other errors propagate.
 function E.attempt(fn, ...)
   local ok, result = pcall(fn, ...)
   if ok then
@@ -33,11 +38,92 @@ function E.attempt(fn, ...)
   error(result, 0)
 end
 
-local Check = {}
+local Text = {}
 
+-- Valid UTF-8 sequences after their lead byte; lead and continuation bytes
+-- are disjoint, so each pattern only ever matches at a lead byte.
+local UTF8_SEQUENCES = {
+  '[\194-\223][\128-\191]',
+  '\224[\160-\191][\128-\191]',
+  '[\225-\236\238\239][\128-\191][\128-\191]',
+  '\237[\128-\159][\128-\191]', -- no surrogates
+  '\240[\144-\191][\128-\191][\128-\191]',
+  '[\241-\243][\128-\191][\128-\191][\128-\191]',
+  '\244[\128-\143][\128-\191][\128-\191]',
+}
+
+-- True when `s` is valid UTF-8. ASCII text costs one match (an anchored run
+-- of a one-range class: about twice as fast as searching for a high byte).
+function Text.utf8(s)
+  if string.find(s, '^[^\128-\255]*$') then
+    return true
+  end
+  for _, seq in ipairs(UTF8_SEQUENCES) do
+    s = string.gsub(s, seq, '.') -- a placeholder, so no new sequence forms
+  end
+  return not string.find(s, '[\128-\255]')
+end
+
+local function hex_byte(c)
+  return string.format('\\x%02x', string.byte(c))
+end
+
+-- Bytes as printable ASCII: backslash, control and non-ASCII bytes as \xHH.
+function Text.escape(s)
+  return (string.gsub(s, '[%z\1-\31\\\127-\255]', hex_byte))
+end
+
+-- Free text (a failure message) made safe to store: unchanged when valid
+-- UTF-8, else its non-ASCII bytes escaped.
+function Text.clean(s)
+  if Text.utf8(s) then
+    return s
+  end
+  return (string.gsub(s, '[\127-\255]', hex_byte))
+end
+
+-- Never start or end a cut inside a UTF-8 sequence: continuation bytes are 0x80-0xBF.
+local function continuation(s, at)
+  local b = string.byte(s, at)
+  return b ~= nil and b >= 128 and b < 192
+end
+
+-- Free text cut to `cap` bytes keeping its tail (where a traceback or a log
+-- ends), after a marker saying how much was cut; Text.clean first.
+function Text.tail(s, cap)
+  s = Text.clean(s)
+  if #s <= cap then
+    return s
+  end
+  local marker = '[... cut ' .. (#s - cap) .. ' bytes ...]\n'
+  local start = #s - cap + #marker + 1
+  while start <= #s and continuation(s, start) do
+    start = start + 1
+  end
+  return marker .. string.sub(s, start)
+end
+
+-- Free text cut to its first `cap` bytes (a note, a progress message); Text.clean first.
+function Text.head(s, cap)
+  s = Text.clean(s)
+  if #s <= cap then
+    return s
+  end
+  local stop = cap
+  while stop > 0 and continuation(s, stop + 1) do
+    stop = stop - 1
+  end
+  return string.sub(s, 1, stop)
+end
+
+local Check = {}
+local Json = {} -- below; Check.data uses it
+
+-- A value in an error message: strings cut to 80 bytes, printable ASCII
+-- (Text.escape), so the reply is one line of valid UTF-8 whatever was given.
 local function show(value)
   if type(value) == 'string' then
-    return string.format('%q', string.sub(value, 1, 80))
+    return '"' .. Text.escape(string.sub(value, 1, 80)) .. '"'
   end
   return tostring(value)
 end
@@ -58,10 +144,12 @@ function Check.int(name, value, lo, hi)
   return Check.number(name, value, lo, hi, false)
 end
 
--- A printable token: no blanks, no control characters, 1..max bytes.
+-- A printable token: no blanks, no control characters, 1..max bytes of UTF-8.
 function Check.token(name, value, max)
-  if type(value) ~= 'string' or #value == 0 or #value > max or string.find(value, '[%s%c]') then
-    E.bad(name .. ' must be 1-' .. max .. ' printable characters without blanks, got ' .. show(value))
+  if type(value) ~= 'string' or #value == 0 or #value > max or string.find(value, '[%s%c]')
+      or not Text.utf8(value) then
+    E.bad(name .. ' must be 1-' .. max .. ' printable characters without blanks, got '
+      .. show(value))
   end
   return value
 end
@@ -99,9 +187,9 @@ function Check.klass(value)
   return value
 end
 
--- Job data: the text of one JSON object, within the size cap. Decoded once
--- (after the cheap checks) to prove it parses; cjson decodes [] and {} alike,
--- so the braces are what rules out arrays. The text is stored as given.
+-- Job data: the text of one JSON object, within the size cap. Checked once
+-- (after the cheap checks) by Json.checked, as every stored record is
+-- checked when read (Job.read). The text is stored as given.
 function Check.data(value, max_bytes)
   if type(value) ~= 'string' or string.sub(value, 1, 1) ~= '{' or string.sub(value, -1) ~= '}' then
     E.bad('data must be a JSON object')
@@ -109,9 +197,11 @@ function Check.data(value, max_bytes)
   if #value > max_bytes then
     E.bad('data is ' .. #value .. ' bytes, over the limit of ' .. max_bytes .. ' (max-data-bytes)')
   end
-  local ok, decoded = pcall(cjson.decode, value)
-  if not ok or type(decoded) ~= 'table' then
-    E.bad('data must be a JSON object, got ' .. show(value))
+  local decoded, problem = Json.checked(value)
+  if problem == Json.DEEP then
+    E.bad('data is ' .. Json.DEEP .. ' (data_depth_max)')
+  elseif not decoded then
+    E.bad('data must be a JSON object (' .. problem .. '), got ' .. show(value))
   end
   return value
 end
@@ -140,7 +230,47 @@ function Check.optional(value)
   return value
 end
 
-local Json = {}
+-- What Json.checked says about text nested too deep.
+Json.DEEP = 'nested deeper than ' .. LIMITS.data_depth_max .. ' levels'
+
+-- Decodes `text` as strict JSON nested at most `max_depth` (default:
+-- data_depth_max) levels: true, value; or false, Json.DEEP or the decoder's
+-- complaint. cjson's settings are global to the server's Lua: they are
+-- restored before returning.
+function Json.strict(text, max_depth)
+  local depth, lenient = cjson.decode_max_depth(), cjson.decode_invalid_numbers()
+  cjson.decode_max_depth(max_depth or LIMITS.data_depth_max)
+  cjson.decode_invalid_numbers(false)
+  local ok, value = pcall(cjson.decode, text)
+  cjson.decode_max_depth(depth)
+  cjson.decode_invalid_numbers(lenient)
+  if not ok and string.find(tostring(value), 'too many nested', 1, true) then
+    return false, Json.DEEP
+  end
+  return ok, value
+end
+
+-- The object `text` holds, if Python decodes it too (valid UTF-8, strict
+-- numbers, at most data_depth_max levels); else nil and what is wrong with it
+-- ('not a JSON object', 'not valid UTF-8', 'not valid JSON', Json.DEEP). The
+-- braces tell an object from an array (cjson decodes [] and {} alike).
+function Json.checked(text)
+  if string.sub(text, 1, 1) ~= '{' then
+    return nil, 'not a JSON object'
+  end
+  if not Text.utf8(text) then
+    return nil, 'not valid UTF-8'
+  end
+  local ok, value = Json.strict(text)
+  if value == Json.DEEP then
+    return nil, Json.DEEP
+  elseif not ok then
+    return nil, 'not valid JSON'
+  elseif type(value) ~= 'table' then
+    return nil, 'not a JSON object'
+  end
+  return value
+end
 
 function Json.decode(name, text)
   local ok, value = pcall(cjson.decode, text)
