@@ -1,4 +1,6 @@
-"""Starting a master: `runtime worker MODULE... --queues a,b`."""
+"""Starting a master: `runtime worker MODULE... --queues a,b`. The start-up
+checks (runtime.master.preflight) run first: a worker that must not start
+says why in one line before anything is forked."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 import uvloop
 
 from runtime import config
+from runtime.master import preflight
 from runtime.master.master import Master
 from runtime.proctitle import set_title
 from runtime.queue.client import default_worker_id, resolve_url
@@ -26,5 +29,6 @@ def run_worker(
     url = resolve_url(settings)
     worker_id = worker_id or default_worker_id()
     set_title(f"runtime master {worker_id} starting")
+    preflight.check(settings, worker, url)
     master = Master(settings, worker, url, worker_id)
     return int(uvloop.run(master.run()))

@@ -1,8 +1,14 @@
 """The master: one per worker host process. Leases jobs, runs them in children,
 keeps the leases alive, reports every outcome. It never runs user code.
 
-Signal handlers only record an intent; each pass of the loop moves the real
-state toward the wanted one:
+It is one loop over one book (book.py). Its sources — child sockets and the
+fork server (processes.py), Redis calls, the blocking read for work, timers and
+signals — only put events on one queue. Each pass of the loop applies the
+events to the book, lets the book decide (`step`), and carries out the actions
+that come out: messages and signals to children, forks, exchanges and renewals
+with Redis. Redis calls run as tasks the loop owns; their results come back as
+events, and a task that ends unexpectedly is logged and becomes a failure event
+too, so nothing stops silently. Signal handlers only put an intent on the queue:
 
     TERM, INT  drain: stop leasing, let running jobs finish for the grace
                period, then kill the rest and give their jobs back; exit
@@ -19,53 +25,52 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 import time
-from dataclasses import dataclass, field
-
-import redis
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from runtime import config, sentry
-from runtime.children import protocol
-from runtime.errors import Error
-from runtime.master import guard, reasons
-from runtime.master.children import ChildHandle, Running
-from runtime.master.dispatch import Dispatch
-from runtime.master.leasing import Leasing, Pending, safety_margin
+from runtime.errors import ConfigError, CorruptReply, Error
+from runtime.master import events
+from runtime.master.book import Book
+from runtime.master.held import AHEAD_S, TICK_S
 from runtime.master.notify import Notifier
-from runtime.master.pool import Pool
+from runtime.master.processes import Processes
 from runtime.master.sizes import SizeWatch
 from runtime.master.status import Status
+from runtime.queue import ops
 from runtime.queue.aio import AsyncClient
 from runtime.queue.keys import Keys
 
 log = logging.getLogger(__name__)
 
 SIGNALS = {
-    signal.SIGTERM: "drain", signal.SIGINT: "drain", signal.SIGQUIT: "finish",
-    signal.SIGUSR1: "kill-jobs", signal.SIGUSR2: "pause", signal.SIGCONT: "resume",
-    signal.SIGHUP: "replace", signal.SIGTTIN: "grow", signal.SIGTTOU: "shrink",
+    signal.SIGTERM: events.Intent.DRAIN, signal.SIGINT: events.Intent.DRAIN,
+    signal.SIGQUIT: events.Intent.FINISH, signal.SIGUSR1: events.Intent.KILL_JOBS,
+    signal.SIGUSR2: events.Intent.PAUSE, signal.SIGCONT: events.Intent.RESUME,
+    signal.SIGHUP: events.Intent.REPLACE, signal.SIGTTIN: events.Intent.GROW,
+    signal.SIGTTOU: events.Intent.SHRINK,
 }  # fmt: skip
-TICK_S = 0.1  # how often running jobs are checked (timeouts, memory, leases)
+IDLE_WAIT_S = 10.0  # an idle master pops at least this often (its idle registration too)
+READY_TIMEOUT_S = 60.0
 SENTRY_FLUSH_S = 1.0  # at exit, the longest wait for unsent Sentry events
+UNEXPECTED_LOG_EVERY_S = 60.0
+CANCELS_PAUSE_S = 1.0  # after listening for cancels failed, the wait to listen again
+MIN_PASS_S = 0.0005  # a pass that found nothing to do never comes round sooner
 
 
-def renew_due(held: Running | Pending) -> float:
-    """When to renew a lease: a third of it gone. A job handed to an idle master
-    has a short first lease (handoff.lua); a short job ends before it is due."""
-    length = held.leased.lease_s
-    if held.leased.handed and not held.renewed:
-        length = min(length, config.LIMITS["handoff_lease_s"])
-    return held.lease_until - length * 2 / 3
-
-
-@dataclass
-class State:
-    mode: str = "run"  # run, drain, finish
-    paused: bool = False
-    target: int = 1
-    deadline: float | None = None  # drain: when running jobs are killed and given back
-    intents: list[str] = field(default_factory=list)
+def condition_of(err: BaseException) -> str:
+    """The one word a failure of Redis is logged under (see RedisTransient)."""
+    condition = getattr(err, "condition", None)
+    if condition is not None:
+        return str(getattr(condition, "value", condition))
+    if isinstance(err, TimeoutError):
+        return "timeout"
+    return "connection" if isinstance(err, OSError | EOFError) else "error"
 
 
 class Master:
@@ -76,299 +81,310 @@ class Master:
         self.worker = worker
         self.worker_id = worker_id
         self.client = AsyncClient(url, Keys(settings.namespace), worker_id)
-        self.state = State(target=worker.concurrency)
-        self.event = asyncio.Event()
-        self.renew_event = asyncio.Event()  # jobs were leased: the renewal plan changed
-        self.leasing = Leasing(
-            self.client, list(worker.queues), worker.order, self.room, self.event.set,
-            on_leased=self._handed, accepting=self._accepting,
-        )  # fmt: skip
-        self.pool = Pool(settings, worker, worker_id, self)
-        self.dispatch = Dispatch(self.pool, self.leasing, worker, worker_id, self._target)
+        self.book = Book(worker, worker_id)
+        self.events: deque[events.Event] = deque()
+        self.woken = asyncio.Event()
+        self.processes = Processes(settings, worker, worker_id, self.post)
         self.notifier = Notifier()
         self.status = Status(self.notifier, worker_id)
-        self.last_check = 0.0
-        self.jobs_seen, self.avg_run_s = 0, 0.0
+        self.tasks: dict[str, asyncio.Task[None]] = {}  # every task the loop owns, by name
+        self.counter = 0
+        self.started_ms = round(time.time() * 1000)  # for `runtime workers`, not for schedules
+        self.wait_s = IDLE_WAIT_S  # how long one blocking read for work may last
+        self.cancels_failed_at = -CANCELS_PAUSE_S
+        self.unexpected: dict[str, tuple[float, int]] = {}  # task name -> (last logged, since)
 
-    # --- capacity -----------------------------------------------------------------
+    def post(self, event: events.Event) -> None:
+        """What every source does: put an event on the queue and wake the loop."""
+        self.events.append(event)
+        self.woken.set()
 
-    def _target(self) -> int:
-        return self.state.target
+    # --- owned tasks ----------------------------------------------------------------
 
-    def _accepting(self) -> bool:
-        return self.state.mode == "run" and not self.state.paused
-
-    def room(self) -> int:
-        """How many more jobs to lease now."""
-        return self.dispatch.room(self._accepting())
-
-    def _handed(self) -> None:
-        """A job was handed to us while we waited: to a child at once."""
-        self.renew_event.set()
-        if self._accepting():
-            self.dispatch.hand_out(time.monotonic())
-
-    # --- signals: record the intent, nothing else --------------------------------
-
-    def _intend(self, intent: str) -> None:
-        self.state.intents.append(intent)
-        self.event.set()
-
-    def _apply_intents(self) -> None:
-        intents, self.state.intents = self.state.intents, []
-        for intent in intents:
-            log.info("signal received: %s worker=%s", intent, self.worker_id)
-            if intent == "drain" and self.state.mode != "drain":
-                self.state.mode = "drain"
-                self.state.deadline = time.monotonic() + self.worker.grace_s
-            elif intent == "finish" and self.state.mode == "run":
-                self.state.mode = "finish"
-            elif intent == "kill-jobs":
-                for child in self.pool.busy():
-                    why = "SIGUSR1 to the master"
-                    child.kill_for(reasons.killed(9, why, "runtime.Killed"))
-            elif intent == "pause":
-                self.state.paused = True
-            elif intent == "resume":
-                self.state.paused = False
-                self.leasing.wake()
-            elif intent == "replace":
-                asyncio.get_running_loop().create_task(self.pool.replace())
-            elif intent == "grow":
-                self.state.target += 1
-            elif intent == "shrink":
-                self.state.target = max(0, self.state.target - 1)
-        if self.state.mode != "run":
-            self.leasing.stop_waiting()
-            self.dispatch.withdraw(time.monotonic(), everything=True)  # pipelined: back too
-            unstarted = [*self.leasing.buffer, *self.leasing.timed]
-            self.leasing.buffer.clear()
-            self.leasing.timed.clear()
-            for pending in unstarted:  # leased but never started: give back now
-                self.leasing.outcomes.add_release(pending.leased.jid, pending.leased.token)
-
-    # --- jobs: handing out, outcomes ----------------------------------------------
-
-    def on_job_message(self, child: ChildHandle, message: protocol.Message) -> None:
-        now = time.monotonic()
-        if isinstance(message, protocol.Skipped):
-            self.dispatch.skipped(child, message.jid, now, self.state.mode == "run")
-            self.event.set()
-            return
-        job = child.job
-        assert job is not None
-        if isinstance(message, protocol.Heartbeat):
-            job.last_sign = now
-            return
-        if isinstance(message, protocol.Done):
-            self.leasing.outcomes.add_complete(job.leased.jid, job.leased.token)
-        elif isinstance(message, protocol.Failed):
-            self._failure(job, message.group, message.message, message.retry, message.delay)
-        self.dispatch.finished(child, job, now, self.state.mode == "run")
-        self.event.set()
-
-    def on_job_unstarted(self, job: Running) -> None:
-        """A job pipelined to a child that died before starting it."""
-        self.dispatch.give_back(job, time.monotonic(), self.state.mode == "run")
-
-    def on_job_ended(self, child: ChildHandle, job: Running, ending: reasons.Ending) -> None:
-        """A child died holding a job."""
-        leased = job.leased
-        if ending.group in (guard.LOST, reasons.FENCED):
-            log.warning("job stopped, its lease was lost jid=%s worker=%s", leased.jid,
-                        self.worker_id)  # fmt: skip
-            # Report with the token we hold: Redis refuses it (LeaseLost) and changes
-            # nothing if the lease is gone; if it still holds, the job goes back.
-            self.leasing.outcomes.add_release(leased.jid, leased.token)
-            return
-        if ending.group == guard.RELEASED:
-            self.leasing.outcomes.add_release(leased.jid, leased.token)
-            return
-        tail = child.output_tail()
-        message = ending.reason + (f"\n--- last output of the child ---\n{tail}" if tail else "")
-        log.warning("child of job ended: %s jid=%s worker=%s", ending.reason, leased.jid,
-                    self.worker_id)  # fmt: skip
-        self._failure(job, ending.group, message, retry=True, delay=None)
-        if leased.remaining <= 0:
-            tags = {"queue": leased.queue, "klass": leased.klass, "jid": leased.jid,
-                    "attempt": leased.attempt, "worker": self.worker_id}  # fmt: skip
-            # never wait for Sentry here: the loop keeps every lease alive
-            sentry.report(group=ending.group, message=message, tags=tags, flush_s=None)
-
-    def _failure(
-        self, job: Running, group: str, message: str, retry: bool, delay: float | None
+    def _own(
+        self,
+        name: str,
+        work: Awaitable[None],
+        on_error: Callable[[BaseException], events.Event | None] | None = None,
     ) -> None:
-        leased = job.leased
-        log.info("job attempt failed group=%s jid=%s queue=%s worker=%s",
-                 group, leased.jid, leased.queue, self.worker_id)  # fmt: skip
-        if retry:
-            delay_ms = -1 if delay is None else round(max(0.0, delay) * 1000)
-            self.leasing.outcomes.add_retry(leased.jid, leased.token, group, message, delay_ms)
-        else:
-            self.leasing.outcomes.add_fail(leased.jid, leased.token, group, message)
+        """Runs `work` as a task the loop owns. If it raises, that is logged (one line,
+        with the traceback for what is not a runtime error) and becomes an event."""
 
-    def changed(self) -> None:
-        self.event.set()
+        async def owned() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - the boundary of an owned task
+                if not isinstance(err, Error):
+                    self._unexpected(name.split("#", maxsplit=1)[0], err)
+                event = on_error(err) if on_error else None
+                if event is not None:
+                    self.post(event)
 
-    # --- renewing leases ----------------------------------------------------------
+        task = asyncio.get_running_loop().create_task(owned(), name=name)
+        self.tasks[name] = task
+        task.add_done_callback(lambda t: self._disown(name, t))
 
-    def _held(self) -> list[Running | Pending]:
-        held: list[Running | Pending] = []
-        for child in self.pool.busy():
-            held += [child.job, *child.queued] if child.job else []
-        return held + list(self.leasing.buffer) + self.leasing.timed
-
-    async def _renew_forever(self) -> None:
-        while True:
-            held = self._held()
-            # renew when the oldest lease is a third gone
-            due = min((renew_due(h) for h in held), default=None)
-            if due is None or due > time.monotonic():
-                timeout = None if due is None else due - time.monotonic()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.renew_event.wait(), timeout)
-                self.renew_event.clear()
-                continue
-            result = await self.leasing.renew({h.leased.jid: h.leased.token for h in held})
-            if result is None:
-                continue  # the guards stop jobs whose lease can no longer be trusted
-            sent_at, lost = result
-            for entry in held:
-                jid = entry.leased.jid
-                if jid in lost:
-                    self._lost(entry)
-                else:
-                    entry.lease_until = sent_at + entry.leased.lease_s
-                    entry.renewed = True
-                    if isinstance(entry, Running):
-                        self._tell_lease(entry)
-            self.event.set()
-
-    def _tell_lease(self, job: Running) -> None:
-        for child in self.pool.busy():
-            if child.holds(job):
-                deadline = job.lease_until - safety_margin(job.leased.lease_s)
-                child.send(protocol.Lease(job.leased.jid, deadline))
-
-    def _lost(self, entry: Running | Pending) -> None:
-        if isinstance(entry, Pending):
-            with contextlib.suppress(ValueError):
-                self.leasing.buffer.remove(entry)
-            with contextlib.suppress(ValueError):
-                self.leasing.timed.remove(entry)
+    def _unexpected(self, name: str, err: BaseException) -> None:
+        """A task ended with an error runtime does not know: logged with its traceback
+        once a minute per task, counted in between (a bug must not flood the log)."""
+        now = time.monotonic()
+        last, count = self.unexpected.get(name, (-UNEXPECTED_LOG_EVERY_S, 0))
+        if now - last < UNEXPECTED_LOG_EVERY_S:
+            self.unexpected[name] = (last, count + 1)
             return
-        entry.lost = True
-        for child in self.pool.busy():
-            if child.job is entry:
-                child.kill_for(reasons.Ending(guard.LOST, "its lease was lost"))
-            elif child.holds(entry) and not entry.withdrawing:  # pipelined: not started yet
-                entry.withdrawing = True
-                child.send(protocol.Withdraw(entry.leased.jid))
+        more = f" ({count} more times since the last line)" if count else ""
+        log.error("task %s ended unexpectedly%s worker=%s", name, more, self.worker_id,
+                  exc_info=err)  # fmt: skip
+        self.unexpected[name] = (now, 0)
 
-    # --- status -------------------------------------------------------------------
+    def _disown(self, name: str, task: asyncio.Task[None]) -> None:
+        if self.tasks.get(name) is task:
+            del self.tasks[name]
+        self.woken.set()
 
-    def _describe(self) -> str:
-        s = self.state
-        flags = [s.mode] if s.mode != "run" else []
-        flags += ["paused"] if s.paused else []
-        queues = ",".join(self.worker.queues)
-        text = f"queues={queues} children={len(self.pool.children)}/{s.target}"
-        text += f" busy={len(self.pool.busy())}"
-        return text + (f" [{' '.join(flags)}]" if flags else "")
+    def _unique(self, name: str) -> str:
+        self.counter += 1
+        return f"{name}#{self.counter}"
 
-    # --- the loop -----------------------------------------------------------------
+    # --- carrying out the book's actions ----------------------------------------------
 
-    def _next_wait(self) -> float | None:
-        """How long the loop may sleep without news (None: until woken)."""
+    def _carry_out(self, actions: list[events.Action]) -> None:
+        doers: dict[type, Callable[[Any], None]] = {
+            events.Post: lambda a: self.processes.send(a.index, a.message),
+            events.Exchange: lambda a: self._own(
+                "exchange", self._exchange(a), self._exchange_failed(a)
+            ),
+            events.Renew: lambda a: self._own("renew", self._renew(a), self._renew_failed(a)),
+            events.Kill: lambda a: self.processes.kill(a.index, a.signal),
+            events.Spawn: lambda a: self._own(self._unique("spawn"), self.processes.spawn(a.index)),
+            events.Wait: lambda a: self._own("wait", self._wait(), self._wait_failed()),
+            events.StopWaiting: lambda a: self._cancel("wait"),
+            events.GiveBack: lambda a: self._own(
+                self._unique("give-back"), self.client.give_back(a.key)
+            ),
+            events.ReplaceServer: lambda a: self._own("replace", self._replace()),
+            events.Extend: lambda a: self._extend(a.low),
+            events.Register: lambda a: self._own("register", self._register(a.concurrency)),
+            # never waits for Sentry: leases must go on
+            events.ReportFailure: lambda a: sentry.report(
+                group=a.group, message=a.message, tags=a.tags, flush_s=None
+            ),
+        }
+        for action in actions:
+            doers[type(action)](action)
+        self.processes.flush()
+
+    def _cancel(self, name: str) -> None:
+        if (task := self.tasks.get(name)) is not None:
+            task.cancel()
+
+    async def _exchange(self, action: events.Exchange) -> None:
+        done = await self.client.exchange(
+            action.outcomes, action.pop, list(action.queues), self.worker.order, AHEAD_S,
+            outage_ms=action.outage_ms,
+        )  # fmt: skip
+        self.post(events.Exchanged(
+            action.outcomes, action.pop, done.states, done.popped, done.sent_at, time.monotonic(),
+            done.unsent,
+        ))  # fmt: skip
+        if done.popped is not None and done.popped.jobs:
+            self._fit_timeout(min(j.lease_s for j in done.popped.jobs))
+
+    def _exchange_failed(self, action: events.Exchange) -> Callable[[BaseException], events.Event]:
+        sent = time.monotonic()
+        return lambda err: events.ExchangeFailed(action.outcomes, condition_of(err), str(err), sent)
+
+    async def _renew(self, action: events.Renew) -> None:
+        done = await self.client.heartbeat(action.leases, outage_ms=action.outage_ms)
+        self.post(events.Renewed(action.leases, frozenset(done.lost), done.sent_at))
+
+    def _renew_failed(self, action: events.Renew) -> Callable[[BaseException], events.Event]:
+        sent = time.monotonic()
+        return lambda err: events.RenewFailed(action.leases, condition_of(err), str(err), sent)
+
+    async def _wait(self) -> None:
+        got = await self.client.wait_for_work(list(self.worker.queues), self.wait_s)
+        if got is None:
+            self.post(events.WaitEnded())
+            return
+        key, value = got
+        own = key == self.client.keys.worker_wake(self.worker_id)
+        handed = None
+        if own and value.startswith(b"{"):
+            try:
+                handed = ops.handed(value)
+            except CorruptReply as err:
+                log.error("a job handed to this master does not decode, left to its lease: "
+                          "%s worker=%s", err, self.worker_id)  # fmt: skip
+        self.post(events.WaitEnded(handed, key, own))
+
+    def _wait_failed(self) -> Callable[[BaseException], events.Event]:
+        sent = time.monotonic()
+        return lambda err: events.WaitFailed(condition_of(err), str(err), sent)
+
+    async def _register(self, concurrency: int) -> None:
+        try:
+            await self.client.register(
+                host=socket.gethostname(), pid=os.getpid(), queues=list(self.worker.queues),
+                concurrency=concurrency, started_ms=self.started_ms,
+            )  # fmt: skip
+        except Error as err:  # shown by `runtime workers` only: not worth more
+            log.debug("could not register: %s worker=%s", err, self.worker_id)
+
+    async def _replace(self) -> None:
+        try:
+            generation = await self.processes.replace()
+        except Error as err:
+            log.error("HUP: could not start a new fork server, keeping the old one: %s", err)
+            return
+        self.post(events.ServerReplaced(generation))
+
+    def _extend(self, low: dict[str, Any]) -> None:
+        """A cron recurrence runs low on ticks: compute more (one task per recurrence)."""
+        name = f"extend:{low['id']}"
+        if name in self.tasks:
+            return
+
+        async def extend() -> None:
+            try:
+                await self.client.extend_recurrence(low["id"], low["cron"], low["tz"], low["after"])
+            except Error as err:
+                log.warning("could not extend recurrence id=%s: %s", low["id"], err)
+
+        self._own(name, extend())
+
+    def _fit_timeout(self, lease_s: float) -> None:
+        """A half-open connection must be noticed within a third of a lease: commands
+        time out then, and an idle master's blocking read (a connection that may die
+        silently) is renewed at least that often, or every IDLE_WAIT_S."""
+        self.client.set_command_timeout(min(5.0, max(0.2, lease_s / 3)))
+        self.wait_s = min(IDLE_WAIT_S, max(1.0, lease_s / 3))
+
+    async def _fit_timeout_to_settings(self) -> None:
+        """The shortest lease of our queues, from the shared settings, before any pop."""
+        setting = config.SHARED["heartbeat"]
+        lengths = []
+        for name in ["heartbeat", *(f"{q}-heartbeat" for q in self.worker.queues)]:
+            raw = await self.client.setting(name)
+            if raw is not None:
+                lengths.append(setting.parse(raw))
+        self._fit_timeout(min(lengths, default=setting.default))
+
+    # --- the loop -------------------------------------------------------------------
+
+    def _pass(self) -> bool:
+        """Applies the queued events, decides, carries out; True if anything happened."""
         now = time.monotonic()
-        dues = [self.status.next_due(now), self.dispatch.next_turn_in(now)]  # STATUS, WATCHDOG,
-        due = min((d for d in dues if d is not None), default=None)  # a job's turn
-        if self.pool.busy() or self.state.mode != "run":
-            return TICK_S if due is None else min(due, TICK_S)
-        return due
-
-    def _done(self) -> bool:
-        return (
-            self.state.mode != "run"
-            and not self.pool.busy()
-            and not self.leasing.buffer
-            and not self.leasing.timed
-            and not len(self.leasing.outcomes)
-        )
-
-    async def _pass(self) -> None:
-        self._apply_intents()
-        if not self._accepting() and self.leasing.registered:
-            await self.leasing.exchange(0, False)  # no handoffs from now: before STATUS says so
-        now = time.monotonic()
-        if now - self.last_check >= TICK_S:
-            self.last_check = now
-            guard.check(self.pool.busy(), self.worker, self.state.deadline)
-            self.dispatch.withdraw(now, everything=self.state.mode != "run")
-        await self.pool.reconcile(self.state.target, running=self.state.mode == "run")
-        if self._accepting():
-            self.dispatch.hand_out(now)
-        self.status.show(self._describe(), now)
+        busy = bool(self.events)
+        while self.events:
+            self.book.apply(self.events.popleft(), now)
+        self.processes.check_frames(now)
+        wanted = self.book.rss_wanted()
+        if wanted and now - self.book.checked_at >= TICK_S:
+            self.book.apply(events.Rss(self.processes.rss(wanted)), now)
+        self.book.step(now)
+        actions = self.book.take_actions()
+        self._carry_out(actions)
+        self._watch_sizes()
+        self._watch_cancels()
+        self.status.show(self.book.describe(), now)
+        return busy or bool(actions)
 
     async def _loop(self) -> None:
         while True:
-            await self._pass()
-            if self._done():
+            active = self._pass()
+            if self.book.done(time.monotonic()):
                 return
-            accepting = self._accepting()
-            delay = self.leasing.next_exchange(self.room(), accepting, self.dispatch.urgent())
-            if delay == 0:
-                await self.leasing.exchange(self.room(), accepting)
-                self.renew_event.set()
-                if self._accepting():
-                    self.dispatch.hand_out(time.monotonic())
+            if self.events:
                 continue
-            self.leasing.wait_for_work(accepting)
-            waits = [w for w in (delay, self._next_wait()) if w is not None]
+            now = time.monotonic()
+            waits = [
+                w for w in (self.book.next_wake(now), self.status.next_due(now)) if w is not None
+            ]
+            timeout = min(waits) if waits else None
+            if timeout is not None and not active:
+                timeout = max(timeout, MIN_PASS_S)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.event.wait(), min(waits) if waits else None)
-            self.event.clear()
+                await asyncio.wait_for(self.woken.wait(), timeout)
+            self.woken.clear()
+
+    def _watch_sizes(self) -> None:
+        if "sizes" not in self.tasks and self.book.link.up:
+            watch = SizeWatch(self.client, list(self.worker.queues), self.worker_id)
+            self._own("sizes", watch.run())
+
+    def _watch_cancels(self) -> None:
+        """Listens for cancels of jobs we hold (while Redis answers; started again)."""
+        if "cancels" not in self.tasks and self.book.link.up and not self.cancels_failing():
+            self._own("cancels", self._cancels(), self._cancels_failed)
+
+    async def _cancels(self) -> None:
+        try:
+            async for jid in self.client.cancellations():
+                self.post(events.Cancelled(jid))
+        finally:
+            self.cancels_failed_at = time.monotonic()  # ended: listened again after a pause
+
+    def _cancels_failed(self, err: BaseException) -> None:
+        self.cancels_failed_at = time.monotonic()  # listened again after a pause
+        log.debug("listening for cancels failed: %s worker=%s", err, self.worker_id)
+
+    def cancels_failing(self) -> bool:
+        return time.monotonic() - self.cancels_failed_at < CANCELS_PAUSE_S
+
+    async def _start(self) -> None:
+        """Reaches Redis and starts the children; returns once they are ready."""
+        await self.client.connect()
+        await self._fit_timeout_to_settings()
+        self._watch_cancels()  # subscribed while the children start, before READY
+        await self.processes.start()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self.book.ready():
+            if self.book.start_failure is not None:
+                raise ConfigError(f"children cannot start: {self.book.start_failure}")
+            if time.monotonic() > deadline:
+                raise Error("children did not start in time")
+            self.book.step(time.monotonic())
+            self._carry_out(self.book.take_actions())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.woken.wait(), 0.05)
+            self.woken.clear()
+            now = time.monotonic()
+            while self.events:
+                self.book.apply(self.events.popleft(), now)
 
     async def run(self) -> int:
         """Runs until a stop signal; returns the process exit code."""
         loop = asyncio.get_running_loop()
         for sig, intent in SIGNALS.items():
-            loop.add_signal_handler(sig, self._intend, intent)
+            loop.add_signal_handler(sig, self.post, events.Signalled(intent))
         sentry.init(self.settings.sentry_dsn, server_name=self.worker_id)
         try:
-            await self.client.ping()
-            await self.client.load_scripts()
-        except (redis.exceptions.RedisError, OSError) as err:
-            raise Error(f"cannot reach Redis: {err}") from err
-        await self.pool.start(self.state.target)
-        log.info("master ready queues=%s children=%d worker=%s", ",".join(self.worker.queues),
-                 len(self.pool.children), self.worker_id)  # fmt: skip
-        self.notifier.ready(self._describe())
-        tasks = [
-            loop.create_task(self._renew_forever()),
-            loop.create_task(
-                SizeWatch(self.client, list(self.worker.queues), self.worker_id).run()
-            ),
-        ]
-        try:
+            await self._start()
+            log.info("master ready queues=%s children=%d worker=%s", ",".join(self.worker.queues),
+                     len(self.book.slots), self.worker_id)  # fmt: skip
+            self.notifier.ready(self.book.describe())
             await self._loop()
         finally:
             self.notifier.stopping("stopping")
-            for task in tasks:
-                task.cancel()
             await self._shut_down()
         return 0
 
     async def _shut_down(self) -> None:
-        self.leasing.stop_waiting()
-        await self.pool.close()
+        for task in list(self.tasks.values()):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        await self.processes.close()
         if sentry.enabled():  # events not sent yet: a bounded wait, off the loop
             await asyncio.to_thread(sentry.flush, SENTRY_FLUSH_S)
         try:
             held = await asyncio.wait_for(self.client.forget(list(self.worker.queues)), 1.0)
             if held:
                 log.warning("exiting with %d jobs still leased worker=%s", held, self.worker_id)
-        except (TimeoutError, redis.exceptions.RedisError, OSError) as err:
-            log.warning("could not say goodbye to Redis: %s", err)
+        except (TimeoutError, Error) as err:
+            log.warning("could not say goodbye to Redis: %s worker=%s", err, self.worker_id)
         await self.client.close()
         log.info("master stopped worker=%s", self.worker_id)

@@ -1,19 +1,37 @@
-"""Why a child ended, in words a person can read, and the failure group it files under."""
+"""Why a child ended, in words a person can read, the failure group it files
+under, and what becomes of its job (its `Fate`)."""
 
 from __future__ import annotations
 
+import enum
 import signal
 from dataclasses import dataclass
 
 from runtime.children import child
 
-FENCED = "runtime.LeaseExpired"  # a child that stopped itself: its lease ran out
+
+class Fate(enum.Enum):
+    """What becomes of the job of a child that ended."""
+
+    FAILED = "failed"  # the attempt failed: retried, or failed for good, with group and reason
+    RELEASED = "released"  # not the job's doing: back to its queue, no retry spent
+    DROPPED = "dropped"  # its lease is gone: nothing of ours to report
 
 
 @dataclass(frozen=True)
 class Ending:
     group: str
     reason: str
+    fate: Fate = Fate.FAILED
+
+
+FENCED = Ending(
+    "runtime.LeaseExpired", "stopped itself: its lease was not renewed in time", Fate.RELEASED
+)
+UNRENEWED = Ending("runtime.LeaseExpired", "its lease could not be renewed in time", Fate.RELEASED)
+LOST = Ending("runtime.LeaseLost", "its lease was lost", Fate.DROPPED)
+SHUTDOWN = Ending("runtime.Released", "given back at shutdown", Fate.RELEASED)
+CANCELLED = Ending("runtime.Cancelled", "cancelled", Fate.DROPPED)
 
 
 def signal_name(number: int) -> str:
@@ -32,7 +50,7 @@ def of_exit(code: int | None, sig: int | None, *, cpu_limit_s: float | None = No
             return Ending("runtime.CPULimit", f"killed by signal {sig} ({limit})")
         return Ending("runtime.ChildCrashed", f"killed by signal {sig} ({name})")
     if code == child.EXIT_FENCED:
-        return Ending(FENCED, "stopped itself: its lease was not renewed in time")
+        return FENCED
     if code == child.EXIT_SANDBOX:
         return Ending("runtime.SandboxError", "could not build its sandbox (see the master's log)")
     if code == child.EXIT_TERMINATED:

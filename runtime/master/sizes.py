@@ -11,8 +11,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import redis
-
 from runtime import config
 from runtime.errors import Error
 from runtime.queue.aio import AsyncClient
@@ -37,7 +35,7 @@ class SizeWatch:
             await asyncio.sleep(min(CHECK_EVERY_S, every_s))
             try:
                 counts = await self.client.counts(self.queues)
-            except (redis.exceptions.RedisError, OSError, Error):
+            except Error:
                 continue
             self.check(counts, every_s, time.monotonic())
 
@@ -45,11 +43,9 @@ class SizeWatch:
         """The `size-warning-every` setting (its default if unset or unreadable)."""
         setting = config.SHARED[INTERVAL]
         try:
-            raw = await self.client.redis.hget(self.client.keys.key("config"), INTERVAL)
-            if raw is None:
-                return setting.default
-            return setting.parse(raw.decode() if isinstance(raw, bytes) else str(raw))
-        except (redis.exceptions.RedisError, OSError, Error):
+            raw = await self.client.setting(INTERVAL)
+            return setting.default if raw is None else setting.parse(raw)
+        except Error:
             return setting.default
 
     def check(self, counts: Mapping[str, Mapping[str, Any]], every_s: float, now: float) -> None:

@@ -1,39 +1,57 @@
 """A child's sandbox, built right after fork in a fixed order of small steps:
-workdir, rlimits, groups, gid, uid, no-new-privileges, parent-death signal.
-Each step succeeds or raises SandboxError(step, cause).
+oom score, workdir, rlimits, groups, gid, uid, capabilities, no-new-privileges,
+parent-death signal. Each step succeeds or raises SandboxError(step, cause).
 
-Also here: what a child does around each job (empty the workdir, kill any
-process the job left behind) and what it must not inherit (file descriptors,
-secrets in the environment).
+Also here: what a child does around each job (its CPU budget, empty the
+workdir, kill any process the job left behind), what it must not inherit (file
+descriptors, secrets in the environment), and finding a process's children.
 """
 
 from __future__ import annotations
 
 import contextlib
 import grp
+import math
 import os
 import pwd
+import re
 import resource
 import shutil
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from runtime.config import CHILD_MARKER
 from runtime.errors import SandboxError
 from runtime.sandbox.prctl import (
+    CAP_SYS_RESOURCE,
     PR_SET_CHILD_SUBREAPER,
     PR_SET_NO_NEW_PRIVS,
     PR_SET_PDEATHSIG,
+    drop_capability,
     prctl,
 )
 
 T = TypeVar("T")
 MIB = 1024 * 1024
-# Environment variables a child must not see (names, and names containing these words).
-SECRET_NAMES = frozenset({"REDIS_URL", "SENTRY_DSN", "RUNTIME_CONFIG"})
-SECRET_WORDS = ("PASSWORD", "PASSWD", "SECRET", "TOKEN", "CREDENTIAL", "API_KEY", "DSN")
+# Environment variables a child must not see, unless the worker names them (--env):
+# these names, names containing these words, and values holding a password.
+SECRET_NAMES = frozenset({"REDIS_URL", "SENTRY_DSN", "RUNTIME_CONFIG", "MYSQL_PWD"})
+SECRET_WORDS = ("PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "TOKEN", "CREDENTIAL",
+                "API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY", "DSN")  # fmt: skip
+# a URL's user:password@ or :password@ (any scheme, also among several URLs in one value)
+URL_PASSWORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]*:[^/?#@\s]*@")
+# password=..., token=... as a URL's query or a key-value DSN ("host=db password=x")
+KEYWORD_SECRET_RE = re.compile(
+    r"(?:^|[?&;,\s])(?:password|passwd|pwd|pass|secret|token|access_token|auth_token"
+    r"|api_key|apikey|client_secret|sig|signature)=[^&;,\s]",
+    re.IGNORECASE,
+)
+OOM_SCORE_ADJ_ABOVE_MASTER = 500  # children are the OOM killer's first choice, not the master
+OOM_SCORE_ADJ_MAX = 1000
+CPU_GRACE_S = 1  # from SIGXCPU at the soft CPU limit to SIGKILL at the hard one
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,7 @@ class Spec:
     limits: Limits = Limits()
     user: str | None = None
     group: str | None = None
+    oom_score_adj: int | None = None  # None: keep the inherited one
 
 
 def _step(name: str, action: Callable[[], T]) -> T:
@@ -62,16 +81,44 @@ def _step(name: str, action: Callable[[], T]) -> T:
         raise SandboxError(name, err) from err
 
 
-def _ids(spec: Spec) -> tuple[int | None, int | None, str | None]:
-    """(uid, gid, user name) to switch to; None where nothing changes."""
+def identity(user: str | None, group: str | None) -> tuple[int | None, int | None, str | None]:
+    """(uid, gid, user name) to switch to; None where nothing changes. KeyError
+    when the user (a name, or a number without a passwd entry) or the group name
+    is unknown."""
     uid = gid = None
     name = None
-    if spec.user is not None:
-        entry = pwd.getpwnam(spec.user) if not spec.user.isdigit() else pwd.getpwuid(int(spec.user))
+    if user is not None:
+        entry = pwd.getpwnam(user) if not user.isdigit() else pwd.getpwuid(int(user))
         uid, gid, name = entry.pw_uid, entry.pw_gid, entry.pw_name
-    if spec.group is not None:
-        gid = grp.getgrnam(spec.group).gr_gid if not spec.group.isdigit() else int(spec.group)
+    if group is not None:
+        gid = grp.getgrnam(group).gr_gid if not group.isdigit() else int(group)
     return uid, gid, name
+
+
+def oom_score_adj_for_children(master_pid: int) -> int:
+    """The master's oom_score_adj (ours if it cannot be read) raised by
+    OOM_SCORE_ADJ_ABOVE_MASTER, at most OOM_SCORE_ADJ_MAX."""
+    try:
+        base = _read_oom_score_adj(f"/proc/{master_pid}/oom_score_adj")
+    except (OSError, ValueError):
+        base = _read_oom_score_adj("/proc/self/oom_score_adj")
+    return min(OOM_SCORE_ADJ_MAX, base + OOM_SCORE_ADJ_ABOVE_MASTER)
+
+
+def _read_oom_score_adj(path: str) -> int:
+    with open(path, "rb") as fh:
+        return int(fh.read())
+
+
+def _oom_score(wanted: int) -> None:
+    """Raising our own score needs no privilege; if it cannot be lowered to
+    `wanted` (set lower meanwhile), a score already at least that high will do."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write(str(wanted))
+    except PermissionError:
+        if _read_oom_score_adj("/proc/self/oom_score_adj") < wanted:
+            raise
 
 
 def _workdir(spec: Spec, uid: int | None, gid: int | None) -> None:
@@ -101,8 +148,11 @@ def _parent_death_signal(parent_pid: int) -> None:
 
 
 def enter(spec: Spec, parent_pid: int) -> None:
-    """Builds the sandbox in the calling (freshly forked) process."""
-    uid, gid, name = _step("identity", lambda: _ids(spec))
+    """Builds the sandbox in the calling (freshly forked, single-threaded) process."""
+    wanted_oom = spec.oom_score_adj
+    if wanted_oom is not None:  # before the uid changes: /proc/self is then root's
+        _step("oom-score", lambda: _oom_score(wanted_oom))
+    uid, gid, name = _step("identity", lambda: identity(spec.user, spec.group))
     _step("workdir", lambda: _workdir(spec, uid, gid))
     _step("rlimits", lambda: _rlimits(spec.limits))
     if uid is not None and name is not None:
@@ -113,6 +163,8 @@ def enter(spec: Spec, parent_pid: int) -> None:
         _step("gid", lambda: os.setgid(gid))
     if uid is not None:
         _step("uid", lambda: os.setuid(uid))
+    # no job may raise a hard limit (CPU, memory, files, processes), even as root
+    _step("capabilities", lambda: drop_capability(CAP_SYS_RESOURCE))
     _step("no-new-privileges", lambda: prctl(PR_SET_NO_NEW_PRIVS, 1))
     _step("parent-death-signal", lambda: _parent_death_signal(parent_pid))
 
@@ -138,7 +190,7 @@ def kill_leftovers(max_rounds: int = 50) -> int:
         return 0
     me, killed = os.getpid(), 0
     for _ in range(max_rounds):
-        kids = _children_of(me)
+        kids = children_of(me)
         if not kids:
             break
         for pid in kids:
@@ -150,8 +202,9 @@ def kill_leftovers(max_rounds: int = 50) -> int:
     return killed
 
 
-def _children_of(parent: int) -> list[int]:
-    """Our child processes: from /proc/<pid>/task/*/children (cheap), else a /proc scan."""
+def children_of(parent: int) -> list[int]:
+    """The child processes of `parent` (zombies too): from /proc/<pid>/task/*/children
+    (cheap), else a /proc scan."""
     try:
         kids: list[int] = []
         for task in os.listdir(f"/proc/{parent}/task"):
@@ -204,13 +257,24 @@ def empty(workdir: Path, *, create: bool = True) -> None:
                 os.unlink(entry.path)
 
 
-def clean_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment without Redis URLs, DSNs, passwords, tokens and the like."""
-    return {
-        k: v
-        for k, v in env.items()
-        if k not in SECRET_NAMES and not any(word in k.upper() for word in SECRET_WORDS)
-    }
+def clean_environment(env: Mapping[str, str], keep: Iterable[str] = ()) -> dict[str, str]:
+    """The environment of a worker's children: `env` without Redis URLs, DSNs,
+    passwords, tokens and the like (what `looks_secret`), except the variables
+    named in `keep` (`--env`), whatever they look like; plus RUNTIME_CHILD=1
+    (config.CHILD_MARKER), so code in a job knows it holds no Redis connection."""
+    kept = frozenset(keep)
+    clean = {k: v for k, v in env.items() if k in kept or not looks_secret(k, v)}
+    clean[CHILD_MARKER] = "1"
+    return clean
+
+
+def looks_secret(name: str, value: str) -> bool:
+    """Whether a variable may hold a credential: by its name (REDIS_URL, *TOKEN*,
+    *PASSWORD* ...) or its value (a URL with a password, `password=...`)."""
+    upper = name.upper()
+    if upper in SECRET_NAMES or any(word in upper for word in SECRET_WORDS):
+        return True
+    return bool(URL_PASSWORD_RE.search(value) or KEYWORD_SECRET_RE.search(value))
 
 
 def keep_only_fds(keep: set[int]) -> None:
@@ -234,12 +298,48 @@ def cpu_seconds_used() -> float:
 
 
 def limit_cpu_for_next_job(seconds: float | None) -> None:
-    """RLIMIT_CPU counts a process's whole life: move the soft limit to now + seconds."""
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    """RLIMIT_CPU counts a process's whole life: the soft limit goes to the CPU used
+    so far plus `seconds`, rounded up to a whole second (SIGXCPU there), the hard
+    one CPU_GRACE_S later (SIGKILL there, for a job that ignores SIGXCPU or raised
+    its soft limit). Without CAP_SYS_RESOURCE (dropped by the sandbox) neither
+    the job nor the child can raise the hard limit again, so a child runs one job
+    under a CPU limit (WorkerSettings makes max_jobs_per_child 1); if it ever ran
+    a second, that job would get what is left of the first one's budget."""
+    soft_now, hard = resource.getrlimit(resource.RLIMIT_CPU)
     if seconds is None:
-        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+        if soft_now != hard:
+            resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
         return
-    soft = int(cpu_seconds_used() + seconds) + 1
+    soft = math.ceil(cpu_seconds_used() + seconds)
+    new_hard = soft + CPU_GRACE_S
     if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        new_hard = min(new_hard, hard)
+        soft = min(soft, new_hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, new_hard))
+
+
+def cpu_seconds_of(pid: int) -> float | None:
+    """CPU seconds a process (also a zombie not yet reaped) has used itself, its
+    children not counted; None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # state ppid ... utime(11) stime(12)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_hard_limit_of(pid: int) -> int | None:
+    """The hard RLIMIT_CPU of a process (also a zombie not yet reaped, and one of
+    another user: /proc/<pid>/limits is readable by all), in seconds; None when
+    unlimited or unknown."""
+    try:
+        with open(f"/proc/{pid}/limits", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Max cpu time "):
+                    hard = line.split()[4]
+                    return None if hard == b"unlimited" else int(hard)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

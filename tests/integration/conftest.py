@@ -11,7 +11,10 @@ import pytest
 
 from runtime import Client
 from runtime.queue.embedded import ServerProcess
+from tests.support import redis_faults
+from tests.support.fault_run import FaultRun
 from tests.support.master import MasterProcess
+from tests.support.proxy import Proxy
 
 StartMaster = Callable[..., MasterProcess]
 
@@ -39,3 +42,25 @@ def start_master(
     yield start
     for master in masters:
         master.close()
+
+
+@pytest.fixture
+def own() -> Iterator[ServerProcess]:
+    """A redis-server of the test's own (the fault tests change its state)."""
+    with redis_faults.private_server() as server:
+        yield server
+
+
+@pytest.fixture
+def own_proxy(own: ServerProcess) -> Iterator[Proxy]:
+    """The TCP proxy in front of the test's own server."""
+    with Proxy(str(own.socket)) as running:
+        yield running
+
+
+@pytest.fixture
+def run(own: ServerProcess, workdir: Path) -> Iterator[FaultRun]:
+    """Masters, jobs and a ledger of attempts on the test's own server."""
+    fault_run = FaultRun(own, workdir)
+    yield fault_run
+    fault_run.close()

@@ -22,8 +22,10 @@ class MasterProcess:
     def __init__(
         self, server: ServerProcess, namespace: str, workdir: Path, queues: str, *args: str,
         modules: tuple[str, ...] = ("tests.integration.jobs",), env: dict[str, str] | None = None,
+        url: str | None = None,
     ) -> None:  # fmt: skip
         self.server = server
+        self.url = url or server.url  # e.g. a fault proxy's in front of the server
         self.namespace = namespace
         self.workdir = workdir
         self.argv = [sys.executable, "-m", "runtime", "worker", *modules, "--queues", queues, *args]
@@ -37,7 +39,7 @@ class MasterProcess:
         self.notify.setblocking(False)
 
     def start(self, ready: bool = True) -> MasterProcess:
-        env = {**os.environ, "REDIS_URL": self.server.url, "RUNTIME_NAMESPACE": self.namespace,
+        env = {**os.environ, "REDIS_URL": self.url, "RUNTIME_NAMESPACE": self.namespace,
                "NOTIFY_SOCKET": str(self.notify_path), "RUNTIME_STATE_DIR": str(self.workdir),
                **self.extra_env}  # fmt: skip
         with self.log_path.open("ab") as log:

@@ -1,4 +1,4 @@
-"""The master's side of a fork server (runtime.children.forkserver).
+"""The master's side of a fork server (runtime.children.forkserver): `Spawner`.
 
 Starting one runs a fresh interpreter that imports the job modules; spawning
 hands it the child's ends of a socket pair (messages) and a pipe (stdout and
@@ -28,7 +28,7 @@ START_TIMEOUT_S = 120.0
 ExitCallback = Callable[[int, int | None, int | None], None]  # pid, code, signal
 
 
-class ForkServer:
+class Spawner:
     def __init__(self, config: dict[str, Any], env: dict[str, str], on_exit: ExitCallback) -> None:
         self.config = config
         self.env = env

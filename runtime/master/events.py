@@ -1,0 +1,241 @@
+"""The book's vocabulary: the events that come into it and the actions that come
+out. Events are put on the master's one queue by its sources (child sockets,
+the fork server, Redis calls, the handoff waiter, signals, timers); actions are
+carried out by the loop (master.py). All are frozen plain values.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.children import protocol
+from runtime.queue.aio import Leased, Outcomes, Popped
+
+
+class Intent(enum.Enum):
+    """What a signal asks of the master (the handlers record only this)."""
+
+    DRAIN = "drain"  # TERM, INT
+    FINISH = "finish"  # QUIT
+    KILL_JOBS = "kill-jobs"  # USR1
+    PAUSE = "pause"  # USR2
+    RESUME = "resume"  # CONT
+    REPLACE = "replace"  # HUP
+    GROW = "grow"  # TTIN
+    SHRINK = "shrink"  # TTOU
+
+
+# --- events -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Signalled:
+    intent: Intent
+
+
+@dataclass(frozen=True)
+class ChildSpawned:
+    index: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class SpawnFailed:
+    index: int
+    error: str
+
+
+@dataclass(frozen=True)
+class ChildSaid:
+    """A message from a child's socket."""
+
+    index: int
+    pid: int
+    message: protocol.Message
+    output: str = ""  # with done or failed: the last of the job's output (job.output)
+
+
+@dataclass(frozen=True)
+class ChildBroke:
+    """A child broke the protocol (a bad or incomplete frame)."""
+
+    index: int
+    pid: int
+    error: str
+
+
+@dataclass(frozen=True)
+class ChildExited:
+    index: int
+    pid: int
+    code: int | None
+    signal: int | None
+    tail: str  # the last of its output, to explain a crash
+
+
+@dataclass(frozen=True)
+class Exchanged:
+    """An exchange came back: the reports' states, and what the pop leased."""
+
+    outcomes: Outcomes
+    asked: int | None  # how many jobs the pop asked for (None: no pop)
+    states: dict[str, Any]  # jid -> state, or the runtime.errors.Error refusing it
+    popped: Popped | None
+    sent_at: float  # monotonic, when the request went out (after connecting)
+    received_at: float
+    unsent: Outcomes | None = None  # reports Redis refused for now (sent again)
+
+
+@dataclass(frozen=True)
+class ExchangeFailed:
+    outcomes: Outcomes  # not sent (or not known to be): they go again
+    condition: str  # why, in one word (runtime.errors.RedisTransient conditions, "error")
+    detail: str
+    sent_at: float
+
+
+@dataclass(frozen=True)
+class Renewed:
+    leases: dict[str, str]  # what was renewed: jid -> token
+    lost: frozenset[str]
+    sent_at: float
+
+
+@dataclass(frozen=True)
+class RenewFailed:
+    leases: dict[str, str]
+    condition: str
+    detail: str
+    sent_at: float
+
+
+@dataclass(frozen=True)
+class WaitEnded:
+    """The idle master's blocking read returned: a job handed to it, a wake-up
+    token (`key` it came from), or nothing (timeout)."""
+
+    handed: Leased | None = None
+    key: str | None = None
+    own: bool = False  # the key is this master's own list
+
+
+@dataclass(frozen=True)
+class WaitFailed:
+    condition: str
+    detail: str
+    sent_at: float
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """A job this master may hold was cancelled (cancel.lua told us)."""
+
+    jid: str
+
+
+@dataclass(frozen=True)
+class ServerReplaced:
+    """HUP: a new fork server (fresh code) is up; `generation` counts them."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class Rss:
+    """Memory of the busy children, read by the loop for the book's checks."""
+
+    by_index: dict[int, int]
+
+
+# --- actions ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spawn:
+    index: int
+
+
+@dataclass(frozen=True)
+class Post:
+    """A message for a child; the loop writes each child's posts at once."""
+
+    index: int
+    message: protocol.Message
+
+
+@dataclass(frozen=True)
+class Kill:
+    index: int
+    signal: int
+
+
+@dataclass(frozen=True)
+class Exchange:
+    outcomes: Outcomes
+    pop: int | None  # None: no pop; 0: only learn when something comes due
+    queues: tuple[str, ...]
+    outage_ms: int
+
+
+@dataclass(frozen=True)
+class Renew:
+    leases: dict[str, str]
+    outage_ms: int
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Start the blocking read for work (a job handed to us, or a wake-up token)."""
+
+
+@dataclass(frozen=True)
+class StopWaiting:
+    pass
+
+
+@dataclass(frozen=True)
+class GiveBack:
+    """A wake-up token we cannot use: back to its list for another master."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class ReplaceServer:
+    pass
+
+
+@dataclass(frozen=True)
+class Extend:
+    """A cron recurrence runs low on ticks: compute more."""
+
+    low: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Register:
+    """Tell Redis who this master is and how many children it wants."""
+
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class ReportFailure:
+    """A final failure the master saw (a crash, a limit): to Sentry."""
+
+    group: str
+    message: str
+    tags: dict[str, Any]
+
+
+Event = (
+    Signalled | ChildSpawned | SpawnFailed | ChildSaid | ChildBroke | ChildExited | Exchanged
+    | ExchangeFailed | Renewed | RenewFailed | WaitEnded | WaitFailed | ServerReplaced | Rss
+    | Cancelled
+)  # fmt: skip
+Action = (
+    Spawn | Post | Kill | Exchange | Renew | Wait | StopWaiting | GiveBack | ReplaceServer
+    | Extend | ReportFailure | Register
+)  # fmt: skip

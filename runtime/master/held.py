@@ -1,0 +1,64 @@
+"""A job the master holds, and where it is: the record of the master's book
+(book.py), one per jid from the moment a pop leases it until Redis has taken
+its report. Also the few timings the book's two halves share."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from runtime import config
+from runtime.queue.aio import Leased
+
+FLUSH_AFTER_S = 0.002  # how long a finished job's report may wait for company
+FLUSH_BATCH = 32  # reports that go at once, however young
+AHEAD_S = 0.005  # pops also lease jobs whose turn comes within this: they start on time
+WITHDRAW_AFTER_S = 0.05  # a pipelined job waits about this long at most behind a long one
+HANDOFF_EARLY_S = 0.002  # a job leased before its turn goes to a child this long before it
+TICK_S = 0.1  # how often running jobs are checked (timeouts, memory, leases)
+STOP_REPORT_WAIT_S = 10.0  # stopping with Redis out of reach: the longest wait to report
+
+
+class Where(enum.Enum):
+    BUFFERED = "buffered"
+    TIMED = "timed"
+    PIPELINED = "pipelined"
+    RUNNING = "running"
+    REPORTING = "reporting"
+
+
+class Mode(enum.Enum):
+    RUN = "run"
+    FINISH = "finish"  # QUIT: no new jobs, exit when the running ones are done
+    DRAIN = "drain"  # TERM: as FINISH, but running jobs are given back at the deadline
+
+
+@dataclass
+class Held:
+    """One job this master holds."""
+
+    leased: Leased
+    where: Where
+    lease_until: float  # monotonic: the lease is known to hold until then
+    start_at: float | None = None  # leased before its turn: it starts then
+    renewed: bool = False  # its lease was renewed at least once
+    slot: int | None = None  # the child holding it (pipelined, running)
+    sent_at: float = 0.0  # running: when it started
+    last_sign: float = 0.0  # running: start, or the child's latest heartbeat
+    terminated_at: float | None = None  # SIGTERM sent (timeout)
+    killed_at: float | None = None  # SIGKILL sent: SIGTERM was ignored for the kill grace
+    withdrawing: bool = False  # pipelined, and asked back
+    lost: bool = False  # Redis said its lease is gone
+    cancelled: bool = False  # cancelled while held: nothing of it is reported
+    puts: list[tuple[str, str]] = field(default_factory=list)  # jobs put with its completion
+
+    @property
+    def jid(self) -> str:
+        return self.leased.jid
+
+    def renew_length_s(self) -> float:
+        """The length its next renewal is planned on: a job handed to an idle master
+        has a short first lease (handoff.lua)."""
+        if self.leased.handed and not self.renewed:
+            return min(self.leased.lease_s, config.LIMITS["handoff_lease_s"])
+        return self.leased.lease_s

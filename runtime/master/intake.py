@@ -1,0 +1,186 @@
+"""How jobs come to the master (the third part of `Book`, book.py): exchanges
+that carry the reports out and pop jobs in, in one round trip; jobs handed to an
+idle master while it waited; when to wait, and for how long. Pure, like the
+book: plain values in, actions out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from runtime import config
+from runtime.errors import Error, LeaseLost, NoSuchJob
+from runtime.master import events, reasons
+from runtime.master.held import AHEAD_S, FLUSH_AFTER_S, FLUSH_BATCH, Held, Where
+from runtime.master.link import Link
+from runtime.master.slots import Slot, Slots
+from runtime.queue.aio import Leased, Outcomes
+
+log = logging.getLogger(__name__)
+
+
+class Intake:
+    if TYPE_CHECKING:  # the state lives in Book
+        worker: config.WorkerSettings
+        worker_id: str
+        held: dict[str, Held]
+        buffer: deque[str]
+        timed: list[str]
+        outcomes: Outcomes
+        slots: Slots
+        link: Link
+        queues: list[str]
+        exchanging: bool
+        reports_since: float | None
+        now: float
+        waiting: bool
+        want_work: bool
+        wake_at: float | None
+        registered: bool
+        offset: float | None
+        jobs_seen: int
+        avg_run_s: float
+        start_failure: str | None
+        actions: list[events.Action]
+        cancelled_reports: set[str]
+
+        def accepting(self) -> bool: ...
+        def room(self) -> int: ...
+        def depth(self) -> int: ...
+        def _urgent(self) -> bool: ...
+        def _pipeline_room(self, slot: Slot, depth: int) -> int: ...
+        def _kill(self, slot: Slot, ending: reasons.Ending, sig: int = ...) -> None: ...
+        def _noted(self) -> None: ...
+
+    # --- exchanges: reports out, pops in ----------------------------------------------
+
+    def _exchange_at(self, now: float) -> float | None:
+        """When the next exchange should go (now or earlier: at once; None: nothing).
+        While Redis is out of reach an exchange is the probe, whatever there is to say."""
+        if self.exchanging or (not self.link.up and self.link.probing):
+            return None
+        if not self.link.up:
+            return self.link.retry_at
+        accepting = self.accepting()
+        wants_jobs = accepting and self.want_work and self.room() > 0 and self._urgent()
+        if wants_jobs or (not accepting and self.registered):  # a pop (or an unregistering one)
+            return now
+        if not self.outcomes:
+            return None
+        if len(self.outcomes) >= FLUSH_BATCH or not accepting or self.reports_since is None:
+            return now
+        return self.reports_since + FLUSH_AFTER_S
+
+    def _maybe_exchange(self, now: float) -> None:
+        due = self._exchange_at(now)
+        if due is None or due > now or not self.link.may_call(now):
+            return
+        accepting = self.accepting()
+        count = self.room() if accepting else (0 if self.registered else None)
+        if count is None and not self.outcomes:
+            if self.link.up:
+                return
+            count = 0  # a probe: a pop of nothing still tells whether Redis answers
+        self.exchanging = True
+        outage_ms = self.link.outage_ms(now)
+        self.link.sending()
+        outcomes, self.reports_since = self.outcomes.take(), None
+        self.actions.append(events.Exchange(outcomes, count, self._rotated(), outage_ms))
+
+    def _rotated(self) -> tuple[str, ...]:
+        if self.worker.order == "round-robin" and len(self.queues) > 1:
+            self.queues.append(self.queues.pop(0))
+        return tuple(self.queues)
+
+    def _on_exchanged(self, event: events.Exchanged, now: float) -> None:
+        self.exchanging = False
+        if self.link.succeeded(now, event.sent_at):
+            self.want_work = True
+        unsent = set(_jids(event.unsent)) if event.unsent is not None else set()
+        if event.unsent is not None and len(event.unsent):
+            self.outcomes.merge(event.unsent)
+            self._noted()
+        for jid in _jids(event.outcomes):
+            held = self.held.get(jid)
+            if jid in unsent:
+                continue
+            if held is not None and held.where is Where.REPORTING:
+                del self.held[jid]
+                if held.cancelled:
+                    self.cancelled_reports.add(jid)
+        for jid, state in event.states.items():
+            if jid in self.cancelled_reports:
+                self.cancelled_reports.discard(jid)  # cancelled meanwhile: nothing to say
+            elif isinstance(state, LeaseLost | NoSuchJob):
+                log.warning("report refused with %s, nothing changed jid=%s worker=%s",
+                            type(state).__name__, jid, self.worker_id)  # fmt: skip
+            elif isinstance(state, Error):
+                log.error("report refused: %s jid=%s worker=%s", state, jid, self.worker_id)
+        if event.popped is not None:
+            self._take_popped(event, now)
+
+    def _take_popped(self, event: events.Exchanged, now: float) -> None:
+        popped, asked = event.popped, event.asked
+        assert popped is not None
+        if popped.now_us is not None:  # before the call, so lease ends come out early
+            self.offset = event.sent_at - popped.now_us / 1e6
+        self.registered = bool(asked) and len(popped.jobs) < (asked or 0)
+        self.actions += [events.Extend(low) for low in popped.refill]
+        for jid, why in getattr(popped, "corrupt", []):
+            log.error("a popped job does not decode, left to its lease: %s jid=%s worker=%s",
+                      why, jid, self.worker_id)  # fmt: skip
+        for leased in popped.jobs:
+            if leased.handed:  # handed to us while we waited: its first lease is short
+                self._take_handed(leased)
+            elif leased.start_in_s is None:
+                lease_until = event.sent_at + leased.lease_s
+                self.held[leased.jid] = Held(leased, Where.BUFFERED, lease_until)
+                self.buffer.append(leased.jid)
+            else:  # Redis's clock read in the call: start no earlier than received + wait
+                start_at = event.received_at + leased.start_in_s
+                lease_until = event.sent_at + leased.lease_s
+                self.held[leased.jid] = Held(leased, Where.TIMED, lease_until, start_at)
+                self.timed.append(leased.jid)
+        self.timed.sort(key=lambda jid: self.held[jid].start_at or 0.0)
+        if asked is not None and len(popped.jobs) < max(asked, 1):
+            self.want_work = False
+            wake = popped.wake_in_s
+            self.wake_at = None if wake is None else now + max(0.0, wake - AHEAD_S * 0.6)
+
+    def _take_handed(self, leased: Leased) -> None:
+        """A job handed to this master: its lease runs out at expires_us on Redis's
+        clock, converted with the offset of our last pop (so a job that waited in
+        the socket of a frozen master is stale, and never started)."""
+        if leased.expires_us is None or self.offset is None or not self.accepting():
+            self.outcomes.add_release(leased.jid, leased.token)  # e.g. paused meanwhile
+            self._noted()
+            return
+        lease_until = leased.expires_us / 1e6 + self.offset
+        self.held[leased.jid] = Held(leased, Where.BUFFERED, lease_until)
+        self.buffer.append(leased.jid)
+
+    # --- waiting for work ----------------------------------------------------------
+
+    def _maybe_wait(self) -> None:
+        """Keeps one blocking read for work going while there is room and no work."""
+        want = self.accepting() and self.link.up and not self.want_work and self.room() > 0
+        if want and not self.waiting:
+            self.waiting = True
+            self.actions.append(events.Wait())
+
+    def _on_wait_ended(self, event: events.WaitEnded, now: float) -> None:
+        self.waiting = False
+        if event.handed is not None:
+            self._take_handed(event.handed)
+        elif event.key is not None and not event.own and self.room() == 0:
+            self.actions.append(events.GiveBack(event.key))  # leave it to other masters
+        self.want_work = True
+
+
+def _jids(outcomes: Any) -> list[str]:
+    return [
+        *outcomes.complete, *(r[0] for r in outcomes.retry), *(f[0] for f in outcomes.fail),
+        *outcomes.release,
+    ]  # fmt: skip

@@ -1,0 +1,295 @@
+"""The master's processes: its fork servers and the children they fork, with our
+ends of each child's message socket and output pipe.
+
+This is I/O only. It carries out the book's Spawn, Post and Kill actions and
+puts what happens on the master's event queue: a child forked, a message from
+a child, a broken or incomplete frame, a child's exit (with the tail of its
+output, to explain a crash). It decides nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runtime import config
+from runtime.children import protocol
+from runtime.errors import Error, ProtocolError
+from runtime.master import events
+from runtime.master.output import Output
+from runtime.master.spawner import Spawner
+from runtime.sandbox import sandbox
+
+log = logging.getLogger(__name__)
+
+READ_MAX_BYTES = 1 << 20  # read of a child's output per callback
+DRAIN_MAX_BYTES = 4 << 20  # read at once when a job's outcome comes
+FRAME_TIMEOUT_S = 2.0  # a frame whose bytes do not all arrive within this is a protocol error
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+Post = Callable[[events.Event], None]
+
+
+@dataclass
+class ChildHandle:
+    """Our ends of one child's socket (framed JSON) and output pipe."""
+
+    index: int
+    pid: int
+    sock: socket.socket
+    out_fd: int
+    post: Post
+    server: Spawner
+    output: Output
+    frames: protocol.FrameBuffer = field(default_factory=protocol.FrameBuffer)
+    outbox: bytearray = field(default_factory=bytearray)
+    partial_since: float | None = None  # monotonic: an incomplete frame began arriving
+    broken: bool = False
+
+    def attach(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.sock.setblocking(False)
+        os.set_blocking(self.out_fd, False)
+        loop.add_reader(self.sock.fileno(), self._on_socket)
+        loop.add_reader(self.out_fd, self._on_output)
+
+    def detach(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.sock.fileno() >= 0:
+            loop.remove_reader(self.sock.fileno())
+            loop.remove_writer(self.sock.fileno())
+            self.sock.close()
+        if self.out_fd >= 0:
+            self._on_output()
+            loop.remove_reader(self.out_fd)
+            os.close(self.out_fd)
+            self.out_fd = -1
+
+    def _on_socket(self) -> None:
+        try:
+            data = self.sock.recv(1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # the child is gone; its exit status comes from the fork server
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+            return
+        try:
+            messages = self.frames.feed(data)
+        except ProtocolError as err:
+            self._broke(str(err))
+            return
+        self.partial_since = (
+            (self.partial_since or asyncio.get_running_loop().time())
+            if self.frames.buffer
+            else None
+        )
+        for message in messages:
+            tail = ""
+            if isinstance(message, protocol.Done | protocol.Failed):
+                # the job's end marker went on the pipe before this: read up to it
+                self._on_output(DRAIN_MAX_BYTES)
+                tail = self.output.tail_text()
+            self.post(events.ChildSaid(self.index, self.pid, message, tail))
+
+    def _broke(self, error: str) -> None:
+        if not self.broken:
+            self.broken = True
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+            self.post(events.ChildBroke(self.index, self.pid, error))
+
+    def check_frame(self, now: float) -> None:
+        """An incomplete frame that stalls is a protocol error (the child is killed)."""
+        if self.partial_since is not None and now - self.partial_since > FRAME_TIMEOUT_S:
+            missing = len(self.frames.buffer)
+            self._broke(f"incomplete frame: {missing} bytes came, the rest not in "
+                        f"{FRAME_TIMEOUT_S:g} s")  # fmt: skip
+
+    def _on_output(self, most: int = READ_MAX_BYTES) -> None:
+        """Reads what the child printed (at most `most` bytes a call: a chatty job
+        must not hold up the loop)."""
+        loop = asyncio.get_running_loop()
+        taken = 0
+        while taken < most:
+            try:
+                chunk = os.read(self.out_fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                loop.remove_reader(self.out_fd)
+                return
+            taken += len(chunk)
+            self.output.feed(chunk, loop.time())
+
+    def tail(self, limit: int = 4096) -> str:
+        return self.output.tail_text(limit)
+
+    def queue(self, message: protocol.Message) -> None:
+        self.outbox += protocol.encode(message)
+
+    def flush(self) -> None:
+        if not self.outbox or self.sock.fileno() < 0:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            sent = self.sock.send(self.outbox)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.outbox.clear()
+            return
+        del self.outbox[:sent]
+        if self.outbox:
+            loop.add_writer(self.sock.fileno(), self.flush)
+        else:
+            loop.remove_writer(self.sock.fileno())
+
+    def rss_bytes(self) -> int:
+        try:
+            with open(f"/proc/{self.pid}/statm", "rb") as fh:
+                return int(fh.read().split()[1]) * PAGE
+        except (OSError, ValueError, IndexError):
+            return 0
+
+
+class Processes:
+    def __init__(
+        self, settings: config.Settings, worker: config.WorkerSettings, worker_id: str, post: Post
+    ) -> None:
+        self.settings = settings
+        self.worker = worker
+        self.worker_id = worker_id
+        self.post = post
+        self.handles: dict[int, ChildHandle] = {}  # by pid
+        self.by_index: dict[int, ChildHandle] = {}
+        self.server: Spawner | None = None
+        self.retired: list[Spawner] = []
+        self.generation = 0
+        self.dirty: set[int] = set()  # indexes with posts not yet written
+
+    @property
+    def sandbox_root(self) -> Path:
+        """This worker's sandboxes: one workdir per child slot, removed at exit."""
+        root = self.worker.sandbox_dir or (self.settings.state_dir / "sandboxes")
+        return root / self.worker_id
+
+    def _server_config(self) -> dict[str, object]:
+        w = self.worker
+        return {
+            "modules": list(w.modules),
+            "worker": self.worker_id,
+            "sandbox_root": str(self.sandbox_root),
+            "sys_path": list(sys.path),
+            "sentry_dsn": self.settings.sentry_dsn,
+            "log_level": self.worker.log_level,
+            "user": w.user,
+            "group": w.group,
+            "limits": {
+                "address_space_mib": w.address_space_mib,
+                "open_files": w.open_files,
+                "processes": w.max_processes,
+            },
+        }
+
+    async def _start_server(self) -> Spawner:
+        env = sandbox.clean_environment(os.environ, self.worker.env)
+        server = Spawner(self._server_config(), env, self._on_exit)
+        await server.start()
+        return server
+
+    async def start(self) -> None:
+        self.server = await self._start_server()
+
+    async def replace(self) -> int:
+        """HUP: a new fork server (fresh imports); returns its generation. The old one
+        exits once its last child has."""
+        server = await self._start_server()
+        old, self.server = self.server, server
+        if old is not None:
+            self.retired.append(old)
+            old.retire()
+        self.generation += 1
+        return self.generation
+
+    async def spawn(self, index: int) -> None:
+        """Forks the child of slot `index`; says so (or why not) on the event queue."""
+        try:
+            if self.server is None:
+                raise Error("no fork server")
+            pid, sock, out_fd = await self.server.spawn(index)
+        except (Error, OSError) as err:
+            self.post(events.SpawnFailed(index, str(err)))
+            return
+        output = Output(index, self.worker_id)
+        handle = ChildHandle(index, pid, sock, out_fd, self.post, self.server, output)
+        self.handles[pid] = handle
+        self.by_index[index] = handle
+        handle.attach()
+        self.post(events.ChildSpawned(index, pid))
+
+    def send(self, index: int, message: protocol.Message) -> None:
+        handle = self.by_index.get(index)
+        if handle is not None:
+            handle.queue(message)
+            self.dirty.add(index)
+
+    def flush(self) -> None:
+        for index in self.dirty:
+            handle = self.by_index.get(index)
+            if handle is not None:
+                handle.flush()
+        self.dirty.clear()
+
+    def kill(self, index: int, sig: int) -> None:
+        handle = self.by_index.get(index)
+        if handle is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(handle.pid, sig)
+
+    def rss(self, wanted: list[tuple[int, int]]) -> dict[int, int]:
+        return {i: h.rss_bytes() for i, pid in wanted if (h := self.handles.get(pid))}
+
+    def check_frames(self, now: float) -> None:
+        for handle in self.handles.values():
+            handle.check_frame(now)
+
+    def _on_exit(self, pid: int, code: int | None, sig: int | None) -> None:
+        handle = self.handles.pop(pid, None)
+        if handle is None:
+            return
+        handle.detach()
+        handle.output.summarise()
+        if self.by_index.get(handle.index) is handle:
+            del self.by_index[handle.index]
+        self.post(events.ChildExited(handle.index, pid, code, sig, handle.tail()))
+
+    async def close(self, timeout_s: float = 2.0) -> None:
+        """Stops every child (killing those that do not go in time) and fork server."""
+        for handle in list(self.handles.values()):
+            handle.queue(protocol.Stop())
+            handle.flush()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.handles and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for handle in list(self.handles.values()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(handle.pid, signal.SIGKILL)
+        for server in [*self.retired, self.server]:
+            if server is not None:
+                with contextlib.suppress(Error):
+                    await server.stop(timeout_s=1.0)
+        # every fork server has exited, so every child is dead (parent-death signal)
+        await asyncio.to_thread(shutil.rmtree, self.sandbox_root, ignore_errors=True)

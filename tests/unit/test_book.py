@@ -1,0 +1,354 @@
+"""The master's book, driven with plain values: no Redis, no processes, no clock.
+Each test replays a short timeline of events and checks the actions that come out
+and where each job is."""
+
+from __future__ import annotations
+
+import random
+import signal
+from typing import Any
+
+import pytest
+
+from runtime.children import protocol
+from runtime.config import WorkerSettings
+from runtime.master import events, plan, reasons
+from runtime.master.book import Book
+from runtime.master.held import FLUSH_AFTER_S, TICK_S, Mode, Where
+from runtime.master.slots import CRASHES_BEFORE_PAUSE, SlotState
+from runtime.queue.aio import Leased, Popped
+
+LEASE_S = 3.0
+
+
+def leased(jid: str, *, lease_s: float = LEASE_S, timeout_s: float = 3600, remaining: int = 5,
+           start_in_s: float | None = None) -> Leased:  # fmt: skip
+    return Leased(jid=jid, token=f"tok-{jid}", klass="m:f", queue="q", data={}, attempt=1,
+                  retries=5, remaining=remaining, lease_s=lease_s, timeout_s=timeout_s,
+                  start_in_s=start_in_s)  # fmt: skip
+
+
+class Rig:
+    """A book and a clock, with helpers that play the loop's part."""
+
+    def __init__(self, concurrency: int = 1, **options: Any) -> None:
+        worker = WorkerSettings(modules=("m",), queues=("q",), concurrency=concurrency, **options)
+        self.book = Book(worker, "host-1", random.Random(7))
+        self.now = 1000.0
+        self.pids: dict[int, int] = {}
+
+    def step(self) -> list[events.Action]:
+        self.book.step(self.now)
+        return self.book.take_actions()
+
+    def apply(self, event: events.Event) -> None:
+        self.book.apply(event, self.now)
+
+    def later(self, seconds: float) -> list[events.Action]:
+        self.now += seconds
+        return self.step()
+
+    def start(self) -> None:
+        """Every slot forked and ready."""
+        for action in self.step():
+            if isinstance(action, events.Spawn):
+                self.spawned(action.index)
+        assert self.book.ready()
+
+    def spawned(self, index: int) -> None:
+        pid = 100 + index + 10 * len(self.pids)
+        self.pids[index] = pid
+        self.apply(events.ChildSpawned(index, pid))
+        self.apply(events.ChildSaid(index, pid, protocol.Ready(pid, 1, 1, False)))
+
+    def lease(self, *jobs: Leased, wake_in_s: float | None = None) -> list[events.Action]:
+        """Answers the book's pending exchange with these jobs; returns the next actions."""
+        exchange = only(self.step(), events.Exchange)
+        popped = Popped(list(jobs), wake_in_s, [], None)
+        self.apply(events.Exchanged(
+            exchange.outcomes, exchange.pop, {}, popped, self.now, self.now
+        ))  # fmt: skip
+        return self.step()
+
+    def say(self, index: int, message: protocol.Message) -> None:
+        self.apply(events.ChildSaid(index, self.pids[index], message))
+
+    def exit(self, index: int, code: int | None = None, sig: int | None = None) -> None:
+        self.apply(events.ChildExited(index, self.pids[index], code, sig, "some output"))
+
+    def where(self, jid: str) -> Where | None:
+        held = self.book.held.get(jid)
+        return None if held is None else held.where
+
+
+def only(actions: list[events.Action], kind: type[Any]) -> Any:
+    found = [a for a in actions if isinstance(a, kind)]
+    assert len(found) == 1, f"expected one {kind.__name__} in {actions}"
+    return found[0]
+
+
+def of(actions: list[events.Action], kind: type[Any]) -> list[Any]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def runs(actions: list[events.Action]) -> list[tuple[int, str]]:
+    return [(a.index, a.message.jid) for a in of(actions, events.Post)
+            if isinstance(a.message, protocol.Run)]  # fmt: skip
+
+
+def test_a_leased_job_goes_to_an_idle_child_and_its_completion_is_reported_in_a_batch() -> None:
+    rig = Rig()
+    rig.start()
+    assert runs(rig.lease(leased("a"))) == [(0, "a")]
+    assert rig.where("a") is Where.RUNNING
+    rig.now += 0.01
+    rig.say(0, protocol.Done("a"))
+    assert rig.where("a") is Where.REPORTING
+    rig.book.want_work = False  # the queue is empty: only the report has to go
+    assert not of(rig.step(), events.Exchange), "a report waits a little for company"
+    exchange = only(rig.later(FLUSH_AFTER_S), events.Exchange)
+    assert exchange.outcomes.jids("complete") == ["a"]
+    assert exchange.outcomes.complete["a"][1] == "tok-a"
+    rig.apply(events.Exchanged(exchange.outcomes, exchange.pop, {"a": "complete"}, None,
+                               rig.now, rig.now))  # fmt: skip
+    assert rig.book.held == {}
+
+
+def test_leases_are_renewed_early_and_the_child_learns_the_new_deadline() -> None:
+    rig = Rig()
+    rig.start()
+    rig.lease(leased("a"))
+    assert not of(rig.later(LEASE_S * (plan.RENEW_AFTER - 0.01)), events.Renew)
+    renew = only(rig.later(LEASE_S * 0.02), events.Renew)
+    assert renew.leases == {"a": "tok-a"} and renew.outage_ms == 0
+    rig.apply(events.Renewed(renew.leases, frozenset(), rig.now))
+    lease = only(rig.step(), events.Post).message
+    assert isinstance(lease, protocol.Lease)
+    assert lease.deadline == pytest.approx(plan.stop_before(rig.now + LEASE_S, LEASE_S))
+
+
+def test_a_lease_redis_says_is_lost_kills_its_child_and_nothing_is_reported() -> None:
+    rig = Rig()
+    rig.start()
+    rig.lease(leased("a"))
+    renew = only(rig.later(LEASE_S * 0.3), events.Renew)
+    rig.apply(events.Renewed(renew.leases, frozenset({"a"}), rig.now))
+    assert only(rig.step(), events.Kill).signal == signal.SIGKILL
+    rig.exit(0, sig=9)
+    assert rig.book.held == {} and not rig.book.outcomes
+
+
+def test_a_lease_that_cannot_be_renewed_stops_its_job_before_redis_lets_it_go() -> None:
+    rig = Rig()
+    rig.start()
+    rig.lease(leased("a"))
+    renew = only(rig.later(LEASE_S * 0.3), events.Renew)
+    rig.apply(events.RenewFailed(renew.leases, "timeout", "no answer", rig.now))
+    kills: list[events.Kill] = []
+    while not kills:
+        kills = of(rig.later(TICK_S), events.Kill)
+        for retry in of([*rig.book.take_actions()], events.Renew):
+            rig.apply(events.RenewFailed(retry.leases, "timeout", "no answer", rig.now))
+        if rig.book.renewing:
+            rig.apply(events.RenewFailed({"a": "tok-a"}, "timeout", "no answer", rig.now))
+    assert rig.now >= plan.kill_at(1000.0 + LEASE_S, LEASE_S)
+    assert rig.now < 1000.0 + LEASE_S, "killed before the lease runs out in Redis"
+    rig.exit(0, sig=9)
+    assert rig.book.outcomes.release == {"a": "tok-a"}, "given back, no retry spent"
+
+
+def test_a_write_refusal_shorter_than_half_a_lease_stops_no_job() -> None:
+    rig = Rig()
+    rig.start()
+    rig.lease(leased("a"))
+    refused_until = 1000.0 + LEASE_S * plan.RENEW_AFTER + LEASE_S * 0.5
+    for _ in range(int(LEASE_S * 3 / 0.01)):
+        actions = rig.later(0.01)
+        assert not of(actions, events.Kill)
+        for renew in of(actions, events.Renew):
+            if rig.now < refused_until:
+                rig.apply(events.RenewFailed(renew.leases, "oom", "OOM", rig.now))
+            else:
+                rig.apply(events.Renewed(renew.leases, frozenset(), rig.now))
+    assert rig.where("a") is Where.RUNNING and rig.book.link.up
+
+
+def test_an_idle_master_whose_wait_failed_probes_until_redis_answers() -> None:
+    rig = Rig()
+    rig.start()
+    assert only(rig.lease(wake_in_s=None), events.Wait)
+    rig.apply(events.WaitFailed("busy", "BUSY", rig.now))
+    probe = None
+    while probe is None:
+        probe = next(iter(of(rig.later(0.05), events.Exchange)), None)
+    assert probe.outage_ms > 0
+    rig.apply(events.Exchanged(probe.outcomes, probe.pop, {}, Popped([], None), rig.now, rig.now))
+    assert rig.book.link.up
+
+
+def test_while_redis_is_down_one_probe_at_a_time_carries_the_outage_and_success_ends_it() -> None:
+    rig = Rig()
+    rig.start()
+    exchange = only(rig.step(), events.Exchange)
+    rig.apply(events.ExchangeFailed(exchange.outcomes, "busy", "BUSY", rig.now))
+    assert not rig.book.link.up
+    assert not of(rig.step(), events.Exchange), "backs off"
+    probe = None
+    while probe is None:
+        probe = next(iter(of(rig.later(0.01), events.Exchange)), None)
+    assert probe.outage_ms > 0
+    assert not of(rig.later(1.0), events.Exchange), "one probe at a time"
+    rig.apply(events.Exchanged(probe.outcomes, probe.pop, {}, Popped([], None), rig.now, rig.now))
+    assert rig.book.link.up
+
+
+def test_backoff_doubles_to_its_cap_with_jitter_and_shrinks_with_the_shortest_lease() -> None:
+    rng = random.Random(3)
+    waits = [plan.backoff_s(n, None, rng) for n in range(12)]
+    assert all(w <= plan.BACKOFF_CAP_S for w in waits)
+    assert waits[-1] >= plan.BACKOFF_CAP_S * 0.75
+    assert len(set(waits)) == len(waits), "jittered"
+    assert plan.backoff_s(20, 3.0, rng) <= 3.0 * plan.BACKOFF_LEASE_SHARE
+
+
+def test_a_timed_out_job_gets_sigterm_then_sigkill_after_the_kill_grace() -> None:
+    rig = Rig(kill_grace_s=1.0)
+    rig.start()
+    rig.lease(leased("a", timeout_s=0.5, lease_s=60))
+    assert only(rig.later(0.6), events.Kill).signal == signal.SIGTERM
+    assert not of(rig.later(0.5), events.Kill)
+    assert only(rig.later(0.6), events.Kill).signal == signal.SIGKILL
+    rig.exit(0, sig=9)
+    group, message = rig.book.outcomes.retry[0][2:4]
+    assert group == "runtime.Timeout"
+    assert "timed out after 0.5 s; killed by signal 9, still running 1 s after SIGTERM" in message
+
+
+def test_children_that_keep_dying_pause_spawning_and_the_pause_wakes_the_loop_when_over() -> None:
+    rig = Rig()
+    rig.start()
+    for _ in range(CRASHES_BEFORE_PAUSE):
+        rig.exit(0, code=1)
+        for spawn in of(rig.step(), events.Spawn):
+            rig.spawned(spawn.index)
+    assert len(rig.book.slots) == 0, "paused after a run of crashes"
+    wake = rig.book.next_wake(rig.now)
+    assert wake is not None and 0 < wake <= 2.0, "the loop wakes when the pause ends"
+    assert only(rig.later(wake), events.Spawn).index == 0
+
+
+def test_a_pipelined_job_stuck_behind_a_long_one_is_withdrawn_and_goes_to_another_child() -> None:
+    rig = Rig(concurrency=2)
+    rig.start()
+    rig.book.jobs_seen, rig.book.avg_run_s = 10, 0.0005  # short jobs: pipelining on
+    assert runs(rig.lease(leased("a"), leased("b"), leased("c"))) == [(0, "a"), (1, "b"), (0, "c")]
+    assert rig.where("c") is Where.PIPELINED
+    posts = of(rig.later(TICK_S), events.Post)
+    withdraw = [(p.index, p.message.jid) for p in posts if isinstance(p.message, protocol.Withdraw)]
+    assert withdraw == [(0, "c")]
+    rig.say(1, protocol.Done("b"))
+    rig.say(0, protocol.Skipped("c", "withdrawn"))
+    assert (1, "c") in runs(rig.step())
+
+
+def test_term_gives_back_jobs_leased_ahead_then_running_ones_at_the_deadline() -> None:
+    rig = Rig(grace_s=1.0)
+    rig.start()
+    rig.lease(leased("a"), leased("b"))
+    rig.apply(events.Signalled(events.Intent.DRAIN))
+    first = only(rig.step(), events.Exchange)
+    assert rig.book.mode is Mode.DRAIN
+    assert first.outcomes.release == {"b": "tok-b"}, "the one leased ahead goes back at once"
+    assert first.pop is None, "a full pop left no registration to withdraw"
+    rig.apply(events.Exchanged(first.outcomes, first.pop, {}, None, rig.now, rig.now))
+    assert not of(rig.later(0.5), events.Kill)
+    assert of(rig.later(0.6), events.Kill)
+    rig.exit(0, sig=9)
+    exchange = only(rig.step(), events.Exchange)
+    assert exchange.outcomes.release == {"a": "tok-a"}
+    assert not rig.book.done(rig.now)
+    rig.apply(events.Exchanged(exchange.outcomes, exchange.pop, {}, None, rig.now, rig.now))
+    assert rig.book.done(rig.now)
+
+
+def test_a_child_that_dies_holding_a_job_fails_that_attempt_with_its_reason_and_output() -> None:
+    rig = Rig()
+    rig.start()
+    rig.lease(leased("a", remaining=0))
+    rig.exit(0, sig=11)
+    actions = rig.step() + rig.later(FLUSH_AFTER_S)
+    jid, _, group, message, *_ = only(actions, events.Exchange).outcomes.retry[0]
+    assert (jid, group) == ("a", "runtime.ChildCrashed")
+    assert message.startswith("killed by signal 11 (SIGSEGV)") and "some output" in message
+    assert only(actions, events.ReportFailure).tags["jid"] == "a"
+    assert only(actions, events.Spawn).index == 0, "replaced at once"
+
+
+def test_a_child_that_cannot_start_is_a_start_failure_with_its_last_line() -> None:
+    rig = Rig()
+    spawn = only(rig.step(), events.Spawn)
+    rig.apply(events.ChildSpawned(spawn.index, 55))
+    rig.apply(events.ChildExited(0, 55, 88, None, "runtime child 0: sandbox step 'uid' failed\n"))
+    assert rig.book.start_failure == "runtime child 0: sandbox step 'uid' failed"
+
+
+def test_a_protocol_error_kills_the_child_and_fails_the_attempt_as_a_protocol_error() -> None:
+    rig = Rig()
+    rig.start()
+    rig.lease(leased("a"))
+    rig.apply(events.ChildBroke(0, rig.pids[0], "incomplete frame"))
+    assert only(rig.step(), events.Kill).index == 0
+    rig.exit(0, sig=9)
+    assert rig.book.outcomes.retry[0][2] == "runtime.ProtocolError"
+
+
+def test_pause_gives_back_what_was_leased_ahead_and_resume_asks_for_work_again() -> None:
+    rig = Rig()
+    rig.start()
+    rig.lease(leased("a"), leased("b"))
+    rig.apply(events.Signalled(events.Intent.PAUSE))
+    exchange = only(rig.step(), events.Exchange)
+    assert exchange.outcomes.release == {"b": "tok-b"} and rig.where("a") is Where.RUNNING
+    rig.apply(events.Signalled(events.Intent.RESUME))
+    assert rig.book.want_work
+
+
+def test_prefetch_and_pipelining_follow_the_average_run_time() -> None:
+    assert plan.prefetch(0, 4, 0.0, None) == 0, "cold: nothing ahead"
+    assert plan.prefetch(10, 4, 0.001, None) == 40
+    assert plan.prefetch(10, 4, 0.0001, None) == plan.PREFETCH_MAX
+    assert plan.prefetch(10, 4, 0.2, None) == 0, "long jobs: nothing ahead"
+    assert plan.pipeline_depth(10, 4, 0.0005, 2) == 2
+    assert plan.pipeline_depth(10, 4, 0.003, 2) == 1
+    assert plan.pipeline_depth(10, 4, 0.003, 0) == 0
+    assert plan.pipeline_room(2, 0, 8, 10) == 1, "never past --max-jobs-per-child"
+
+
+def test_grow_and_shrink_change_the_children() -> None:
+    rig = Rig(concurrency=2)
+    rig.start()
+    rig.apply(events.Signalled(events.Intent.GROW))
+    assert only(rig.step(), events.Spawn).index == 2
+    rig.spawned(2)
+    rig.apply(events.Signalled(events.Intent.SHRINK))
+    stop = only(rig.step(), events.Post)
+    assert stop.index == 2 and isinstance(stop.message, protocol.Stop)
+    assert rig.book.slots.by_index[2].state is SlotState.STOPPING
+
+
+def test_handoff_of_a_job_while_waiting_is_buffered_with_its_lease_on_redis_clock() -> None:
+    rig = Rig()
+    rig.start()
+    assert only(rig.lease(wake_in_s=None), events.Wait), "a short pop: now it waits"
+    popped_at = rig.now
+    rig.book.offset = popped_at - 500.0  # local monotonic - Redis seconds
+    job = Leased(**{**leased("h").__dict__, "expires_us": int(505 * 1e6), "handed": True})
+    rig.apply(events.WaitEnded(job, "own", True))
+    assert runs(rig.step()) == [(0, "h")]
+    assert rig.book.held["h"].lease_until == pytest.approx(popped_at + 5.0)
+
+
+def test_reasons_say_what_becomes_of_the_job() -> None:
+    assert reasons.of_exit(86, None).fate is reasons.Fate.RELEASED
+    assert reasons.of_exit(None, 9).fate is reasons.Fate.FAILED
+    assert reasons.LOST.fate is reasons.Fate.DROPPED
