@@ -2,7 +2,8 @@
 
 Two kinds of settings live here:
 
-* `Settings`: how this process reaches Redis (URL, namespace, state directory).
+* `Settings`: how this process reaches Redis (URL, namespace, state directory),
+  how much it logs, and which environment variables its jobs may see.
   Loaded once by `load_settings` from, in rising precedence: built-in defaults,
   a TOML file (`RUNTIME_CONFIG`, or `runtime.toml` in the working directory),
   environment variables, then explicit overrides (the CLI's flags).
@@ -19,6 +20,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,39 @@ from runtime.errors import ConfigError
 DEFAULT_NAMESPACE = "runtime"
 NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 QUEUE_NAME_RE = re.compile(r"^[^\s{}:]{1,128}$")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+COMMAND_LOG_LEVEL = "WARNING"  # a command's, unless set (a worker logs at INFO at least)
+WORKER_LOG_LEVEL = "INFO"
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CHILD_MARKER = "RUNTIME_CHILD"  # "1" in a worker's children: code there holds no Redis
+
+
+def version() -> str:
+    """The installed package's version ("0+unknown" in a source tree never installed)."""
+    try:
+        return metadata.version("runtime-worker")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def log_level(name: str) -> str:
+    """A log level's name, upper case ("warn" is WARNING); ConfigError if unknown."""
+    upper = str(name).strip().upper()
+    upper = "WARNING" if upper == "WARN" else upper
+    if upper not in LOG_LEVELS:
+        raise ConfigError(f"log level must be one of {', '.join(LOG_LEVELS)}, got {name!r}")
+    return upper
+
+
+def env_names(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Environment variable names from "A,B" or a list; ConfigError for a bad one."""
+    items = value.replace(",", " ").split() if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ConfigError(f"env must be a list of variable names, got {value!r}")
+    for item in items:
+        if not isinstance(item, str) or not ENV_NAME_RE.match(item):
+            raise ConfigError(f"env: {item!r} is not an environment variable name")
+    return tuple(dict.fromkeys(items))
 
 
 def default_state_dir() -> Path:
@@ -43,9 +78,13 @@ class Settings:
     namespace: str = DEFAULT_NAMESPACE
     state_dir: Path = field(default_factory=default_state_dir)
     sentry_dsn: str | None = None
-    log_level: str = "INFO"
+    log_level: str | None = None  # None: WARNING for commands, INFO for a worker
+    env: tuple[str, ...] = ()  # variables jobs see even when they look secret
 
     def __post_init__(self) -> None:
+        if self.log_level is not None:
+            object.__setattr__(self, "log_level", log_level(self.log_level))
+        object.__setattr__(self, "env", env_names(self.env))
         if not NAMESPACE_RE.match(self.namespace):
             raise ConfigError(
                 f"namespace {self.namespace!r} must be 1-64 characters of letters, "
@@ -59,6 +98,7 @@ _ENV = {
     "state_dir": "RUNTIME_STATE_DIR",
     "sentry_dsn": "SENTRY_DSN",
     "log_level": "RUNTIME_LOG_LEVEL",
+    "env": "RUNTIME_ENV",
 }
 
 
@@ -115,7 +155,7 @@ class WorkerSettings:
     order: str = "ordered"
     prefetch: int | None = None  # jobs leased ahead of the children (None: ~10 ms of work)
     pipeline: int = 2  # most jobs a busy child holds behind its running one (short jobs)
-    max_jobs_per_child: int | None = None
+    max_jobs_per_child: int | None = None  # 1 whenever cpu_limit_s is set (see below)
     max_memory_per_child_mib: int | None = None  # recycle a child above this RSS
     memory_limit_mib: int | None = None  # kill a job's child above this RSS
     cpu_limit_s: float | None = None  # CPU seconds per job (RLIMIT_CPU)
@@ -127,8 +167,18 @@ class WorkerSettings:
     grace_s: float = 30.0  # TERM: how long running jobs may finish
     kill_grace_s: float = 5.0  # between SIGTERM and SIGKILL of a child
     sandbox_dir: Path | None = None  # default: <state_dir>/sandboxes
+    allow_eviction: bool = False  # start on a Redis whose maxmemory-policy evicts keys
+    allow_no_aof: bool = False  # no warning when Redis keeps no append-only file
+    env: tuple[str, ...] = ()  # variables children see even when they look secret
+    log_level: str = WORKER_LOG_LEVEL  # the worker's; children's logging follows it
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "log_level", log_level(self.log_level))
+        object.__setattr__(self, "env", env_names(self.env))
+        if self.cpu_limit_s is not None and self.max_jobs_per_child != 1:
+            # RLIMIT_CPU counts a child's whole life and its hard limit, once set,
+            # cannot be raised again: every job gets a fresh child, a fresh budget
+            object.__setattr__(self, "max_jobs_per_child", 1)
         if not self.modules:
             raise ConfigError("name at least one MODULE: the jobs' modules, the allow-list")
         if not self.queues:
@@ -245,6 +295,15 @@ SHARED: dict[str, SharedSetting] = {
             integer=True,
         ),
         SharedSetting(
+            "result-max-bytes",
+            1 << 20,
+            0,
+            64 << 20,
+            False,
+            "largest job result stored, in bytes of JSON (a larger one is not kept)",
+            integer=True,
+        ),
+        SharedSetting(
             "backoff-min",
             1,
             0,
@@ -348,4 +407,16 @@ LIMITS: dict[str, int] = {
     "recur_low": 16,  # cron ticks left when clients are asked for more
     "recur_ticks_max": 256,  # cron ticks stored at once
     "recur_id_max": 64,
+    "data_depth_max": 100,  # job data nested deeper is refused at put, corrupt when stored
+    "drop_batch": 100,  # corrupt or stray index entries one call may drop (then it asks again)
+    "corrupt_kept_bytes": 4096,  # bytes of a corrupt record kept (escaped) in its failure
+    "outage_max_ms": 7 * 86400 * 1000,  # longest outage a master may report (resumed)
+    "output_max_bytes": 64 * 1024,  # an attempt's output kept with its job (its tail)
+    "note_max_bytes": 1024,  # a note in a job's history (its head)
+    "progress_message_max_bytes": 1024,  # a progress message (its head)
+    "puts_max": 1000,  # jobs one completion may put
+    "put_jids_kept": 10,  # jids of the jobs it put that a job's history keeps per event
+    "wait_max_ms": 3600 * 1000,  # longest one registration of client.wait
+    "waiters_max": 100,  # wake-up tokens one job's end pushes (one per waiter)
+    "wait_linger_ms": 5000,  # a wake-up list outlives its last waiter's wait by this
 }

@@ -1,12 +1,14 @@
 """Sample jobs for `runtime demo` and the README's quick start.
 
-`put_samples` puts one of each: two that succeed, one that asks for a retry
-once, one that always fails (and so ends `failed` after its retries), and one
-delayed by a second; `run_worker_until_done` runs a real master over them.
+`put_samples` puts one of each: two typed jobs that succeed with a result, one
+that asks for a retry once, one that always fails (and so ends `failed` after
+its retries), one that fails at once (`Fail`), and one delayed by a second;
+`run_worker_until_done` runs a real master over them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -15,22 +17,32 @@ import sys
 import time
 from typing import Any
 
-from runtime.errors import Retry
+from runtime.children.context import JobContext
+from runtime.errors import Fail, Retry
 from runtime.queue.client import Client
 from runtime.queue.job import Job
+from runtime.typed import job
 
 log = logging.getLogger(__name__)
 QUEUE = "demo"
 
 
-def greet(job: Any) -> str:
-    """Succeeds at once."""
-    return f"hello, {job.data.get('name', 'world')}"
+@job(queue=QUEUE)
+def greet(ctx: JobContext, *, name: str = "world") -> str:
+    """Succeeds at once with a greeting (a typed job: its data are its arguments)."""
+    return f"hello, {name}"
 
 
-def add(job: Any) -> int:
-    """Succeeds with the sum of data["numbers"]."""
-    return sum(int(n) for n in job.data["numbers"])
+@job(queue=QUEUE)
+def add(ctx: JobContext, *, numbers: list[float]) -> dict[str, float]:
+    """Succeeds with the sum of `numbers` as its result."""
+    return {"sum": sum(numbers), "count": len(numbers)}
+
+
+@job(queue=QUEUE, retries=3)
+def look_up(ctx: JobContext, *, order: int) -> None:
+    """Fails at once: no retry can make an unknown order exist."""
+    raise Fail(f"order {order} does not exist")
 
 
 def flaky(job: Any) -> str:
@@ -67,9 +79,20 @@ def run_worker_until_done(client: Client, jids: list[str], timeout_s: float) -> 
 def put_samples(client: Client) -> list[str]:
     queue = client.queue(QUEUE)
     return [
-        queue.put(greet, {"name": "runtime"}),
-        queue.put(add, {"numbers": [1, 2, 3]}),
+        greet.using(client).put(name="runtime"),
+        add.using(client).put(numbers=[1, 2, 3]),
         queue.put(flaky, {}, retries=2),
         queue.put(broken, {"order": 42}, retries=1, backoff=(0.2, 0.5)),
-        queue.put(greet, {"name": "later"}, delay=1.0),
+        look_up.using(client).put(order=7),
+        greet.using(client).options(delay=1.0).put(name="later"),
     ]
+
+
+def outcome(job: Job) -> str:
+    """What became of a job, in a few words: its result, or its failure's last line."""
+    if job.state == "complete":
+        return "-> " + (json.dumps(job.result) if job.result is not None else "no result")
+    if job.failure is not None:  # a traceback ends with the error; a Fail starts with it
+        lines = job.failure.message.strip().splitlines() or [job.failure.group]
+        return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    return "-"

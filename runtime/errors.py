@@ -4,10 +4,13 @@ Every error runtime raises on purpose derives from `Error`. Scripts fail with a
 code from the closed list in `LUA_ERROR_CODES`; `runtime.queue.scripts` turns the
 code into the class registered here, so a caller never parses Redis messages.
 
-`Retry` is not an error: a job raises it to ask for another attempt.
+`Retry` and `Fail` are not errors of runtime: a job raises `Retry` to ask for
+another attempt and `Fail` to fail at once, spending no retries.
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 
 class Error(Exception):
@@ -43,7 +46,68 @@ class ConfigError(Error):
 
 
 class RedisUnavailable(Error):
-    """Redis cannot be reached, or refused our credentials."""
+    """Redis cannot be reached, or refused our credentials or a right we need (ACL)."""
+
+
+class RedisCondition(StrEnum):
+    """Why Redis cannot serve us right now: conditions that pass on their own."""
+
+    CONNECTION = "connection"  # refused, reset, closed
+    TIMEOUT = "timeout"  # no answer within the command timeout (half-open, overloaded)
+    BUSY = "busy"  # a script or function runs past busy-reply-threshold
+    LOADING = "loading"  # the dataset is being loaded (restart, replica sync)
+    READONLY = "readonly"  # a replica now (failover, demotion)
+    MASTERDOWN = "masterdown"  # a replica that lost its master, serving no stale data
+    TRYAGAIN = "tryagain"  # cluster: keys of the slot are moving
+    CLUSTERDOWN = "clusterdown"  # cluster: the slot is not served
+    OOM = "oom"  # writes refused above maxmemory (noeviction)
+    SCRIPTS = "scripts"  # our functions or scripts are gone and cannot be loaded now
+
+
+class RedisTransient(RedisUnavailable):
+    """Redis cannot serve us now, for a reason that passes (`condition`): back off
+    and try again; nothing has changed if the call was refused."""
+
+    def __init__(self, condition: RedisCondition, message: str) -> None:
+        super().__init__(message)
+        self.condition = condition
+
+
+class RedisCommandError(Error):
+    """Redis refused a command for a reason that does not pass (a bug, a module
+    missing, a wrong server): retrying the same call fails the same way."""
+
+
+class CorruptReply(Error):
+    """A reply (or a job in it) does not decode: a data error about that reply or
+    job (`jid` when it is known), not about the connection."""
+
+    def __init__(self, message: str, jid: str | None = None) -> None:
+        super().__init__(message)
+        self.jid = jid
+
+
+class JobFailed(Error):
+    """The job waited for (`Client.wait`) failed for good: its failure `group` and
+    `message` (the traceback, or why it failed), and its `jid`."""
+
+    def __init__(self, jid: str, group: str, message: str) -> None:
+        last = (message.strip().splitlines() or [""])[-1]
+        super().__init__(
+            f"job {jid} failed ({group}): {last}" if last else f"job {jid} failed ({group})"
+        )
+        self.jid = jid
+        self.group = group
+        self.message = message
+
+
+class WaitTimeout(Error, TimeoutError):
+    """The job waited for (`Client.wait`) did not end within the timeout; it goes on."""
+
+    def __init__(self, jid: str, timeout_s: float) -> None:
+        super().__init__(f"job {jid} did not end within {timeout_s:g} s")
+        self.jid = jid
+        self.timeout_s = timeout_s
 
 
 class EmbeddedRedisError(Error):
@@ -78,6 +142,16 @@ class Retry(Exception):
         super().__init__(reason or f"retry requested (delay={delay})")
         self.delay = delay
         self.reason = reason
+
+
+class Fail(Exception):
+    """Raised by a job to fail at once, spending no retries: a permanent error (a 404,
+    an address that does not exist). Its failure group is `group`, else runtime.Fail."""
+
+    def __init__(self, message: str, *, group: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.group = group or "runtime.Fail"
 
 
 # The closed list of error codes a script may raise, and the class each becomes.

@@ -16,6 +16,7 @@ started. Exit codes tell the master what happened (see EXIT_*).
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 import queue
@@ -33,9 +34,16 @@ from typing import Any
 import uvloop
 
 from runtime import sentry
-from runtime.children import allowlist, protocol
+from runtime.children import allowlist, joblog, protocol
 from runtime.children.context import JobContext
-from runtime.errors import KlassNotAllowed, KlassNotFound, ProtocolError, Retry, SandboxError
+from runtime.errors import (
+    Fail,
+    KlassNotAllowed,
+    KlassNotFound,
+    ProtocolError,
+    Retry,
+    SandboxError,
+)
 from runtime.proctitle import set_title
 from runtime.sandbox import sandbox
 
@@ -46,6 +54,7 @@ EXIT_FENCED = 86  # the lease deadline passed: stopped itself
 EXIT_TERMINATED = 87  # SIGTERM from the master (timeout, shutdown) while running a job
 EXIT_SANDBOX = 88  # the sandbox could not be built
 SPIN_S = 0.0005  # the end of a wait for a job's turn is spun, not slept
+RESULT_MAX_BYTES = 64 << 20  # the largest result a child sends (Redis keeps result-max-bytes)
 
 
 class Terminated(BaseException):
@@ -61,6 +70,7 @@ class Settings:
     workdir: Path
     worker: str
     sentry_dsn: str | None = None
+    log_level: str = "INFO"  # the worker's: a job's log records below it are dropped
 
 
 def _on_term(signum: int, frame: Any) -> None:
@@ -78,6 +88,7 @@ class Child:
         self.withdrawn: set[str] = set()  # held jobs the master took back
         self.running: str | None = None  # jid of the job being run
         self.functions: dict[str, Any] = {}  # klass -> callable, resolved once
+        self.context: JobContext | None = None  # the running job's
 
     # --- messages ---------------------------------------------------------------
 
@@ -169,14 +180,18 @@ class Child:
             _wait_until(run.start_at)
         sandbox.limit_cpu_for_next_job(run.cpu_limit_s)
         _title(self.settings, f"jid={run.jid} klass={run.klass}")
+        joblog.begin(run.jid, run.klass)
         try:
             outcome = self.call(run)
         except Terminated:
+            joblog.end(run.jid)
             self._clean_up()
             os._exit(EXIT_TERMINATED)
         with self.lock:
             self.running = None
             self.deadlines.pop(run.jid, None)
+        self.context_done()
+        joblog.end(run.jid)  # all its output is on the pipe before its outcome goes
         self.send(outcome)
         self._clean_up()
         if self.inbox.empty():
@@ -192,21 +207,31 @@ class Child:
             return self._failed(run, "runtime.KlassNotAllowed", str(err), retry=False)
         except KlassNotFound as err:
             return self._failed(run, "runtime.KlassNotFound", _format(err), error=err)
-        context = JobContext(
+        self.context = context = JobContext(
             jid=run.jid, klass=run.klass, queue=run.queue, data=run.data, attempt=run.attempt,
             retries=run.retries, remaining=run.remaining, sandbox=self.settings.workdir,
-            _beat=lambda: self.send(protocol.Heartbeat(run.jid)),
+            _send=self.send,
         )  # fmt: skip
         try:
             result = fn(context)
             if inspect.isawaitable(result):
-                _run_async(result)
+                result = _run_async(result)
         except Retry as retry:
             reason = retry.reason or f"the job asked for a retry (delay={retry.delay})"
             return self._failed(run, "runtime.Retry", reason, delay=retry.delay)
+        except Fail as fail:
+            message = f"{fail.message}\n\n{_format(fail)}"
+            return self._failed(run, fail.group, message, retry=False, error=fail)
         except Exception as err:  # noqa: BLE001 - the job boundary: any error is the job's outcome
-            return self._failed(run, _class_path(err), _format(err), error=err)
-        return protocol.Done(run.jid)
+            never = isinstance(err, getattr(fn, "never_retry", ()) or ())
+            return self._failed(run, _class_path(err), _format(err), retry=not never, error=err)
+        return done(run.jid, result)
+
+    def context_done(self) -> None:
+        """The job is over: what it said last (its progress) goes before its outcome."""
+        if self.context is not None:
+            self.context.flush()
+            self.context = None
 
     def _failed(
         self,
@@ -240,11 +265,25 @@ def _wait_until(monotonic_at: float) -> None:
         pass
 
 
-def _run_async(awaitable: Any) -> None:
-    async def main() -> None:
-        await awaitable
+def _run_async(awaitable: Any) -> Any:
+    async def main() -> Any:
+        return await awaitable
 
-    uvloop.run(main())
+    return uvloop.run(main())
+
+
+def done(jid: str, result: Any) -> protocol.Done:
+    """The outcome of a job that returned `result`: kept if it is JSON (None: no
+    result), else the job is still complete and `note` says why nothing is kept."""
+    if result is None:
+        return protocol.Done(jid)
+    try:
+        text = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as err:
+        return protocol.Done(jid, note=f"result not kept: not JSON ({type(err).__name__}: {err})")
+    if len(text) > RESULT_MAX_BYTES:
+        return protocol.Done(jid, note=f"result not kept: {len(text)} bytes is over the limit")
+    return protocol.Done(jid, result=text)
 
 
 def _class_path(err: BaseException) -> str:
@@ -276,6 +315,7 @@ def main(
         return EXIT_SANDBOX
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    joblog.set_up_logging(settings.log_level)
     _title(settings, "idle")
     child = Child(sock, settings)
     try:

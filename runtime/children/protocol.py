@@ -5,7 +5,12 @@ object with a `kind`. Frames above `MAX_FRAME_BYTES` are a protocol error, as is
 anything that does not decode to a known message. Never pickle.
 
 master -> child   run, lease, withdraw, stop
-child -> master   ready, heartbeat, done, failed, skipped
+child -> master   ready, heartbeat, done, failed, skipped, put, progress
+
+A job's output is not framed here: the child's stdout and stderr are a pipe the
+master reads, with a marker line at each job's start and end (MARK_BEGIN,
+MARK_END) written before the job's outcome goes on this socket, so the master
+knows whose every line is.
 
 A child runs its jobs one at a time in the order they came; while jobs are short
 the master sends the next one or two before the running one ends (a pipeline),
@@ -93,8 +98,34 @@ class Heartbeat(Message):
 
 @dataclass(frozen=True)
 class Done(Message):
+    """The job returned. `result`: its return value as JSON text ("" for None);
+    `note`: why a value it returned is not kept (not JSON, too large)."""
+
     kind: ClassVar[str] = "done"
     jid: str
+    result: str = field(default="", repr=False)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Put(Message):
+    """The job puts a job: `spec` and `data` as JobSpec.to_wire() makes them. It goes
+    with the job's completion (none if the job does not complete), or at once (`now`)."""
+
+    kind: ClassVar[str] = "put"
+    jid: str
+    spec: str
+    data: str = field(repr=False)
+    now: bool = False
+
+
+@dataclass(frozen=True)
+class Progress(Message):
+    kind: ClassVar[str] = "progress"
+    jid: str
+    done: float
+    total: float | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,8 +153,15 @@ class Skipped(Message):
 
 
 KINDS: dict[str, type[Message]] = {
-    cls.kind: cls for cls in (Run, Lease, Withdraw, Stop, Ready, Heartbeat, Done, Failed, Skipped)
+    cls.kind: cls
+    for cls in (Run, Lease, Withdraw, Stop, Ready, Heartbeat, Done, Failed, Skipped, Put, Progress)
 }
+
+# Marker lines the child writes on its output pipe (stdout and stderr share it):
+# MARK_BEGIN + b"<jid> <klass>\n" before a job, MARK_END + b"<jid>\n" after it, and
+# MARK_LOG + JSON {"level", "name", "message"} + b"\n" for a log record of the job.
+MARK = b"\x00runtime:"
+MARK_BEGIN, MARK_END, MARK_LOG = MARK + b"begin ", MARK + b"end ", MARK + b"log "
 _FIELDS: dict[type[Message], tuple[str, ...]] = {
     cls: tuple(f.name for f in fields(cls)) for cls in KINDS.values()
 }

@@ -223,3 +223,104 @@ def grow_and_record(job: Any) -> None:
         block[i] = 1
     _kept.append(block)
     record(job)
+
+
+def ledger(job: Any) -> None:
+    """One attempt in the ledger data["path"] (tests/support/fault_run.py reads it):
+    'jid attempt pid start|alive|end time' lines, alive every 20 ms for
+    data["seconds"], never calling job.heartbeat(): a killed attempt's last line
+    says when it last ran, and overlapping attempts show."""
+    path, pid = job.data["path"], os.getpid()
+    _append(path, f"{job.jid} {job.attempt} {pid} start {time.time()}")
+    end = time.monotonic() + job.data.get("seconds", 0)
+    while time.monotonic() < end:
+        time.sleep(max(0.0, min(0.02, end - time.monotonic())))
+        _append(path, f"{job.jid} {job.attempt} {pid} alive {time.time()}")
+    _append(path, f"{job.jid} {job.attempt} {pid} end {time.time()}")
+
+
+def half_frame(job: Any) -> None:
+    """Writes a frame header promising 100 bytes on the child's socket to the master,
+    then only one byte, then returns normally (its real report follows)."""
+    import stat  # noqa: PLC0415 - only this job needs it
+    import struct  # noqa: PLC0415
+
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            is_socket = fd > 2 and stat.S_ISSOCK(os.fstat(fd).st_mode)
+        except OSError:  # the directory listing's own descriptor, gone by now
+            continue
+        if is_socket:
+            os.write(fd, struct.pack("!I", 100) + b"{")
+            return
+
+
+def talk(job: Any) -> dict[str, Any]:
+    """Prints, writes to stderr and logs; returns a result."""
+    import logging  # noqa: PLC0415
+
+    print("to stdout", job.data.get("word", ""))
+    print("to stderr", file=sys.stderr)
+    logging.getLogger("jobs.talk").warning("a warning from the job")
+    logging.getLogger("jobs.talk").info("an info from the job")
+    return {"said": job.data.get("word", "")}
+
+
+def flood(job: Any) -> None:
+    """Prints data["mib"] MiB of short lines as fast as it can."""
+    line = "y" * 63 + "\n"
+    block = line * 1024  # 64 KiB
+    for _ in range(job.data["mib"] * 16):
+        sys.stdout.write(block)
+    sys.stdout.flush()
+
+
+def returns_object(job: Any) -> object:
+    return object()
+
+
+def put_follow_ups(job: Any) -> None:
+    """Puts data["count"] jobs on data["queue"] (with the completion, or at once), then
+    fails if data["fail"], else waits for data["path"] to exist if given."""
+    for i in range(job.data["count"]):
+        job.put(job.data["queue"], f"{__name__}:noop", {"i": i}, now=job.data.get("now", False))
+    if job.data.get("path"):
+        deadline = time.monotonic() + 10
+        while not os.path.exists(job.data["path"]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    if job.data.get("fail"):
+        raise RuntimeError("this attempt fails")
+
+
+def fail_fast(job: Any) -> None:
+    from runtime import Fail  # noqa: PLC0415
+
+    raise Fail("address does not exist")
+
+
+def lookup(job: Any) -> None:
+    raise KeyError("permanent")
+
+
+lookup.never_retry = (KeyError,)  # type: ignore[attr-defined]
+
+
+def report_progress(job: Any) -> None:
+    for i in range(1, 11):
+        job.progress(i, 10, f"step {i}")
+
+
+def sees_redis(job: Any) -> None:
+    """Records whether this child could reach anything like Redis: its open sockets
+    and the environment."""
+    sockets = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sockets += os.path.realpath(f"/proc/self/fd/{name}").startswith("socket:") or (
+                os.readlink(f"/proc/self/fd/{name}").startswith("socket:")
+            )
+        except OSError:
+            continue
+    env = sorted(k for k in os.environ if "REDIS" in k or "SENTRY" in k)
+    _append(job.data["path"], json.dumps({"sockets": sockets, "env": env}))

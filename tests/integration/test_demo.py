@@ -25,6 +25,9 @@ def test_the_demo_runs_its_jobs_on_the_embedded_redis() -> None:
                 if line[:32].isalnum() and len(line.split()) >= 5}  # fmt: skip
         assert rows["add"][2] == "complete" and rows["flaky"][2:4] == ["complete", "2"]
         assert rows["broken"][2] == "failed" and "ValueError" in " ".join(rows["broken"])
+        assert rows["look_up"][2:4] == ["failed", "1"], "Fail spends no retry"
+        assert '-> {"sum": 6, "count": 3}' in " ".join(rows["add"]), "results are shown"
+        assert done.stdout.rstrip().endswith("4 complete, 2 failed")
         assert "Traceback" not in done.stderr
     finally:
         pid = state / "redis.pid"

@@ -1,0 +1,66 @@
+"""What a job writes, as its master reads it.
+
+A child's stdout and stderr are one pipe to its master. Around each job the child
+writes a marker line on it (protocol.MARK_BEGIN, MARK_END), after flushing what
+the job printed, and before the job's outcome goes on the socket: so the master
+knows whose every line is, and has all of a job's output when its outcome comes.
+Log records go on the same pipe as one marked JSON line each, so the master logs
+them with their level and logger, the job's jid and klass, in its own format.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+
+from runtime.children import protocol
+
+OUT_FD = 2  # stderr: the pipe to the master (stdout is the same pipe)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+
+
+def _write(line: bytes) -> None:
+    with contextlib.suppress(OSError):
+        os.write(OUT_FD, line)  # short: one atomic write on a pipe
+
+
+def begin(jid: str, klass: str) -> None:
+    _flush()
+    _write(protocol.MARK_BEGIN + f"{jid} {klass}\n".encode())
+
+
+def end(jid: str) -> None:
+    _flush()
+    _write(protocol.MARK_END + f"{jid}\n".encode())
+
+
+class ToMaster(logging.Handler):
+    """Sends each record to the master as one marked line (tracebacks included)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+            if record.exc_info:
+                message += "\n" + logging.Formatter().formatException(record.exc_info)
+            body = {"level": record.levelno, "name": record.name, "message": message}
+            _flush()
+            _write(protocol.MARK_LOG + json.dumps(body, ensure_ascii=False).encode() + b"\n")
+        except Exception:  # noqa: BLE001 - logging must never break a job
+            self.handleError(record)
+
+
+def set_up_logging(level: str) -> None:
+    """The child's logging: every record at `level` and above goes to the master."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(ToMaster())
+    root.setLevel(level.upper())

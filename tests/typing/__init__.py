@@ -1,0 +1,1 @@
+"""Snippets mypy checks: typed jobs' arguments are checked (runtime.typed, ParamSpec)."""

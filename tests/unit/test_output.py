@@ -1,0 +1,87 @@
+"""A child's output as the master reads it: lines and log records attributed by the
+job markers, each attempt's tail kept, a chatty job held to its budget."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from runtime.children import protocol
+from runtime.master.output import BUDGET_BYTES_S, LINE_MAX, TAIL_BYTES, Output
+
+
+def begin(jid: str, klass: str = "m:f") -> bytes:
+    return protocol.MARK_BEGIN + f"{jid} {klass}\n".encode()
+
+
+def end(jid: str) -> bytes:
+    return protocol.MARK_END + f"{jid}\n".encode()
+
+
+def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records]
+
+
+def test_lines_are_logged_with_the_job_that_printed_them_and_its_tail_is_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    out = Output(0, "host-1")
+    out.feed(b"before\n" + begin("j1") + b"hello\nwor", 0.0)
+    out.feed(b"ld\n" + end("j1") + begin("j2") + b"next\n", 0.1)
+    assert lines(caplog) == [
+        "before child=0 worker=host-1",
+        "hello jid=j1 klass=m:f worker=host-1",
+        "world jid=j1 klass=m:f worker=host-1",
+        "next jid=j2 klass=m:f worker=host-1",
+    ]
+    assert out.tail_text() == "next\n", "each attempt's tail starts empty"
+
+
+def test_a_line_left_unfinished_at_the_end_marker_belongs_to_its_job(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    out = Output(0, "h")
+    out.feed(begin("j1") + b"no newline" + end("j1")[:5], 0.0)
+    out.feed(end("j1")[5:] + b"idle\n", 0.0)
+    assert lines(caplog) == ["no newline jid=j1 klass=m:f worker=h", "idle child=0 worker=h"]
+
+
+def test_log_records_keep_their_level_and_logger(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    out = Output(0, "h")
+    record = {"level": logging.WARNING, "name": "myapp.jobs", "message": "careful\nsecond line"}
+    out.feed(begin("j1") + protocol.MARK_LOG + json.dumps(record).encode() + b"\n", 0.0)
+    [logged] = caplog.records
+    assert (logged.levelno, logged.name) == (logging.WARNING, "myapp.jobs")
+    assert logged.getMessage() == "careful\nsecond line jid=j1 klass=m:f worker=h"
+    assert out.tail_text() == "WARNING myapp.jobs: careful\nsecond line\n", "kept as read"
+
+
+def test_a_chatty_job_is_counted_past_its_budget_and_summarised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    out = Output(0, "h")
+    out.feed(begin("j1"), 0.0)
+    chunk = b"x" * 99 + b"\n"
+    for _ in range(10 * BUDGET_BYTES_S // (64 * 1024)):  # 10 MiB in one instant
+        out.feed(chunk * 655, 0.0)
+    logged = len(caplog.records)
+    assert logged <= BUDGET_BYTES_S // 100 + 1, "no more than the budget is logged"
+    out.feed(b"", 1.0)
+    summary = caplog.records[-1].getMessage()
+    assert "lines (" in summary and "of output not logged" in summary
+    assert len(out.tail) == TAIL_BYTES
+
+
+def test_a_long_line_without_a_newline_is_logged_in_pieces(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    out = Output(0, "h")
+    out.feed(begin("j1") + b"y" * (LINE_MAX + 10), 0.0)
+    assert len(caplog.records) == 1 and len(out.partial) == 0
