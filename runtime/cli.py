@@ -14,26 +14,49 @@ from collections.abc import Sequence
 
 import click
 
-from runtime.commands import jobs, queues, recurring, workers
+from runtime import config
+from runtime.commands import dashboard, jobs, queues, recurring, workers
+from runtime.commands import embedded as embedded_verbs
+from runtime.commands import metrics as metrics_verbs
 from runtime.commands.common import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, fail
 from runtime.errors import BadArgument, ConfigError, EmbeddedRedisError, Error, RedisUnavailable
 
 
 @click.group(name="runtime", context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(config.version(), "-V", "--version", prog_name="runtime",
+                      message="%(prog)s %(version)s")  # fmt: skip
 @click.option("--url", envvar="REDIS_URL", help="Redis URL (default: the embedded server).")
 @click.option("--namespace", envvar="RUNTIME_NAMESPACE", help="Key namespace (default: runtime).")
-@click.option("-v", "--verbose", count=True, help="Log more (-vv for debug).")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="Log more: -v info, -vv debug (default: the log_level setting, RUNTIME_LOG_LEVEL; "
+    "else warnings, and info for a worker).",
+)
 @click.pass_context
 def cli(ctx: click.Context, url: str | None, namespace: str | None, verbose: int) -> None:
     """runtime: jobs on Redis, run by forking masters."""
-    level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    ctx.ensure_object(dict).update(url=url, namespace=namespace)
+    level = log_level_of(verbose, config.load_settings().log_level)
+    logging.basicConfig(
+        level=level or config.COMMAND_LOG_LEVEL,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    ctx.ensure_object(dict).update(url=url, namespace=namespace, log_level=level)
 
 
-for module in (jobs, queues, recurring, workers):
+def log_level_of(verbose: int, setting: str | None) -> str | None:
+    """The level asked for: -v (info) or -vv (debug) over the setting; None if neither."""
+    if verbose:
+        return "DEBUG" if verbose > 1 else "INFO"
+    return setting
+
+
+for module in (jobs, queues, recurring, workers, dashboard):
     for command in module.COMMANDS:
         cli.add_command(command)
+for command in (*embedded_verbs.COMMANDS, *metrics_verbs.COMMANDS):
+    cli.add_command(command)
 
 
 def _exit_code(err: BaseException) -> int:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import click
 
 from runtime import config
 from runtime.commands.common import check_jid, client_of, emit, fail, parse_data, when
-from runtime.queue.job import Job
+from runtime.queue.client import Client
+from runtime.queue.job import HistoryEvent, Job
 
 
 @click.command()
@@ -48,7 +50,15 @@ def put(
     click.echo(jid)
 
 
-def describe(job: Job) -> list[str]:
+RELATED_SHOWN = 20  # dependencies and dependents listed by `runtime job`
+OUTPUT_LINES = 20  # lines of the output tail shown
+RESULT_CHARS = 2000  # characters of a result shown
+
+
+def describe(job: Job, related: Mapping[str, Job | None] | None = None) -> list[str]:
+    """`runtime job`: the job, what it waits on and what waits on it (with their
+    states, from `related`), its result, progress, failure, output and history."""
+    related = related or {}
     lines = [
         f"jid        {job.jid}",
         f"klass      {job.klass}",
@@ -62,21 +72,99 @@ def describe(job: Job) -> list[str]:
     ]
     if job.domain:
         lines.append(f"domain     {job.domain}")
-    if job.depends:
-        lines.append(f"depends    {', '.join(job.depends)}")
+    lines += _related("depends", job.depends, related)
+    lines += _related("dependents", job.dependents, related)
+    if job.state == "complete":
+        lines.append(f"result     {_result(job.result)}")
+    if job.progress is not None:
+        lines.append(f"progress   {progress_text(job.progress)}")
     if job.failure:
         lines.append(f"failure    {job.failure.group} at {when(job.failure.at_ms)}")
         lines += ["  " + line for line in job.failure.message.splitlines()]
+    lines += _output(job.output)
     lines.append("history")
-    for ev in job.history:
-        extra = " ".join(
-            f"{k}={v}"
-            for k, v in (("worker", ev.worker), ("queue", ev.queue), ("group", ev.group),
-                         ("delay_ms", ev.delay_ms), ("priority", ev.priority))
-            if v is not None
-        )  # fmt: skip
-        lines.append(f"  {when(ev.at_ms)}  {ev.event:<10} {extra}".rstrip())
+    lines += [_event(ev) for ev in job.history]
     return lines
+
+
+def _related(title: str, jids: Sequence[str], related: Mapping[str, Job | None]) -> list[str]:
+    """One line per job (with its state), at most RELATED_SHOWN of them."""
+    if not jids:
+        return []
+    shown = sorted(jids)[:RELATED_SHOWN]
+    rows = []
+    for jid in shown:
+        other = related.get(jid)
+        state = "gone" if jid in related and other is None else other.state if other else "?"
+        why = f" ({other.failure.group})" if other and other.failure else ""
+        rows.append(f"{jid} {state}{why}")
+    if len(jids) > len(shown):
+        rows.append(f"... and {len(jids) - len(shown)} more")
+    return [f"{title:<10} {rows[0]}"] + [f"           {row}" for row in rows[1:]]
+
+
+def _result(result: Any) -> str:
+    if result is None:
+        return "-"
+    text = json.dumps(result, ensure_ascii=False)
+    return text if len(text) <= RESULT_CHARS else f"{text[:RESULT_CHARS]}... ({len(text)} chars)"
+
+
+def progress_text(progress: Mapping[str, Any]) -> str:
+    """ "3/10 (30%) page 3, at <time>" from a job's progress."""
+    done, total = progress.get("done"), progress.get("total")
+    count = _number(done)
+    if total is not None:
+        count += f"/{_number(total)}"
+        if isinstance(done, int | float) and isinstance(total, int | float) and total > 0:
+            count += f" ({100 * done / total:.0f}%)"
+    message = progress.get("message")
+    return f"{count}{' ' + message if message else ''}, at {when(progress.get('at_ms'))}"
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _output(output: str) -> list[str]:
+    if not output:
+        return []
+    tail = output.rstrip("\n").splitlines()
+    shown = tail[-OUTPUT_LINES:]
+    head = (
+        f"output     last {len(shown)} of {len(tail)} lines" if len(tail) > len(shown) else "output"
+    )
+    return [head] + ["  " + line for line in shown]
+
+
+def _event(ev: HistoryEvent) -> str:
+    fields = (("worker", ev.worker), ("queue", ev.queue), ("group", ev.group),
+              ("delay_ms", ev.delay_ms), ("priority", ev.priority), ("by", ev.by),
+              ("count", ev.count))  # fmt: skip
+    extra = " ".join(f"{k}={v}" for k, v in fields if v is not None)
+    if ev.jids:
+        more = "..." if ev.count is not None and ev.count > len(ev.jids) else ""
+        extra += f" jids={','.join(ev.jids)}{more}"
+    if ev.note:
+        extra += f" ({ev.note})"
+    return f"  {when(ev.at_ms)}  {ev.event:<10} {extra.strip()}".rstrip()
+
+
+def progress_lines(client: Client, queues: Sequence[str], count: int = 10) -> list[str]:
+    """`runtime status`: the running jobs that told their progress, latest first."""
+    jobs = client.progressing(*queues, count=count)[:count]
+    if not jobs:
+        return []
+    rows = [f"{j.jid}  {j.queue:<12} {progress_text(j.progress or {})}" for j in jobs]
+    return ["", "in progress (latest told first)", *("  " + row for row in rows)]
+
+
+def related_jobs(client: Client, job: Job) -> dict[str, Job | None]:
+    """The jobs `job` waits on and that wait on it (the first RELATED_SHOWN of each)."""
+    jids = sorted(job.depends)[:RELATED_SHOWN] + sorted(job.dependents)[:RELATED_SHOWN]
+    return dict(zip(jids, client.get_jobs(jids), strict=True)) if jids else {}
 
 
 @click.command()
@@ -85,14 +173,17 @@ def describe(job: Job) -> list[str]:
 @click.pass_context
 def job(ctx: click.Context, jid: str, as_json: bool) -> None:
     """One job, with its history."""
-    found = client_of(ctx).get_job(jid)
+    client = client_of(ctx)
+    found = client.get_job(jid)
     if found is None:
         raise click.exceptions.Exit(fail(f"no job {jid}"))
+    related = related_jobs(client, found)
     if as_json:
         fields = {k: v for k, v in vars(found).items() if k != "client"}
+        fields["related"] = {j: None if o is None else o.state for j, o in related.items()}
         emit(fields)
     else:
-        click.echo("\n".join(describe(found)))
+        click.echo("\n".join(describe(found, related)))
 
 
 @click.command()

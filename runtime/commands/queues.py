@@ -1,27 +1,66 @@
-"""Verbs about queues: status, pause, resume, failed, unfail, config."""
+"""Verbs about queues: status, jobs, pause, resume, queue forget, failed, unfail,
+config, stats, limit."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 import click
 
 from runtime import config
-from runtime.commands.common import client_of, emit, fail, number_text
+from runtime.commands.common import client_of, emit, fail, number_text, when
+from runtime.commands.jobs import progress_lines
 from runtime.errors import BadArgument
+from runtime.queue.client import Client
+from runtime.queue.job import Job
+from runtime.queue.ops import LISTED_STATES
 
-STATE_COLUMNS = ("waiting", "throttled", "scheduled", "running", "stalled", "depends")
+STATE_COLUMNS = ("waiting", "throttled", "scheduled", "running", "stalled", "depends",
+                 "complete", "failed")  # fmt: skip
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
 
 @click.command()
 @click.argument("queues", nargs=-1)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (one line per redraw).")
+@click.option(
+    "--watch", "watch_s", type=click.FloatRange(0.1), metavar="SECS",
+    help="Redraw every SECS seconds until Ctrl-C.",
+)  # fmt: skip
 @click.pass_context
-def status(ctx: click.Context, queues: Sequence[str], as_json: bool) -> None:
-    """Queues and their jobs by state."""
-    counts = client_of(ctx).status(*queues)
+def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: float | None) -> None:
+    """Queues and their jobs by state (complete: still kept by retention)."""
+    client = client_of(ctx)
+    if watch_s is None:
+        _show_status(client.status(*queues), as_json)
+        for line in [] if as_json else progress_lines(client, queues):
+            click.echo(line)
+        return
+    try:
+        while True:
+            counts = client.status(*queues)
+            if not as_json and sys.stdout.isatty():
+                click.echo(CLEAR_SCREEN, nl=False)
+            if not as_json:
+                click.echo(f"{when(client.now_ms())}  every {watch_s:g} s, Ctrl-C to stop")
+            _show_status(counts, as_json, compact=True)
+            time.sleep(watch_s)
+    except KeyboardInterrupt:
+        return
+
+
+def _show_status(
+    counts: Mapping[str, Mapping[str, Any]], as_json: bool, compact: bool = False
+) -> None:
+    if as_json and compact:
+        click.echo(json.dumps(counts, sort_keys=True))
+        return
     if as_json:
         emit(counts)
         return
@@ -33,6 +72,62 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool) -> None:
     for name, row in sorted(counts.items()):
         cells = "  ".join(f"{row[c]:>9}" for c in STATE_COLUMNS)
         click.echo(f"{name:<{width}}  {cells}" + ("  (paused)" if row["paused"] else ""))
+
+
+# the time a listed job's state is about, by state
+_WHEN: dict[str, tuple[str, Any]] = {
+    "waiting": ("put", lambda j: j.put_at_ms),
+    "throttled": ("put", lambda j: j.put_at_ms),
+    "scheduled": ("due", lambda j: j.due_at_ms),
+    "running": ("lease until", lambda j: j.lease_expires_ms),
+    "depends": ("put", lambda j: j.put_at_ms),
+    "complete": ("completed", lambda j: j.history[-1].at_ms if j.history else None),
+    "failed": ("failed", lambda j: j.failure.at_ms if j.failure else None),
+}
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    """A job as JSON-ready values (its fields, without the client)."""
+    return {
+        f.name: _plain(getattr(job, f.name)) for f in dataclasses.fields(job) if f.name != "client"
+    }
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@click.command("jobs")
+@click.argument("queue")
+@click.option("--state", type=click.Choice(LISTED_STATES), default="waiting", show_default=True)
+@click.option("--limit", type=click.IntRange(1, config.LIMITS["get_max"]), default=25,
+              show_default=True, help="Most jobs to show.")  # fmt: skip
+@click.option("--start", type=click.IntRange(0), default=0, help="Jobs to skip first.")
+@click.option("--oldest", is_flag=True, help="Oldest first (default: newest first).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: total and jobs.")
+@click.pass_context
+def jobs_cmd(ctx: click.Context, queue: str, state: str, limit: int, start: int, oldest: bool,
+             as_json: bool) -> None:  # fmt: skip
+    """Jobs of QUEUE in one state, newest first (waiting: the reverse of pop order)."""
+    total, found = client_of(ctx).jobs(queue, state, start, limit, oldest_first=oldest)
+    if as_json:
+        emit({"total": total, "jobs": [job_json(j) for j in found]})
+        return
+    shown = f", showing {start + 1}-{start + len(found)}" if found else ""
+    click.echo(f"{total} {state} in {queue}{shown}")
+    label, at = _WHEN[state]
+    for j in found:
+        line = f"{j.jid}  {j.klass}  {label} {when(at(j))}  attempt {j.attempt}"
+        if state == "failed" and j.failure:
+            last = (j.failure.message.strip().splitlines() or [""])[-1]
+            line += f"  {j.failure.group}: {last[:120]}"
+        elif state == "running" and j.worker:
+            line += f"  on {j.worker}"
+        click.echo(line)
 
 
 @click.command()
@@ -58,20 +153,40 @@ def failed(ctx: click.Context, group: str | None, start: int, count: int) -> Non
 
 
 @click.command()
-@click.argument("group")
+@click.argument("group", required=False)
 @click.argument("queue", required=False)
-@click.option("--count", type=int, default=25, help="Most jobs to move.")
+@click.option("--count", type=click.IntRange(1, config.LIMITS["unfail_max"]), default=25,
+              show_default=True, help="Most jobs to move (without --all).")  # fmt: skip
+@click.option("--all", "every", is_flag=True,
+              help="Every failed job of GROUP (of every group without GROUP).")  # fmt: skip
 @click.pass_context
-def unfail(ctx: click.Context, group: str, queue: str | None, count: int) -> None:
-    """Move failed jobs of GROUP back to QUEUE (default: each job's own queue)."""
+def unfail(ctx: click.Context, group: str | None, queue: str | None, count: int,
+           every: bool) -> None:  # fmt: skip
+    """Move failed jobs of GROUP back to QUEUE (default: each job's own queue),
+    oldest first."""
     client = client_of(ctx)
+    if every:
+        if queue is not None:
+            raise BadArgument("--all moves jobs back to their own queues: give no QUEUE")
+        moved = client.unfail_all(group)
+        click.echo(f"moved {moved} jobs back to their queues")
+        return
+    if group is None:
+        raise BadArgument("give a GROUP (runtime failed lists them), or --all")
+    if not client.failed().get(group):
+        raise click.exceptions.Exit(fail(f"no failed jobs in {group}"))
     if queue is None:
-        _, jobs = client.failed_jobs(group, 0, 1)
-        if not jobs:
-            raise click.exceptions.Exit(fail(f"no failed jobs in {group}"))
-        queue = jobs[0].queue
-    moved = client.unfail(group, queue, count)
-    click.echo(f"moved {moved} jobs to {queue}")
+        moved = client.unfail_own(group, count)
+        click.echo(f"moved {moved} jobs back to their queues")
+    else:
+        moved = client.unfail(group, queue, count)
+        click.echo(f"moved {moved} jobs to {queue}")
+
+
+def _warn_unknown(client: Client, queue: str) -> None:
+    if not client.queue_known(queue):
+        click.echo(f"runtime: warning: queue {queue} has never been used "
+                   f"(runtime queue forget {queue} removes it)", err=True)  # fmt: skip
 
 
 @click.command()
@@ -79,7 +194,9 @@ def unfail(ctx: click.Context, group: str, queue: str | None, count: int) -> Non
 @click.pass_context
 def pause(ctx: click.Context, queue: str) -> None:
     """Stop masters from leasing jobs of QUEUE."""
-    client_of(ctx).queue(queue).pause()
+    client = client_of(ctx)
+    _warn_unknown(client, queue)
+    client.queue(queue).pause()
     click.echo(f"paused {queue}")
 
 
@@ -88,8 +205,26 @@ def pause(ctx: click.Context, queue: str) -> None:
 @click.pass_context
 def resume(ctx: click.Context, queue: str) -> None:
     """Let masters lease jobs of QUEUE again."""
-    client_of(ctx).queue(queue).resume()
+    client = client_of(ctx)
+    _warn_unknown(client, queue)
+    client.queue(queue).resume()
     click.echo(f"resumed {queue}")
+
+
+@click.group("queue", no_args_is_help=False)
+def queue_group() -> None:
+    """Queues themselves: forget an empty one."""
+
+
+@queue_group.command("forget")
+@click.argument("queue")
+@click.pass_context
+def forget(ctx: click.Context, queue: str) -> None:
+    """Forget QUEUE if it is empty: it leaves the list of queues, with its totals,
+    statistics and pause (complete jobs stay until retention deletes them)."""
+    if not client_of(ctx).queue_forget(queue):
+        raise click.exceptions.Exit(fail(f"no queue {queue}"))
+    click.echo(f"forgot {queue}")
 
 
 @click.command("config")
@@ -123,7 +258,8 @@ def config_cmd(ctx: click.Context, name: str | None, value: str | None, unset: b
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -> None:
-    """Wait and run times of a queue's jobs, with failures, failed and retries."""
+    """Wait and run times of a queue's jobs (percentiles, histogram with millisecond
+    buckets below a second), with failures, failed and retries."""
     found = client_of(ctx).stats(queue, day.date() if day else None)
     if as_json:
         emit(dataclasses.asdict(found))
@@ -131,17 +267,29 @@ def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -
     click.echo(f"{queue} on {found.day}: failures {found.failures}, failed {found.failed}, "
                f"retries {found.retries}")  # fmt: skip
     for name, times in (("wait", found.wait), ("run", found.run)):
-        click.echo(f"{name:<5} {times.count} jobs, mean {times.mean:.3f} s, "
-                   f"stddev {times.stddev:.3f} s")  # fmt: skip
+        click.echo(f"{name:<5} {times.count} jobs, mean {duration(times.mean)}, "
+                   f"stddev {duration(times.stddev)}")  # fmt: skip
+        if times.count:
+            cuts = ", ".join(
+                f"{label} {duration(value)}"
+                for label, value in (("p50", times.p50), ("p95", times.p95), ("p99", times.p99))
+            )
+            click.echo(f"      {cuts}")
         for lower_s, n in times.histogram:
-            click.echo(f"      >= {_span(lower_s):>6}  {n}")
+            click.echo(f"      >= {duration(lower_s):>7}  {n}")
 
 
-def _span(seconds: int) -> str:
+def duration(seconds: float | None) -> str:
+    """A time as people read it: 7 ms, 0.25 s, 12.5 s, 3m, 2h, 1d."""
+    if seconds is None:
+        return "-"
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+            whole = seconds / size
+            return f"{whole:g}{unit}" if whole.is_integer() else f"{whole:.1f}{unit}"
+    if seconds >= 0.1:
+        return f"{seconds:.3g} s"
+    return f"{seconds * 1000:.3g} ms"
 
 
 @click.command()
@@ -174,4 +322,5 @@ def limit(ctx: click.Context, domain: str | None, rate: str | None, burst: int |
     click.echo(f"{domain}: {rate} (burst {burst or 0})")
 
 
-COMMANDS = [status, pause, resume, failed, unfail, config_cmd, stats, limit]
+COMMANDS = [status, jobs_cmd, pause, resume, queue_group, failed, unfail, config_cmd, stats,
+            limit]  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,9 @@ import click
 from runtime import config
 from runtime import demo as demo_jobs
 from runtime.commands.common import client_of, emit, fail, settings_of, when
-from runtime.commands.queues import status
+from runtime.commands.queues import duration, status
+
+log = logging.getLogger(__name__)
 
 
 @click.command()
@@ -34,7 +37,11 @@ from runtime.commands.queues import status
 @click.option("--max-jobs-per-child", type=click.IntRange(1), help="Recycle after N jobs.")
 @click.option("--max-memory-per-child", type=click.IntRange(1), help="Recycle above MiB.")
 @click.option("--memory-limit", type=click.IntRange(1), help="Kill a job above MiB (RSS).")
-@click.option("--cpu-limit", type=click.FloatRange(0, min_open=True), help="CPU s per job.")
+@click.option(
+    "--cpu-limit",
+    type=click.FloatRange(0, min_open=True),
+    help="CPU seconds per job (soft and hard RLIMIT_CPU; each job gets a fresh child).",
+)
 @click.option("--address-space", type=click.IntRange(1), help="RLIMIT_AS of children, MiB.")
 @click.option("--open-files", type=click.IntRange(16), help="RLIMIT_NOFILE of children.")
 @click.option("--max-processes", type=click.IntRange(1), help="RLIMIT_NPROC of children.")
@@ -45,14 +52,44 @@ from runtime.commands.queues import status
 @click.option("--kill-grace", type=click.FloatRange(0), default=5.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL of a timed-out job.")  # fmt: skip
 @click.option("--sandbox-dir", type=click.Path(file_okay=False), help="Where children work.")
+@click.option(
+    "--allow-eviction",
+    is_flag=True,
+    default=None,
+    help="Start even if Redis evicts keys when full (maxmemory-policy not noeviction).",
+)
+@click.option(
+    "--allow-no-aof",
+    is_flag=True,
+    default=None,
+    help="No warning when Redis keeps no append-only file (appendonly no).",
+)
+@click.option(
+    "--env",
+    "env_names",
+    multiple=True,
+    metavar="NAME",
+    help="Let the environment variable NAME through to the jobs even if it looks secret "
+    "(repeatable; adds to the env setting, RUNTIME_ENV).",
+)
 @click.option("--worker-id", help="Default: hostname-pid.")
 @click.pass_context
-def worker(ctx: click.Context, /, modules: Sequence[str], queues: str, **options: Any) -> None:
+def worker(
+    ctx: click.Context,
+    /,
+    modules: Sequence[str],
+    queues: str,
+    env_names: Sequence[str],
+    **options: Any,
+) -> None:
     """Run a master serving QUEUES with jobs from MODULES (the allow-list)."""
     from runtime.master.main import run_worker  # noqa: PLC0415 - only this verb needs it
 
-    if logging.getLogger().level > logging.INFO:
-        logging.getLogger().setLevel(logging.INFO)
+    settings = settings_of(ctx)
+    level = ctx.find_root().ensure_object(dict).get("log_level") or config.WORKER_LOG_LEVEL
+    logging.getLogger().setLevel(level)
+    names = config.env_names((*settings.env, *env_names))
+    _warn_unset(names)
     renamed = {"max_memory_per_child": "max_memory_per_child_mib",
                "memory_limit": "memory_limit_mib", "cpu_limit": "cpu_limit_s",
                "address_space": "address_space_mib", "grace": "grace_s",
@@ -61,16 +98,25 @@ def worker(ctx: click.Context, /, modules: Sequence[str], queues: str, **options
     worker_id = fields.pop("worker_id", None)
     if "sandbox_dir" in fields:
         fields["sandbox_dir"] = Path(fields["sandbox_dir"])
-    names = tuple(q.strip() for q in queues.split(",") if q.strip())
-    settings = config.WorkerSettings(modules=tuple(modules), queues=names, **fields)
-    raise click.exceptions.Exit(run_worker(settings_of(ctx), settings, worker_id))
+    served = tuple(q.strip() for q in queues.split(",") if q.strip())
+    worker_settings = config.WorkerSettings(
+        modules=tuple(modules), queues=served, env=names, log_level=level, **fields
+    )
+    raise click.exceptions.Exit(run_worker(settings, worker_settings, worker_id))
+
+
+def _warn_unset(names: Sequence[str]) -> None:
+    unset = [name for name in names if name not in os.environ]
+    if unset:
+        log.warning("env names variables that are not set: %s", ", ".join(unset))
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def workers(ctx: click.Context, as_json: bool) -> None:
-    """Masters seen lately, and the jobs each holds."""
+    """Masters seen lately: host, pid, queues, concurrency, and each running job's
+    klass and elapsed time."""
     found = client_of(ctx).workers()
     if as_json:
         emit(found)
@@ -78,8 +124,16 @@ def workers(ctx: click.Context, as_json: bool) -> None:
     if not found:
         click.echo("no workers seen")
     for name, info in found.items():
-        jobs = info["jobs"]
-        click.echo(f"{name}  seen {when(info['seen_ms'])}  {len(jobs)} jobs  {' '.join(jobs)}")
+        concurrency = "-" if info.get("concurrency") is None else info["concurrency"]
+        click.echo(
+            f"{name}  host {info.get('host') or '-'}  pid {info.get('pid') or '-'}  "
+            f"queues {','.join(info.get('queues') or []) or '-'}  concurrency {concurrency}  "
+            f"seen {when(info['seen_ms'])}  {len(info['jobs'])} running"
+        )
+        for job in info.get("running", []):
+            elapsed = job.get("elapsed_ms")
+            took = "-" if elapsed is None else duration(elapsed / 1000)
+            click.echo(f"    {job['jid']}  {job.get('klass') or '?'}  {took}")
 
 
 @click.command()
@@ -91,16 +145,16 @@ def demo(ctx: click.Context, timeout: float) -> None:
     jids = demo_jobs.put_samples(client)
     click.echo(f"put {len(jids)} sample jobs on queue {demo_jobs.QUEUE!r}; starting a worker")
     jobs = demo_jobs.run_worker_until_done(client, jids, timeout)
-    click.echo(f"\n{'jid':<32}  {'klass':<20} {'state':<9} attempts  outcome")
+    click.echo(f"\n{'jid':<32}  {'klass':<12} {'state':<9} attempts  outcome")
     for job in jobs:
-        outcome = job.failure.message.strip().splitlines()[-1] if job.failure else "-"
-        if job.state == "complete":
-            outcome = "done"
         name = job.klass.rpartition(":")[2]
-        click.echo(f"{job.jid}  {name:<20} {job.state:<9} {job.attempt:>8}  {outcome}")
+        outcome = demo_jobs.outcome(job)
+        click.echo(f"{job.jid}  {name:<12} {job.state:<9} {job.attempt:>8}  {outcome}")
     click.echo("")
     ctx.invoke(status)
-    if any(j.state not in ("complete", "failed") for j in jobs):
+    states = [j.state for j in jobs]
+    click.echo(f"\n{states.count('complete')} complete, {states.count('failed')} failed")
+    if any(s not in ("complete", "failed") for s in states):
         raise click.exceptions.Exit(fail("the demo did not finish in time"))
 
 

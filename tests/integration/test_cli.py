@@ -57,8 +57,10 @@ def test_put_then_status_and_job(cli: Invoke, plain_client: Client) -> None:
         "running",
         "stalled",
         "depends",
+        "complete",
+        "failed",
     ]
-    assert row.split() == ["emails", "1", "0", "0", "0", "0", "0"]
+    assert row.split() == ["emails", "1", "0", "0", "0", "0", "0", "0", "0"]
     code, out, _ = cli("job", jid)
     assert code == 0 and "state      waiting" in out and "put" in out and "vip" in out
     code, out, _ = cli("job", jid, "--json")
@@ -89,7 +91,7 @@ def test_failed_unfail_cancel_pause_resume(cli: Invoke, plain_client: Client) ->
     code, out, _ = cli("failed", "builtins.ValueError")
     assert "f1" in out and "ValueError: nope" in out
     code, out, _ = cli("unfail", "builtins.ValueError")
-    assert code == 0 and out.strip() == "moved 1 jobs to q"
+    assert code == 0 and out.strip() == "moved 1 jobs back to their queues"
     assert cli("pause", "q")[0] == 0
     assert plain_client.queue("q").pop(1, worker="w") == []
     assert cli("resume", "q")[0] == 0

@@ -1,0 +1,121 @@
+"""Operating at scale: what the overview reads and a metrics scrape cost with 1,000
+queues and 1,000,000 jobs (targets: status in <= 200 ms server time, a scrape in
+<= 100 ms).
+
+    python -m bench.operate [--queues 1000] [--jobs 1000000] [--repeat 5]
+
+Jobs are put with put_many, 10,000 per call, spread over the queues (a tenth of
+them delayed, so every queue has scheduled jobs too); a few per queue are popped,
+completed, failed and retried, so every count, total and histogram is non-empty.
+Server time is Redis's own (INFO commandstats usec of the script call); wall time
+adds the round trip and decoding in Python (for a scrape: the whole exposition
+text, as `runtime metrics` writes it, and through prometheus-client's registry as
+a mounted collector is read). Prints one JSON object; the numbers go in the
+report, not RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import generate_latest
+
+from bench.server import private_server
+from runtime import Client
+from runtime.metrics import make_registry, render
+
+SCRIPT_CALLS = ("cmdstat_fcall", "cmdstat_evalsha")
+
+
+def _script_usec(client: Client) -> tuple[int, int]:
+    stats: dict[str, Any] = client.redis.info("commandstats")
+    calls = sum(int(stats[k]["calls"]) for k in SCRIPT_CALLS if k in stats)
+    usec = sum(int(stats[k]["usec"]) for k in SCRIPT_CALLS if k in stats)
+    return calls, usec
+
+
+def measure(client: Client, what: Callable[[], object], repeat: int) -> dict[str, Any]:
+    """Median (and range) of wall and server ms over `repeat` runs, and the script
+    calls one run makes."""
+    what()  # warm: the library is loaded, the pages are cached
+    walls, servers, calls = [], [], 0
+    for _ in range(repeat):
+        calls_before, usec_before = _script_usec(client)
+        started = time.perf_counter()
+        what()
+        walls.append((time.perf_counter() - started) * 1000)
+        calls_after, usec_after = _script_usec(client)
+        servers.append((usec_after - usec_before) / 1000)
+        calls = calls_after - calls_before
+    return {
+        "wall_ms": round(statistics.median(walls), 2),
+        "wall_ms_range": [round(min(walls), 2), round(max(walls), 2)],
+        "server_ms": round(statistics.median(servers), 2),
+        "server_ms_range": [round(min(servers), 2), round(max(servers), 2)],
+        "script_calls": calls,
+    }
+
+
+def fill(client: Client, queues: int, jobs: int) -> float:
+    """Puts the jobs (10,000 per call); returns the seconds it took."""
+    started = time.perf_counter()
+    for offset in range(0, jobs, 10_000):
+        client.put_many(
+            client.queue(f"q{k % queues}").spec(
+                "bench.jobs:noop", {"k": k}, delay=3600 if k % 10 == 9 else 0
+            )
+            for k in range(offset, min(offset + 10_000, jobs))
+        )
+    return time.perf_counter() - started
+
+
+def exercise(client: Client, queues: int) -> None:
+    """A few outcomes per queue: complete, fail, retry; and a registered worker."""
+    client.register_worker("bench-1", host="bench", pid=1, queues=["q0"], concurrency=4)
+    for i in range(queues):
+        jobs = client.queue(f"q{i}").pop(4, worker="bench-1")
+        client.complete_many("bench-1", {j.jid: j.token or "" for j in jobs[:2]})
+        if len(jobs) > 2:
+            jobs[2].fail("bench.Error", "failed on purpose")
+        if len(jobs) > 3:
+            jobs[3].retry("bench.Error", "again", delay=0)
+
+
+def run(queues: int, jobs: int, repeat: int) -> dict[str, Any]:
+    with private_server() as server:
+        client = Client.from_url(server.url, namespace="bench", socket_timeout=120)
+        put_s = fill(client, queues, jobs)
+        exercise(client, queues)
+        registry = make_registry(client)
+        info: dict[str, Any] = client.redis.info("memory")
+        return {
+            "queues": queues,
+            "jobs": jobs,
+            "put_s": round(put_s, 1),
+            "used_memory_mb": round(int(info["used_memory"]) / 2**20),
+            "status": measure(client, client.status, repeat),
+            "scrape": measure(client, lambda: render(client), repeat),
+            "scrape_registry": measure(client, lambda: generate_latest(registry), repeat),
+            "snapshot": measure(client, client.snapshot, repeat),
+            "jobs_page": measure(client, lambda: client.jobs("q0", "waiting", 0, 25), repeat),
+            "workers": measure(client, client.workers, repeat),
+            "scrape_bytes": len(render(client)),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queues", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    print(json.dumps(run(args.queues, args.jobs, args.repeat), indent=2))
+
+
+if __name__ == "__main__":
+    main()

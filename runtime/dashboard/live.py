@@ -1,0 +1,202 @@
+"""Live numbers: the rates sampler and the small JSON the pages poll.
+
+`Rates` keeps the last hour of (time, jobs completed so far, jobs failed so far)
+samples, taken every few seconds by a task of the server; the rates per second are
+differences between samples. The plot of the last hour is drawn from them, so it
+covers the time this dashboard has been running (at most an hour).
+
+`GET live.json` answers {"values": {key: text}, "html": {key: markup}, "next_ms"}
+for the keys a page shows (`data-live="key"` elements): the rates, a queue's
+counts, a job's state, progress and result. The page's script replaces the texts
+in place and asks again after next_ms: reads that take long (thousands of queues)
+are asked for less often, as are the rates' samples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from markupsafe import Markup
+
+from runtime.dashboard import plots
+from runtime.dashboard.reads import QUEUE_STATES, QueueRow
+from runtime.dashboard.render import duration, number, pretty
+from runtime.errors import Error
+from runtime.queue.job import Job
+
+log = logging.getLogger(__name__)
+
+WINDOW_S = 3600.0  # what the plot covers
+RATE_SPAN_S = 10.0  # a rate is the average over about this long
+LOAD_SHARE = 20  # reads of live numbers are spaced at least 20 times their own length
+POLL_S = 2.0  # how often a page asks for its live numbers, at most
+
+
+@dataclass(frozen=True)
+class Sample:
+    at_s: float  # time.monotonic()
+    complete: int
+    failed: int
+
+
+class Rates:
+    """Samples of the totals; rates per second from their differences."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.samples: deque[Sample] = deque(maxlen=int(WINDOW_S / interval_s) + 2)
+
+    def add(self, complete: int, failed: int, at_s: float | None = None) -> None:
+        self.samples.append(Sample(time.monotonic() if at_s is None else at_s, complete, failed))
+
+    def per_second(self) -> tuple[float | None, float | None]:
+        """(completed, failed) per second over the last RATE_SPAN_S; None before two samples."""
+        if len(self.samples) < 2:
+            return None, None
+        newest = self.samples[-1]
+        older = next(
+            (s for s in reversed(self.samples) if newest.at_s - s.at_s >= RATE_SPAN_S),
+            self.samples[0],
+        )
+        return _rate(older, newest, "complete"), _rate(older, newest, "failed")
+
+    def series(self, now_s: float, bucket_s: float = 60.0) -> tuple[list[tuple[float, float]], ...]:
+        """(completed, failed) per second averaged over buckets of `bucket_s` (aligned
+        to the clock, the newest one partial), drawn as steps: two points per bucket,
+        (seconds before now, as a negative number; rate), oldest first."""
+        spans: dict[int, tuple[Sample, Sample]] = {}
+        samples = list(self.samples)
+        for older, newer in itertools.pairwise(samples):
+            if now_s - newer.at_s <= WINDOW_S:
+                key = math.floor(newer.at_s / bucket_s)
+                spans[key] = (spans.get(key, (older, newer))[0], newer)
+        done: list[tuple[float, float]] = []
+        failed: list[tuple[float, float]] = []
+        for key in sorted(spans):
+            first, last = spans[key]
+            start = max(key * bucket_s, first.at_s, now_s - WINDOW_S) - now_s
+            end = min((key + 1) * bucket_s, last.at_s) - now_s
+            for series, what in ((done, "complete"), (failed, "failed")):
+                rate = _rate(first, last, what) or 0.0
+                series.extend(((start, rate), (end, rate)))
+        return done, failed
+
+    def covered_s(self, now_s: float) -> float:
+        return 0.0 if not self.samples else min(WINDOW_S, now_s - self.samples[0].at_s)
+
+    async def run(self, read: Callable[[], tuple[int, int]]) -> None:
+        """Samples forever (a task of the server); a failed read is skipped. A read
+        that takes long spaces the samples out: it keeps under 1/LOAD_SHARE of the time."""
+        while True:
+            start = time.monotonic()
+            try:
+                complete, failed = await asyncio.to_thread(read)
+                self.add(complete, failed)
+            except Error as err:
+                log.warning("could not read the totals for the rates: %s", err)
+            await asyncio.sleep(pause_s(self.interval_s, time.monotonic() - start))
+
+
+def pause_s(interval_s: float, took_s: float) -> float:
+    """How long to wait before the next read: the interval, or LOAD_SHARE times what
+    the read took if that is longer (the dashboard's share of Redis stays small)."""
+    return max(interval_s, LOAD_SHARE * took_s)
+
+
+def _rate(older: Sample, newer: Sample, what: str) -> float | None:
+    span = newer.at_s - older.at_s
+    if span <= 0:
+        return None
+    change: int = getattr(newer, what) - getattr(older, what)
+    return max(0, change) / span
+
+
+def throughput_plot(rates: Rates, now_s: float | None = None) -> Markup:
+    now_s = time.monotonic() if now_s is None else now_s
+    done, failed = rates.series(now_s)
+    ticks = [
+        (-3600.0, "-60 m"),
+        (-2700.0, "-45 m"),
+        (-1800.0, "-30 m"),
+        (-900.0, "-15 m"),
+        (0.0, "now"),
+    ]
+    return plots.line_chart(
+        [
+            plots.Series("completed/s", "s-complete", done),
+            plots.Series("failed/s", "s-failed", failed),
+        ],
+        (-WINDOW_S, 0.0),
+        ticks,
+        "Jobs completed and failed per second, last hour",
+        "/s",
+    )
+
+
+def rate_values(rates: Rates) -> dict[str, str]:
+    complete, failed = rates.per_second()
+    return {
+        "rate.complete": number(None if complete is None else round(complete, 1)),
+        "rate.failed": number(None if failed is None else round(failed, 1)),
+    }
+
+
+def queue_values(rows: Iterable[QueueRow]) -> dict[str, str]:
+    values = {}
+    for row in rows:
+        for state in QUEUE_STATES:
+            values[f"q.{row.name}.{state}"] = number(row.counts.get(state))
+        values[f"q.{row.name}.size"] = number(row.size)
+        values[f"q.{row.name}.latency"] = duration(row.latency_s)
+        values[f"q.{row.name}.paused"] = "paused" if row.paused else "active"
+    return values
+
+
+def job_values(job: Job | None) -> dict[str, str]:
+    """A job's changing fields; the state "gone" once it is."""
+    if job is None:
+        return {"job.state": "gone"}
+    progress, result = job.progress, job.result
+    values = {
+        "job.state": job.state,
+        "job.attempt": str(job.attempt),
+        "job.worker": job.worker or "-",
+        "job.remaining": str(job.remaining),
+        "job.progress": progress_text(progress),
+    }
+    if result is not None:
+        values["job.result"] = pretty(result)
+    return values
+
+
+def progress_text(progress: Mapping[str, Any] | None) -> str:
+    """ "3 / 10 (30 %) rendering", or "-" without progress."""
+    if not isinstance(progress, Mapping):
+        return "-"
+    done, total = progress.get("done"), progress.get("total")
+    text = str(done)
+    if isinstance(total, int | float) and total and isinstance(done, int | float):
+        text = f"{done} / {total} ({100 * done / total:.0f} %)"
+    message = progress.get("message")
+    return f"{text} {message}" if message else text
+
+
+@contextlib.asynccontextmanager
+async def sampling(rates: Rates, read: Callable[[], tuple[int, int]]) -> Any:
+    """Runs the sampler while the server runs."""
+    task = asyncio.create_task(rates.run(read))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,123 @@
+"""Pages from templates: one Jinja2 environment with autoescape on for every
+template, the filters the templates share (times, durations, numbers, JSON), and
+the one-time message an action leaves for the page it redirects to (a cookie)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote, urlencode
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+HERE = Path(__file__).parent
+FLASH_COOKIE = "runtime_flash"
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,  # every template, whatever its name
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        when=when, ago=ago, duration=duration, number=number, pretty=pretty, q=quote_part
+    )
+    env.globals["query"] = query
+    return env
+
+
+def when(ms: int | None) -> str:
+    """An epoch-ms time as UTC: 2025-01-31 12:00:00Z."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def duration(seconds: float | None) -> str:
+    """A duration a person reads at a glance: 850 ms, 4.2 s, 3 m 10 s, 2 h 5 m, 3 d 4 h."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    for unit_s, big, small, small_s in (
+        (86400, "d", "h", 3600),
+        (3600, "h", "m", 60),
+        (60, "m", "s", 1),
+    ):
+        if seconds >= unit_s:
+            whole, rest = divmod(int(seconds), unit_s)
+            return f"{whole} {big} {rest // small_s} {small}"
+    return f"{seconds:.0f} s"  # pragma: no cover - the loop always returns
+
+
+def ago(ms: int | None, now_ms: int) -> str:
+    return "-" if ms is None else f"{duration(max(0, now_ms - ms) / 1000)} ago"
+
+
+def number(value: float | None) -> str:
+    """1234567 -> 1,234,567; a rate keeps one decimal; None -> -."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.1f}"
+    return f"{int(value):,}"
+
+
+def pretty(value: Any) -> str:
+    """JSON as a person reads it (escaped by the template like any text)."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def quote_part(value: str) -> str:
+    """A value for a URL path or query part."""
+    return quote(str(value), safe="")
+
+
+def query(**params: Any) -> str:
+    """A query string of the parameters that are not None or empty: "?a=1&b=x"; a
+    list repeats its name: query(q=["a", "b"]) == "?q=a&q=b"."""
+    kept = {k: v for k, v in params.items() if v is not None and v not in ("", [])}
+    return "?" + urlencode(kept, doseq=True) if kept else ""
+
+
+def page(request: Request, template: str, status: int = 200, /, **context: Any) -> Response:
+    """Renders a template with what every page shows: the prefix, where the page is
+    (`here`, where its actions come back to), and the message an action left."""
+    env: jinja2.Environment = request.app.state.templates
+    flash = request.cookies.get(FLASH_COOKIE)
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    body = env.get_template(template).render(
+        prefix=request.app.state.prefix, here=here, flash=_flash(flash), **context
+    )
+    response = HTMLResponse(body, status_code=status)
+    if flash is not None:
+        response.delete_cookie(FLASH_COOKIE, path=request.app.state.prefix or "/")
+    return response
+
+
+def _flash(raw: str | None) -> tuple[str, str] | None:
+    """(kind, text) from the cookie: "ok:..." or "error:..."."""
+    if not raw:
+        return None
+    kind, _, text = raw.partition(":")
+    return (kind if kind in ("ok", "error") else "ok"), unquote(text)[:500]
+
+
+def set_flash(response: Response, prefix: str, kind: str, text: str) -> None:
+    response.set_cookie(
+        FLASH_COOKIE,
+        f"{kind}:{quote(text[:500])}",
+        max_age=60,
+        path=prefix or "/",
+        httponly=True,
+        samesite="strict",
+    )

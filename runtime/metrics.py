@@ -1,0 +1,293 @@
+"""Prometheus metrics, read from Redis at scrape time (prometheus-client).
+
+`make_registry(client)` gives a registry holding one `RuntimeCollector`, for
+mounting next to other collectors (the dashboard). `render(client)` writes the
+same metrics as exposition text directly, several times faster than the
+registry path with thousands of series; `runtime metrics` serves that
+(`server`). Either way a scrape is one script call (lua/metrics.lua) however
+many queues there are, and both come from one list of `Family` (`families`).
+
+Metrics (no jid in any label):
+
+    runtime_jobs{queue,state}                    gauge: jobs by state (complete: still
+                                                 kept by retention)
+    runtime_queue_paused{queue}                  gauge: 1 while paused
+    runtime_queue_oldest_waiting_seconds{queue}  gauge: age of the oldest waiting job
+    runtime_failed_jobs{group}                   gauge: failed jobs by failure group
+    runtime_workers                              gauge: masters seen within up_s
+    runtime_worker_running_jobs{worker}          gauge: jobs each of them holds
+    runtime_jobs_completed_total{queue}          counter: completions (kept in Redis,
+    runtime_jobs_failed_total{queue}             counter: final failures   summed over
+    runtime_jobs_retried_total{queue}            counter: retries          all masters)
+    runtime_job_wait_seconds{queue}              histogram: put (or due) to popped
+    runtime_job_run_seconds{queue}               histogram: popped to completed
+    runtime_redis_up                             gauge: 1 if Redis answered the scrape
+
+The histograms cover the current UTC day (lua/lib/stats.lua keeps statistics per
+day): they start again at midnight UTC, which Prometheus reads as a counter reset;
+a queue that saw no job today has none. Their buckets (1, 5, 10, 50, 100, 500 ms,
+1, 5, 10, 60, 600, 3600 s) are bounds of the stored buckets, so each is exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import logging
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from runtime.errors import Error
+from runtime.queue import stats
+from runtime.queue.client import Client
+
+log = logging.getLogger(__name__)
+
+UP_S = 60.0  # a master seen within this many seconds counts as up
+STATES = ("waiting", "throttled", "scheduled", "running", "stalled", "depends", "complete",
+          "failed")  # fmt: skip
+TOTALS = (("completed", "completions reported"), ("failed", "jobs failed for good"),
+          ("retried", "retries scheduled"))  # fmt: skip
+BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 600, 3600)  # each a stored bound
+LE = (*(repr(float(b)) for b in BUCKETS_S), "+Inf")
+TIMES = (("wait", "seconds from put (or due time) to popped, today (UTC)"),
+         ("run", "seconds from popped to completed, today (UTC)"))  # fmt: skip
+EMPTY: dict[str, Any] = {"queues": {}, "groups": {}, "workers": {}}
+
+Kind = Literal["gauge", "counter", "histogram"]
+Buckets = list[tuple[str, float]]  # (le, cumulative count)
+
+
+@dataclass
+class Family:
+    """One metric: gauge and counter series are (label values, value); histogram
+    series are (label values, (buckets, sum))."""
+
+    name: str
+    kind: Kind
+    help: str
+    labels: tuple[str, ...] = ()
+    series: list[tuple[tuple[str, ...], Any]] = field(default_factory=list)
+
+
+@functools.cache
+def _slot(label: str) -> int | None:
+    """Which Prometheus bucket a stored bucket (its field label, e.g. "ms250") falls
+    in: the first whose bound is at or above the stored bucket's end; None for a
+    label that is not a bucket."""
+    lower_s = stats.bucket_of(label)
+    if lower_s is None:
+        return None
+    end_s = lower_s + stats.bucket_width_s(lower_s)
+    return next((i for i, le in enumerate(BUCKETS_S) if end_s <= le + 1e-9), len(BUCKETS_S))
+
+
+def cumulative_fields(what: str, fields: Mapping[str, Any]) -> Buckets:
+    """Prometheus buckets (le, cumulative count) from a stats hash's `what:hist:*` fields."""
+    return _cumulative(_hist_counts(fields).get(what, [0] * len(LE)))
+
+
+def _hist_counts(fields: Mapping[str, Any]) -> dict[str, list[int]]:
+    """Counts per Prometheus bucket of each histogram (wait, run) in a stats hash, in
+    one pass over its fields."""
+    out: dict[str, list[int]] = {}
+    for name, value in fields.items():
+        what, _, label = name.partition(":hist:")
+        slot = _slot(label) if label else None
+        if slot is not None:
+            counts = out.get(what) or out.setdefault(what, [0] * len(LE))
+            counts[slot] += int(value)
+    return out
+
+
+def _cumulative(counts: list[int]) -> Buckets:
+    out, seen = [], 0
+    for le, n in zip(LE, counts, strict=True):
+        seen += n
+        out.append((le, float(seen)))
+    return out
+
+
+def families(snapshot: Mapping[str, Any], up_s: float = UP_S) -> list[Family]:
+    """Every metric of a snapshot (Client.snapshot), in exposition order."""
+    queues: list[tuple[str, Mapping[str, Any]]] = sorted(snapshot["queues"].items())
+    out = _queue_gauges(queues)
+    for name, what_counts in TOTALS:
+        series: list[tuple[tuple[str, ...], Any]] = [((q,), c[f"{name}_total"]) for q, c in queues]
+        help_ = f"{what_counts}, per queue (all masters)"
+        out.append(Family(f"runtime_jobs_{name}", "counter", help_, ("queue",), series))
+    hists = {q: _hist_counts(c.get("stats", {})) for q, c in queues}  # one pass per queue
+    for what, help_ in TIMES:
+        out.append(Family(f"runtime_job_{what}_seconds", "histogram", help_, ("queue",),
+                          list(_histograms(what, queues, hists))))  # fmt: skip
+    groups = sorted(snapshot["groups"].items())
+    out.append(Family("runtime_failed_jobs", "gauge", "failed jobs by group", ("group",),
+                      [((g,), n) for g, n in groups]))  # fmt: skip
+    workers = sorted(snapshot["workers"].items())
+    out.append(Family("runtime_workers", "gauge", f"masters seen within {up_s:g} s", (),
+                      [((), len(workers))]))  # fmt: skip
+    out.append(Family("runtime_worker_running_jobs", "gauge", "jobs each master holds",
+                      ("worker",), [((w,), info["running"]) for w, info in workers]))  # fmt: skip
+    return out
+
+
+def _queue_gauges(queues: list[tuple[str, Mapping[str, Any]]]) -> list[Family]:
+    jobs = Family("runtime_jobs", "gauge", "jobs by queue and state", ("queue", "state"))
+    jobs.series = [((q, state), c[state]) for q, c in queues for state in STATES]
+    paused = Family("runtime_queue_paused", "gauge", "1 while the queue is paused", ("queue",),
+                    [((q,), 1 if c["paused"] else 0) for q, c in queues])  # fmt: skip
+    oldest = Family("runtime_queue_oldest_waiting_seconds", "gauge",
+                    "how long the oldest waiting job has waited", ("queue",),
+                    [((q,), c["oldest_waiting_ms"] / 1000) for q, c in queues])  # fmt: skip
+    return [jobs, paused, oldest]
+
+
+def _histograms(
+    what: str, queues: list[tuple[str, Mapping[str, Any]]], hists: Mapping[str, Any]
+) -> Iterator[tuple[tuple[str, ...], tuple[Buckets, float]]]:
+    """Only queues that saw jobs today have a series (a day starts empty at midnight UTC)."""
+    for queue, c in queues:
+        fields: Mapping[str, Any] = c.get("stats", {})
+        count = int(fields.get(f"{what}:n", 0))
+        if count:
+            total_s = count * float(fields.get(f"{what}:mean", 0))
+            counts = hists[queue].get(what, [0] * len(LE))
+            yield (queue,), (_cumulative(counts), total_s)
+
+
+# --- the registry path -----------------------------------------------------------------
+
+
+def _metric(family: Family) -> Metric:
+    if family.kind == "histogram":
+        histogram = HistogramMetricFamily(family.name, family.help, labels=family.labels)
+        for values, (buckets, total_s) in family.series:
+            histogram.add_metric(values, buckets, total_s)
+        return histogram
+    metric: GaugeMetricFamily | CounterMetricFamily
+    if family.kind == "counter":
+        metric = CounterMetricFamily(family.name, family.help, labels=family.labels)
+    else:
+        metric = GaugeMetricFamily(family.name, family.help, labels=family.labels)
+    for values, value in family.series:
+        metric.add_metric(values, value)
+    return metric
+
+
+class RuntimeCollector(Collector):
+    """Reads one snapshot of the deployment per scrape (Client.snapshot)."""
+
+    def __init__(self, client: Client, up_s: float = UP_S) -> None:
+        self.client = client
+        self.up_s = up_s
+
+    def describe(self) -> Iterator[Metric]:
+        """The metric names, without reading Redis (for registries that check clashes)."""
+        yield from (_metric(f) for f in families(EMPTY, self.up_s))
+
+    def collect(self) -> Iterator[Metric]:
+        found = read(self.client, self.up_s)
+        yield from (_metric(f) for f in found)
+
+
+def read(client: Client, up_s: float = UP_S) -> list[Family]:
+    """The families of one scrape; runtime_redis_up 0 alone when Redis did not answer."""
+    up = Family("runtime_redis_up", "gauge", "1 if Redis answered the scrape", ())
+    try:
+        snapshot = client.snapshot(up_s)
+    except Error as err:
+        log.warning("metrics: Redis did not answer the scrape: %s", err)
+        up.series = [((), 0)]
+        return [up]
+    up.series = [((), 1)]
+    return [up, *families(snapshot, up_s)]
+
+
+def make_registry(client: Client, up_s: float = UP_S) -> CollectorRegistry:
+    """A registry with runtime's collector alone (mount it with your own collectors)."""
+    registry = CollectorRegistry()
+    registry.register(RuntimeCollector(client, up_s))
+    return registry
+
+
+# --- the direct path: exposition text (format 0.0.4) -----------------------------------
+
+
+def _number(value: float) -> str:
+    if type(value) is int:
+        return str(value)
+    v = float(value)
+    if v - v == 0:  # finite
+        return repr(v)
+    return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
+
+
+@functools.lru_cache(maxsize=65536)
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _pairs(names: tuple[str, ...], values: tuple[str, ...]) -> str:
+    return ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True))
+
+
+def _text(family: Family) -> str:
+    name = family.name + ("_total" if family.kind == "counter" else "")
+    help_ = family.help.replace("\\", "\\\\").replace("\n", "\\n")
+    head = f"# HELP {name} {help_}\n# TYPE {name} {family.kind}\n"
+    if family.kind != "histogram":
+        if not family.labels:
+            return head + "".join(f"{name} {_number(v)}\n" for _, v in family.series)
+        return head + "".join(f"{name}{{{_pairs(family.labels, values)}}} {_number(v)}\n"
+                              for values, v in family.series)  # fmt: skip
+    lines = [head]
+    for values, (buckets, total_s) in family.series:
+        labels = _pairs(family.labels, values)
+        lines += [f'{name}_bucket{{{labels},le="{le}"}} {int(n)}\n' for le, n in buckets]
+        lines.append(f"{name}_count{{{labels}}} {int(buckets[-1][1])}\n")
+        lines.append(f"{name}_sum{{{labels}}} {_number(total_s)}\n")
+    return "".join(lines)
+
+
+def render(client: Client, up_s: float = UP_S) -> bytes:
+    """The exposition text of one scrape (what `server` answers). The collector is
+    paused meanwhile: a scrape of 1,000 queues makes ~50,000 short-lived objects."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return "".join(_text(f) for f in read(client, up_s)).encode()
+    finally:
+        if collecting:
+            gc.enable()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("metrics: " + format, *args)
+
+
+def server(client: Client, host: str, port: int, up_s: float = UP_S) -> WSGIServer:
+    """An HTTP server answering GET /metrics (404 for any other path)."""
+
+    def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: metrics are at /metrics\n"]
+        body = render(client, up_s)
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST),
+                                  ("Content-Length", str(len(body)))])  # fmt: skip
+        return [body]
+
+    return make_server(host, port, app, handler_class=_QuietHandler)

@@ -1,0 +1,1 @@
+"""The dashboard: pages in a real browser, actions, security, plots."""

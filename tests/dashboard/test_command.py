@@ -1,0 +1,99 @@
+"""`runtime dashboard`: serves with no configuration (the embedded Redis), prints
+the URL it serves, and meets bad input with a one-line error and exit code 2."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime import Client
+from runtime.cli import run
+from tests.support.master import REPO
+
+httpx: Any = pytest.importorskip("httpx", reason="httpx is not installed")
+pytest.importorskip("starlette", reason="the dashboard extra is not installed")
+
+
+@pytest.fixture
+def on_test_redis(plain_client: Client, monkeypatch: pytest.MonkeyPatch) -> Client:
+    monkeypatch.setenv("REDIS_URL", plain_client.url)
+    monkeypatch.setenv("RUNTIME_NAMESPACE", plain_client.keys.namespace)
+    return plain_client
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--basic-auth", "nocolon"], "basic auth must be given as user:password"),
+        (["--url-prefix", "/a b"], "url prefix must be a plain path"),
+        (["--port", "70000"], "70000 is not in the range"),
+        (
+            ["--host", "no.such.host.invalid", "--port", "0"],
+            "cannot listen on no.such.host.invalid",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(
+    on_test_redis: Client, capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
+    assert run(["dashboard", *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err
+    assert err.count("\n") == 1
+
+
+def test_a_port_in_use_is_one_line(
+    on_test_redis: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert run(["dashboard", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"runtime: error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
+@pytest.fixture
+def state_dir() -> Iterator[Path]:
+    path = Path(f"/tmp/rt-dash-{uuid.uuid4().hex[:8]}")
+    yield path
+    pidfile = path / "redis.pid"
+    if pidfile.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_it_serves_the_embedded_redis_with_no_configuration_and_prints_its_url(
+    state_dir: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "RUNTIME_NAMESPACE")}
+    env["RUNTIME_STATE_DIR"] = str(state_dir)
+    argv = [sys.executable, "-m", "runtime", "dashboard", "--port", "0"]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("runtime dashboard: http://127.0.0.1:"), line
+        url = line.split()[2]
+        assert line.rstrip().endswith(f"(metrics: {url}metrics)")
+        page = httpx.get(url, timeout=10)
+        assert page.status_code == 200
+        assert "<h1>Overview</h1>" in page.text
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
+        assert proc.stdout.read() == "runtime dashboard: stopped\n"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

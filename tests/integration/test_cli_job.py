@@ -1,0 +1,89 @@
+"""`runtime job JID` (issue 12): result, output tail, progress, what a job waits
+on and what waits on it with their states, why it failed; `runtime status`
+lists the running jobs that told their progress."""
+
+from __future__ import annotations
+
+import json
+
+from runtime import Client
+from tests.integration.test_cli import Invoke, cli  # noqa: F401  (the fixture)
+
+W = "host-1"
+
+
+def test_job_shows_result_output_tail_progress_puts_and_notes(
+    cli: Invoke,  # noqa: F811
+    plain_client: Client,
+) -> None:
+    q = plain_client.queue("q")
+    q.put("app.jobs:crawl", {"url": "a"}, jid="j1")
+    [job] = q.pop(1, worker=W)
+    plain_client.progress("j1", W, job.token or "", 3, 4, "page 3")
+    output = "".join(f"line {i}\n" for i in range(50))
+    kids = [plain_client.queue("links").spec("app.jobs:crawl", jid=f"k{i}") for i in range(2)]
+    plain_client.complete("j1", W, job.token or "", result={"links": 2}, output=output, puts=kids)
+    code, out, _ = cli("job", "j1")
+    assert code == 0
+    lines = out.splitlines()
+    assert 'result     {"links": 2}' in lines
+    assert any(line.startswith("progress   3/4 (75%) page 3, at 20") for line in lines)
+    at = lines.index("output     last 20 of 50 lines")
+    assert lines[at + 1 : at + 21] == [f"  line {i}" for i in range(30, 50)]
+    assert any("puts" in line and "count=2 jids=k0,k1" in line for line in lines)
+    code, out, _ = cli("job", "k0")
+    assert any(line.split()[2:] == ["put", "queue=links", "by=j1"] for line in out.splitlines())
+    code, out, _ = cli("job", "j1", "--json")
+    shown = json.loads(out)
+    assert (shown["result"], shown["output"], shown["progress"]["done"]) == (
+        {"links": 2},
+        output,
+        3,
+    )
+
+
+def test_job_shows_each_dependency_and_dependent_with_its_state(
+    cli: Invoke,  # noqa: F811
+    plain_client: Client,
+) -> None:
+    q = plain_client.queue("q")
+    q.put("app:a", {}, jid="a", retries=0)
+    q.put("app:x", {}, jid="x", delay=3600)
+    q.put("app:b", {}, jid="b", depends=["a", "x"])
+    q.put("app:c", {}, jid="c", depends=["b"])
+    [a] = q.pop(1, worker=W)
+    a.fail("app.errors.Boom", "Traceback\napp.errors.Boom: down")
+    code, out, _ = cli("job", "b")
+    assert code == 0
+    lines = out.splitlines()
+    assert "depends    a failed (app.errors.Boom)" in lines
+    assert "           x scheduled" in lines
+    assert "dependents c failed (runtime.DependencyFailed)" in lines
+    assert any(line.startswith("failure    runtime.DependencyFailed at ") for line in lines)
+    assert "  job a, which it depends on, failed for good (app.errors.Boom)" in lines
+    code, out, _ = cli("job", "b", "--json")
+    assert json.loads(out)["related"] == {"a": "failed", "x": "scheduled", "c": "failed"}
+
+
+def test_status_lists_the_running_jobs_that_told_their_progress(
+    cli: Invoke,  # noqa: F811
+    plain_client: Client,
+) -> None:
+    q = plain_client.queue("q")
+    for jid in ("p1", "p2", "quiet"):
+        q.put("app:a", {}, jid=jid)
+    jobs = {j.jid: j for j in q.pop(3, worker=W)}
+    plain_client.progress("p1", W, jobs["p1"].token or "", 1, 10, "first")
+    plain_client.progress("p2", W, jobs["p2"].token or "", 5, None, None)
+    code, out, _ = cli("status")
+    assert code == 0
+    lines = out.splitlines()
+    at = lines.index("in progress (latest told first)")
+    shown = lines[at + 1 :]
+    assert len(shown) == 2
+    assert {line.split()[0] for line in shown} == {"p1", "p2"}
+    assert any(line.split()[:4] == ["p1", "q", "1/10", "(10%)"] for line in shown)
+    jobs["p1"].complete()
+    jobs["p2"].complete()
+    code, out, _ = cli("status")
+    assert "in progress" not in out

@@ -1,0 +1,151 @@
+"""Prometheus metrics against a real Redis: the values after a known workload, the
+cost of a scrape in Redis commands with 1,000 queues, and `runtime metrics` serving
+/metrics alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from runtime import Client
+from runtime.metrics import make_registry
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def samples_of(text: str) -> Samples:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def scrape(client: Client) -> Samples:
+    return samples_of(generate_latest(make_registry(client)).decode())
+
+
+def q(name: str, **more: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted({"queue": name, **more}.items()))
+
+
+def test_a_scrape_after_a_known_workload(plain_client: Client) -> None:
+    emails = plain_client.queue("emails")
+    for i in range(5):
+        emails.put("myapp.jobs:send", {}, jid=f"e{i}", retries=1)
+    emails.put("myapp.jobs:send", {}, jid="later", delay=3600)
+    plain_client.queue("idle").put("myapp.jobs:send", {}, jid="i0")
+    popped = emails.pop(4, worker="box-1")
+    popped[0].complete()
+    popped[1].complete()
+    popped[2].fail("boom.Error", "it broke")
+    popped[3].retry("boom.Error", "again", delay=0)
+    plain_client.register_worker("box-1", host="box", pid=1, queues=["emails"], concurrency=2)
+    samples = scrape(plain_client)
+    jobs = {state: samples[("runtime_jobs", q("emails", state=state))]
+            for state in ("waiting", "scheduled", "running", "complete", "failed")}  # fmt: skip
+    assert jobs == {"waiting": 2, "scheduled": 1, "running": 0, "complete": 2, "failed": 1}
+    assert samples[("runtime_jobs", q("idle", state="waiting"))] == 1
+    assert samples[("runtime_jobs_completed_total", q("emails"))] == 2
+    assert samples[("runtime_jobs_failed_total", q("emails"))] == 1
+    assert samples[("runtime_jobs_retried_total", q("emails"))] == 1
+    assert samples[("runtime_failed_jobs", (("group", "boom.Error"),))] == 1
+    assert samples[("runtime_workers", ())] == 1
+    assert samples[("runtime_worker_running_jobs", (("worker", "box-1"),))] == 0
+    assert samples[("runtime_job_run_seconds_count", q("emails"))] == 2
+    assert samples[("runtime_job_run_seconds_bucket", q("emails", le="+Inf"))] == 2
+    assert samples[("runtime_job_run_seconds_bucket", q("emails", le="60.0"))] == 2
+    assert ("runtime_job_run_seconds_count", q("idle")) not in samples, "idle ran nothing today"
+    assert samples[("runtime_job_wait_seconds_count", q("emails"))] == 4
+    assert samples[("runtime_queue_oldest_waiting_seconds", q("idle"))] >= 0
+    assert samples[("runtime_redis_up", ())] == 1
+    jids = {"e0", "e1", "e2", "e3", "e4", "later", "i0"}
+    assert not any(v in jids for (_, labels) in samples for _, v in labels), "no jid in a label"
+
+
+def script_calls(client: Client) -> dict[str, int]:
+    stats: dict[str, Any] = client.redis.info("commandstats")
+    return {k: int(v["calls"]) for k, v in stats.items()}
+
+
+def scrape_cost(client: Client) -> tuple[int, int]:
+    """(calls the scrape sent, commands Redis ran for it, script internals included)."""
+    scrape(client)  # warm: the library is loaded
+    before = script_calls(client)
+    scrape(client)
+    after = script_calls(client)
+    delta = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+    delta.pop("cmdstat_info", None)
+    sent = sum(n for k, n in delta.items() if k in (
+        "cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_evalsha", "cmdstat_evalsha_ro"))  # fmt: skip
+    return sent, sum(delta.values())
+
+
+@pytest.mark.parametrize("queues", [10, 1000])
+def test_a_scrape_is_one_call_however_many_queues(plain_client: Client, queues: int) -> None:
+    specs = [plain_client.queue(f"q{i}").spec("a.b:c", {}) for i in range(queues)]
+    plain_client.put_many(specs)
+    sent, ran = scrape_cost(plain_client)
+    assert sent == 1, "one script call per scrape"
+    assert ran < 20 * queues + 50, "inside the script: a few commands per queue"
+
+
+@pytest.fixture
+def serving(plain_client: Client) -> Any:
+    env = {**os.environ, "REDIS_URL": plain_client.url,
+           "RUNTIME_NAMESPACE": plain_client.keys.namespace}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from runtime.cli import main; main()", "metrics", "--port", "0"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_runtime_metrics_serves_metrics_alone(serving: Any, plain_client: Client) -> None:
+    plain_client.queue("q").put("a.b:c", {})
+    line = serving.stderr.readline()
+    assert line.startswith("serving metrics on http://127.0.0.1:"), line
+    url = line.split()[-1]
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        body = reply.read().decode()
+        assert reply.headers["Content-Type"].startswith("text/plain")
+    assert 'runtime_jobs{queue="q",state="waiting"} 1\n' in body
+    aging = "runtime_queue_oldest_waiting_seconds"  # grows between the two scrapes
+    served, through_registry = samples_of(body), scrape(plain_client)
+    assert {k: v for k, v in served.items() if k[0] != aging} == {
+        k: v for k, v in through_registry.items() if k[0] != aging
+    }, "the same metrics as the registry gives"
+    assert served.keys() == through_registry.keys()
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(url.removesuffix("/metrics") + "/", timeout=10)
+    assert missing.value.code == 404
+    serving.send_signal(signal.SIGINT)
+    assert serving.wait(timeout=30) == 0
+
+
+def test_a_port_in_use_is_a_one_line_error(plain_client: Client) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "REDIS_URL": plain_client.url}
+        done = subprocess.run(
+            [sys.executable, "-c", "from runtime.cli import main; main()", "metrics", "--port",
+             str(port)], env=env, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"runtime: error: cannot listen on 127.0.0.1:{port}")
+    assert done.stderr.count("\n") == 1
