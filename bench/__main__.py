@@ -1,7 +1,8 @@
 """`python -m bench [SUITE...] [--quick]`: runs benchmark suites, stores each
 suite's numbers in bench/results/<suite>.json and rewrites bench/RESULTS.md
 from every stored suite and its notes (bench/results/<suite>.notes.md, the only
-hand-written part); `--render` only rewrites RESULTS.md."""
+hand-written part; other *.notes.md there, such as bench.compare's, follow the
+suites); `--render` only rewrites RESULTS.md."""
 
 from __future__ import annotations
 
@@ -73,6 +74,9 @@ def render() -> str:
         if notes.exists():
             lines += ["", notes.read_text().strip()]
         lines.append("")
+    for notes in sorted((HERE / "results").glob("*.notes.md")):  # e.g. bench.compare's runs
+        if notes.name.removesuffix(".notes.md") not in SUITES:
+            lines += [notes.read_text().strip(), ""]
     return "\n".join(lines)
 
 

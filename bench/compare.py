@@ -1,0 +1,234 @@
+"""`python -m bench.compare OLD NEW`: the worker suite's drain, put-to-start latency
+and delayed-job lateness for two versions of runtime in one run, interleaved.
+
+OLD and NEW are commits (checked out as detached git worktrees under /tmp and removed
+afterwards) or directories holding a checkout. Each measure runs as a subprocess of
+this file with its cwd in that checkout, which puts the checkout first on sys.path:
+`runtime` and `bench` are imported from it, and so are the masters bench.worker
+starts (their cwd is the checkout of the bench.worker that starts them) and their
+fork servers. Every measure gets a fresh private redis-server (AOF everysec), so
+the two versions never share loaded Redis functions. Rounds alternate the order
+(OLD NEW, NEW OLD, ...) so that drift in the shared host's speed cancels; transports:
+`tcp` (127.0.0.1, as deployed) and `unix` (the suite's own socket). Prints a
+markdown table (median and min to max of each side, and the per-round NEW/OLD
+ratios) and writes every run to --out as JSON.
+
+    .venv/bin/python -m bench.compare 34aab4c HEAD --repeat 6 --out bench/results/x.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROWS = {  # row title: (measure, key)
+    "drain, --concurrency 2 (jobs/s)": ("drain", "rate"),
+    "drain CPU per job, master (us)": ("drain", "cpu_master_us"),
+    "drain CPU per job, redis (us)": ("drain", "cpu_redis_us"),
+    "drain CPU per job, children (us)": ("drain", "cpu_children_us"),
+    "put-to-start latency p50 (ms)": ("latency", "p50"),
+    "put-to-start latency p95 (ms)": ("latency", "p95"),
+    "put-to-start latency p99 (ms)": ("latency", "p99"),
+    "put-to-start latency max (ms)": ("latency", "max"),
+    "start after the put call returned p50 (ms)": ("latency", "after_put_p50"),
+    "start after the put call returned p99 (ms)": ("latency", "after_put_p99"),
+    "delayed job lateness p50 (ms)": ("lateness", "p50"),
+    "delayed job lateness p99 (ms)": ("lateness", "p99"),
+    "delayed job lateness max (ms)": ("lateness", "max"),
+}
+TARGETS = {  # row title: the worst NEW/OLD ratio (of medians) the target allows
+    "drain, --concurrency 2 (jobs/s)": 0.95,
+    "put-to-start latency p50 (ms)": 1.05,
+    "put-to-start latency p99 (ms)": 1.05,
+}
+
+
+def probe(transport: str, jobs: int, latency_n: int, lateness_n: int) -> dict[str, Any]:
+    """One round of the three measures, run inside a checkout (cwd) on a fresh server."""
+    sys.path[0] = os.getcwd()  # the checkout's runtime and bench, not this file's
+    import runtime  # noqa: PLC0415 - imported from the checkout, after sys.path is set
+    from bench import worker  # noqa: PLC0415
+    from runtime.queue.embedded import ServerProcess, find_server_binary  # noqa: PLC0415
+
+    assert Path(worker.REPO) == Path.cwd(), (worker.REPO, Path.cwd())
+
+    class TcpServer(ServerProcess):
+        port = 0
+
+        @property
+        def url(self) -> str:
+            return f"redis://127.0.0.1:{self.port}"
+
+    directory = Path(tempfile.mkdtemp(prefix="rt-cmp-", dir="/tmp"))
+    server = ServerProcess(find_server_binary(), directory, appendonly=True)
+    if transport == "tcp":
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            port = free.getsockname()[1]
+        server = TcpServer(
+            find_server_binary(), directory, appendonly=True, extra=f"port {port}\nbind 127.0.0.1"
+        )
+        server.port = port
+    server.start()
+    try:
+        return {
+            "runtime": runtime.__file__,
+            "drain": worker.drain(server, jobs),
+            "latency": worker.latency(server, latency_n),
+            "lateness": worker.lateness(server, lateness_n),
+        }
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _checkout(spec: str, made: list[Path]) -> Path:
+    """A directory holding `spec`: itself if it is one, else a new detached worktree."""
+    if Path(spec).is_dir():
+        return Path(spec).resolve()
+    commit = _git(Path.cwd(), "rev-parse", "--verify", f"{spec}^{{commit}}")
+    path = Path(tempfile.mkdtemp(prefix=f"bench-{commit[:7]}-", dir="/tmp"))
+    _git(Path.cwd(), "worktree", "add", "--detach", str(path), commit)
+    made.append(path)
+    return path
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def _loadavg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def _measure(tree: Path, transport: str, args: argparse.Namespace) -> dict[str, Any]:
+    argv = [sys.executable, str(Path(__file__).resolve()), "--probe", transport,
+            "--jobs", str(args.jobs), "--latency-n", str(args.latency_n),
+            "--lateness-n", str(args.lateness_n)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    load = _loadavg()
+    started = time.monotonic()
+    done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise SystemExit(f"measure in {tree} failed:\n{done.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if not result["runtime"].startswith(str(tree)):
+        raise SystemExit(f"{tree} imported runtime from {result['runtime']}")
+    result["loadavg"], result["seconds"] = load, round(time.monotonic() - started, 1)
+    return result
+
+
+def _rounds(trees: dict[str, Path], args: argparse.Namespace) -> dict[str, Any]:
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        t: {side: [] for side in trees} for t in args.transports
+    }
+    for index in range(args.repeat):
+        sides = list(trees) if index % 2 == 0 else list(reversed(trees))
+        for transport in args.transports:
+            for side in sides:
+                result = _measure(trees[side], transport, args)
+                runs[transport][side].append(result)
+                rate = result["drain"]["rate"]
+                p50 = result["latency"]["p50"]
+                print(f"round {index + 1} {transport} {side}: drain {rate:,.0f}/s, "
+                      f"latency p50 {p50:.2f} ms", file=sys.stderr)  # fmt: skip
+    return runs
+
+
+def _num(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def _cell(values: list[float]) -> str:
+    return f"{_num(statistics.median(values))} ({_num(min(values))} to {_num(max(values))})"
+
+
+def table(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Markdown rows for one transport: OLD, NEW, NEW/OLD of the medians, and the
+    NEW/OLD ratios of the runs paired by round (median, min to max)."""
+    lines = ["| measure | OLD | NEW | NEW/OLD (medians) | NEW/OLD per round | target |",
+             "| --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for title, (measure, key) in ROWS.items():
+        old = [r[measure][key] for r in runs["old"]]
+        new = [r[measure][key] for r in runs["new"]]
+        if min(*old, *new) <= 0:  # a ratio of times that can be negative says nothing
+            lines.append(f"| {title} | {_cell(old)} | {_cell(new)} | | | |")
+            continue
+        ratio = statistics.median(new) / statistics.median(old)
+        paired = [n / o for n, o in zip(new, old, strict=True)]
+        target = ""
+        if title in TARGETS:
+            bound = TARGETS[title]
+            met = ratio >= bound if bound < 1 else ratio <= bound
+            target = f"{'>=' if bound < 1 else '<='} {bound}: {'met' if met else 'NOT met'}"
+        lines.append(f"| {title} | {_cell(old)} | {_cell(new)} | {ratio:.3f} | "
+                     f"{_cell_ratio(paired)} | {target} |")  # fmt: skip
+    return lines
+
+
+def _cell_ratio(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f} to {max(values):.3f})"
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.compare")
+    parser.add_argument("old", nargs="?", help="commit or checkout directory")
+    parser.add_argument("new", nargs="?", help="commit or checkout directory")
+    parser.add_argument("--repeat", type=int, default=6, help="rounds (each runs both)")
+    parser.add_argument("--transports", default="tcp,unix", help="comma-separated: tcp, unix")
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs each drain runs")
+    parser.add_argument("--latency-n", type=int, default=300, help="jobs each latency run puts")
+    parser.add_argument("--lateness-n", type=int, default=100, help="delayed jobs per run")
+    parser.add_argument("--out", type=Path, help="write every run here as JSON")
+    parser.add_argument("--probe", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.transports = args.transports.split(",")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    if args.probe:
+        print(json.dumps(probe(args.probe, args.jobs, args.latency_n, args.lateness_n)))
+        return 0
+    if not (args.old and args.new):
+        raise SystemExit("python -m bench.compare OLD NEW: two commits or checkouts")
+    made: list[Path] = []
+    try:
+        trees = {"old": _checkout(args.old, made), "new": _checkout(args.new, made)}
+        commits = {side: _git(tree, "rev-parse", "HEAD") for side, tree in trees.items()}
+        before, started = _loadavg(), time.monotonic()
+        runs = _rounds(trees, args)
+        summary = {"commits": commits, "trees": {k: str(v) for k, v in trees.items()},
+                   "command": " ".join(["python -m bench.compare", *(argv or sys.argv[1:])]),
+                   "loadavg_before": before, "loadavg_after": _loadavg(),
+                   "nproc": os.cpu_count(), "minutes": round((time.monotonic() - started) / 60, 1),
+                   "runs": runs}  # fmt: skip
+    finally:
+        for path in made:
+            _git(Path.cwd(), "worktree", "remove", "--force", str(path))
+    if args.out:
+        args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"OLD {commits['old']}, NEW {commits['new']}; load average before "
+          f"{before}, after {summary['loadavg_after']}")  # fmt: skip
+    for transport in args.transports:
+        print(f"\n{transport}:\n")
+        print("\n".join(table(runs[transport])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
