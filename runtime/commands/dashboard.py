@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 from collections.abc import Sequence
@@ -117,10 +118,11 @@ def dashboard(
     config = uvicorn.Config(
         create_app(client, options), log_config=None, access_log=False, lifespan="on"
     )
-    try:
+    # uvicorn stops serving first, then raises the SIGINT it caught (or returns, when
+    # the signal came while it was still setting up or shutting down)
+    with contextlib.suppress(KeyboardInterrupt):
         uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn stops serving first, then raises the SIGINT it caught
-        click.echo("runtime dashboard: stopped")
+    click.echo("runtime dashboard: stopped")
 
 
 COMMANDS = [dashboard]
