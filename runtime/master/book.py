@@ -41,6 +41,7 @@ from runtime.queue.aio import Outcomes
 log = logging.getLogger(__name__)
 
 PIPELINING_LOG_EVERY_S = 60.0  # pipelining can flip often under changing load: one line a minute
+UNKNOWN = object()  # a cached value not worked out yet
 REGISTER_EVERY_S = 600.0  # the master's registration (host, pid, queues) is renewed this often
 
 
@@ -78,6 +79,7 @@ class Book(Intake, JobFlow):
         self.cancelled_reports: set[str] = set()  # reports of jobs cancelled meanwhile
         self.registered_target: int | None = None  # the children's number Redis was told
         self.registered_at = -math.inf
+        self.renew_due: float | object | None = UNKNOWN
 
     def take_actions(self) -> list[events.Action]:
         actions, self.actions = self.actions, []
@@ -126,6 +128,7 @@ class Book(Intake, JobFlow):
     def apply(self, event: events.Event, now: float) -> None:
         """Takes in one event."""
         self.now = now
+        self.renew_due = UNKNOWN
         if isinstance(event, events.ExchangeFailed | events.RenewFailed | events.WaitFailed):
             self._on_redis_failed(event, now)
             return
@@ -188,6 +191,7 @@ class Book(Intake, JobFlow):
         """Decides what to do now: checks on running jobs, children to start or stop,
         jobs to hand out, leases to renew, reports and pops to send, waiting."""
         self.now = now
+        self.renew_due = UNKNOWN
         if self.wake_at is not None and now >= self.wake_at:
             self.want_work, self.wake_at = True, None  # something came due: pop again
         if now - self.checked_at >= TICK_S:
@@ -305,12 +309,18 @@ class Book(Intake, JobFlow):
     # --- renewing leases -----------------------------------------------------------
 
     def _renew_due(self) -> float | None:
-        dues = [
-            plan.renew_at(h.lease_until, h.renew_length_s())
-            for h in self.held.values()
-            if not h.lost
-        ]
-        return min(dues, default=None)
+        """When the first lease needs renewing (worked out once a pass: `apply` and
+        `step` forget it, and nothing else moves a lease's end)."""
+        if self.renew_due is UNKNOWN:
+            self.renew_due = min(
+                (
+                    plan.renew_at(h.lease_until, h.renew_length_s())
+                    for h in self.held.values()
+                    if not h.lost
+                ),
+                default=None,
+            )
+        return self.renew_due  # type: ignore[return-value]
 
     def _renew_at(self, now: float) -> float | None:
         due = self._renew_due()

@@ -55,6 +55,7 @@ class ChildSaid:
     pid: int
     message: protocol.Message
     output: str = ""  # with done or failed: the last of the job's output (job.output)
+    rss_bytes: int | None = None  # with done or failed: the child's memory then (if asked)
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,8 @@ class JobFlow:
         if slot is None:
             return
         message = event.message
+        if event.rss_bytes is not None:
+            slot.rss_bytes = event.rss_bytes
         if isinstance(message, protocol.Ready):
             if slot.state is SlotState.STARTING:
                 slot.state = SlotState.IDLE

@@ -93,11 +93,45 @@ class Master:
         self.wait_s = IDLE_WAIT_S  # how long one blocking read for work may last
         self.cancels_failed_at = -CANCELS_PAUSE_S
         self.unexpected: dict[str, tuple[float, int]] = {}  # task name -> (last logged, since)
+        self.doers: dict[type, Callable[[Any], None]] = {
+            events.Post: lambda a: self.processes.send(a.index, a.message),
+            events.Exchange: lambda a: self._own(
+                "exchange", self._exchange(a), self._exchange_failed(a)
+            ),
+            events.Renew: lambda a: self._own("renew", self._renew(a), self._renew_failed(a)),
+            events.Kill: lambda a: self.processes.kill(a.index, a.signal),
+            events.Spawn: lambda a: self._own(self._unique("spawn"), self.processes.spawn(a.index)),
+            events.Wait: lambda a: self._own("wait", self._wait(), self._wait_failed()),
+            events.StopWaiting: lambda a: self._cancel("wait"),
+            events.GiveBack: lambda a: self._own(
+                self._unique("give-back"), self.client.give_back(a.key)
+            ),
+            events.ReplaceServer: lambda a: self._own("replace", self._replace()),
+            events.Extend: lambda a: self._extend(a.low),
+            events.Register: lambda a: self._own("register", self._register(a.concurrency)),
+            # never waits for Sentry: leases must go on
+            events.ReportFailure: lambda a: sentry.report(
+                group=a.group, message=a.message, tags=a.tags, flush_s=None
+            ),
+        }
+        # the loop: a pass runs as a callback, soon after an event comes (one pass for
+        # every event of the same turn of the event loop) or when the timer is due
+        self.finished: asyncio.Future[None] | None = None  # set once the loop runs
+        self.pass_soon = False
+        self.timer: asyncio.Handle | None = None  # uvloop's has no when(): timer_at
+        self.timer_at = 0.0
 
     def post(self, event: events.Event) -> None:
         """What every source does: put an event on the queue and wake the loop."""
         self.events.append(event)
-        self.woken.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.finished is None:  # still starting: _start waits on `woken`
+            self.woken.set()
+        elif not self.pass_soon:
+            self.pass_soon = True
+            asyncio.get_running_loop().call_soon(self._run_pass)
 
     # --- owned tasks ----------------------------------------------------------------
 
@@ -142,7 +176,7 @@ class Master:
     def _disown(self, name: str, task: asyncio.Task[None]) -> None:
         if self.tasks.get(name) is task:
             del self.tasks[name]
-        self.woken.set()
+        self._wake()
 
     def _unique(self, name: str) -> str:
         self.counter += 1
@@ -151,27 +185,7 @@ class Master:
     # --- carrying out the book's actions ----------------------------------------------
 
     def _carry_out(self, actions: list[events.Action]) -> None:
-        doers: dict[type, Callable[[Any], None]] = {
-            events.Post: lambda a: self.processes.send(a.index, a.message),
-            events.Exchange: lambda a: self._own(
-                "exchange", self._exchange(a), self._exchange_failed(a)
-            ),
-            events.Renew: lambda a: self._own("renew", self._renew(a), self._renew_failed(a)),
-            events.Kill: lambda a: self.processes.kill(a.index, a.signal),
-            events.Spawn: lambda a: self._own(self._unique("spawn"), self.processes.spawn(a.index)),
-            events.Wait: lambda a: self._own("wait", self._wait(), self._wait_failed()),
-            events.StopWaiting: lambda a: self._cancel("wait"),
-            events.GiveBack: lambda a: self._own(
-                self._unique("give-back"), self.client.give_back(a.key)
-            ),
-            events.ReplaceServer: lambda a: self._own("replace", self._replace()),
-            events.Extend: lambda a: self._extend(a.low),
-            events.Register: lambda a: self._own("register", self._register(a.concurrency)),
-            # never waits for Sentry: leases must go on
-            events.ReportFailure: lambda a: sentry.report(
-                group=a.group, message=a.message, tags=a.tags, flush_s=None
-            ),
-        }
+        doers = self.doers
         for action in actions:
             doers[type(action)](action)
         self.processes.flush()
@@ -289,26 +303,63 @@ class Master:
         self._carry_out(actions)
         self._watch_sizes()
         self._watch_cancels()
-        self.status.show(self.book.describe(), now)
+        self.status.show(self.book.describe, now)
         return busy or bool(actions)
 
     async def _loop(self) -> None:
-        while True:
+        """Runs passes until the book is done: as callbacks (no task switch per pass)."""
+        self.finished = asyncio.get_running_loop().create_future()
+        self._run_pass()
+        try:
+            await self.finished
+        finally:
+            if self.timer is not None:
+                self.timer.cancel()
+
+    def _run_pass(self) -> None:
+        self.pass_soon = False
+        finished = self.finished
+        if finished is None or finished.done():
+            return
+        try:
             active = self._pass()
-            if self.book.done(time.monotonic()):
-                return
-            if self.events:
-                continue
             now = time.monotonic()
-            waits = [
-                w for w in (self.book.next_wake(now), self.status.next_due(now)) if w is not None
-            ]
-            timeout = min(waits) if waits else None
-            if timeout is not None and not active:
-                timeout = max(timeout, MIN_PASS_S)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.woken.wait(), timeout)
-            self.woken.clear()
+            if self.book.done(now):
+                finished.set_result(None)
+            elif self.events:
+                self._wake()
+            else:
+                self._arm(self._next_pass_in(now, active), now)
+        except BaseException as err:  # ends the loop the way a raise in it would
+            finished.set_exception(err)
+            if not isinstance(err, Exception):
+                raise
+
+    def _next_pass_in(self, now: float, active: bool) -> float | None:
+        waits = [w for w in (self.book.next_wake(now), self.status.next_due(now)) if w is not None]
+        if not waits:
+            return None
+        return min(waits) if active else max(min(waits), MIN_PASS_S)
+
+    def _arm(self, timeout: float | None, now: float) -> None:
+        """The timer for the next pass that no event asks for (kept if it is due in
+        time: an early pass costs less than a timer made for every pass)."""
+        loop = asyncio.get_running_loop()
+        if timeout is None:
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            return
+        at = loop.time() + timeout
+        if self.timer is not None:
+            if loop.time() <= self.timer_at <= at:
+                return
+            self.timer.cancel()
+        self.timer, self.timer_at = loop.call_at(at, self._on_timer), at
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        self._run_pass()
 
     def _watch_sizes(self) -> None:
         if "sizes" not in self.tasks and self.book.link.up:

@@ -54,6 +54,7 @@ class ChildHandle:
     outbox: bytearray = field(default_factory=bytearray)
     partial_since: float | None = None  # monotonic: an incomplete frame began arriving
     broken: bool = False
+    measure_rss: bool = False  # --max-memory-per-child: memory read as each job ends
 
     def attach(self) -> None:
         loop = asyncio.get_running_loop()
@@ -95,12 +96,14 @@ class ChildHandle:
             else None
         )
         for message in messages:
-            tail = ""
             if isinstance(message, protocol.Done | protocol.Failed):
                 # the job's end marker went on the pipe before this: read up to it
                 self._on_output(DRAIN_MAX_BYTES)
+                rss = self.rss_bytes() if self.measure_rss else None
                 tail = self.output.tail_text()
-            self.post(events.ChildSaid(self.index, self.pid, message, tail))
+                self.post(events.ChildSaid(self.index, self.pid, message, tail, rss))
+            else:
+                self.post(events.ChildSaid(self.index, self.pid, message))
 
     def _broke(self, error: str) -> None:
         if not self.broken:
@@ -234,6 +237,7 @@ class Processes:
             return
         output = Output(index, self.worker_id)
         handle = ChildHandle(index, pid, sock, out_fd, self.post, self.server, output)
+        handle.measure_rss = bool(self.worker.max_memory_per_child_mib)
         self.handles[pid] = handle
         self.by_index[index] = handle
         handle.attach()

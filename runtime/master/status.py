@@ -5,11 +5,13 @@ proves that the loop makes progress, not only that some task still runs."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from runtime.master.notify import Notifier
 from runtime.proctitle import set_title
 
 STATUS_EVERY_S = 0.5  # at most this often a STATUS change goes to systemd
+TITLE_EVERY_S = 0.05  # at most this often the state is described (the process title)
 
 
 class Status:
@@ -20,23 +22,32 @@ class Status:
         self.sent, self.sent_at = "", -math.inf
         self.ping_every_s = (notifier.watchdog_s or 0.0) / 2  # systemd's advice
         self.pinged_at = -math.inf
+        self.described_at = -math.inf
+        self.stale = False  # a pass came since the state was last described
 
-    def show(self, text: str, now: float) -> None:
+    def show(self, describe: Callable[[], str], now: float) -> None:
         """Called on every pass: the title when it changes, STATUS when it changed
-        (rate-limited), WATCHDOG when one is due."""
+        (rate-limited), WATCHDOG when one is due. The state is described at most every
+        TITLE_EVERY_S (a busy master makes thousands of passes a second)."""
+        ping = self.ping_every_s and now - self.pinged_at >= self.ping_every_s
+        if now - self.described_at < TITLE_EVERY_S and not ping:
+            self.stale = True
+            return
+        self.described_at, self.stale = now, False
+        text = describe()
         if text != self.title:
             self.title = text
             set_title(f"runtime master {self.worker_id} {text}")
         if text != self.sent and now - self.sent_at >= STATUS_EVERY_S:
             self.sent, self.sent_at = text, now
             self.notifier.status(text)
-        if self.ping_every_s and now - self.pinged_at >= self.ping_every_s:
+        if ping:
             self.pinged_at = now
             self.notifier.watchdog()
 
     def next_due(self, now: float) -> float | None:
         """Seconds until a pass has something to send (None: nothing pending)."""
-        waits = []
+        waits = [self.described_at + TITLE_EVERY_S - now] if self.stale else []
         if self.title != self.sent:
             waits.append(self.sent_at + STATUS_EVERY_S - now)
         if self.ping_every_s:
