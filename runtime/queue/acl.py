@@ -23,10 +23,11 @@ from __future__ import annotations
 # what the Lua operations call (tests check this against lua/**/*.lua)
 IN_SCRIPTS = (
     "del", "exists", "expire", "get", "hdel", "hexists", "hget", "hgetall", "hincrby",
-    "hmget", "hset", "lindex", "linsert", "llen", "lpop", "lpush", "lrange", "lrem",
+    "hmget", "hscan", "hset", "lindex", "linsert", "llen", "lpop", "lpush", "lrange", "lrem",
     "pexpire", "pttl", "publish", "rpop", "rpush", "sadd", "scard", "set", "sismember",
-    "smembers", "srandmember", "srem", "time", "zadd", "zcard", "zcount", "zincrby",
-    "zpopmin", "zrange", "zrangebyscore", "zrem", "zremrangebyscore", "zrevrange", "zscore",
+    "smembers", "srandmember", "srem", "sscan", "time", "zadd", "zcard", "zcount",
+    "zincrby", "zpopmin", "zrange", "zrangebyscore", "zrem", "zremrangebyscore",
+    "zrevrange", "zrevrangebyscore", "zscore",
 )  # fmt: skip
 # what the clients send themselves (a master, the Client, the CLI)
 FROM_CLIENTS = (

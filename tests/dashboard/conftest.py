@@ -92,7 +92,9 @@ def dashboard(
     client.close()
 
 
-@pytest.fixture(scope="session")
+# module scope: the sync API keeps an event loop running in this thread while it is
+# open, and later tests (of other modules) call asyncio.run
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     binary = chromium_binary()
     if binary is None:
