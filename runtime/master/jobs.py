@@ -167,7 +167,7 @@ class JobFlow:
                                        message.message)  # fmt: skip
             self._noted()
         elif message.now:
-            self.outcomes.add_put(message.spec, message.data)
+            self.outcomes.add_put(message.spec, message.data, by=held.jid)  # in its history
             self._noted()
         else:  # goes with its completion: a failed or retried attempt puts nothing
             held.puts.append((message.spec, message.data))

@@ -106,7 +106,10 @@ def test_a_put_with_now_goes_at_once_while_the_job_still_runs(
     job = plain_client.get_job(jid)
     assert job is not None and job.state == "running"
     go.touch()
-    assert ended(plain_client, jid).state == "complete"
+    done = ended(plain_client, jid)
+    assert done.state == "complete"
+    puts = [e for e in done.history if e.event == "puts"]
+    assert sum(e.count for e in puts) == 2, "the job's history counts its puts"
 
 
 def test_a_child_holds_no_redis_connection_and_no_credentials(
