@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -32,3 +33,14 @@ def stamp(job: Any) -> None:
 def count(job: Any) -> None:
     """Increments the counter data["key"]: proof that the job really ran."""
     _redis(job.data["url"]).incr(job.data["key"])
+
+
+_log = logging.getLogger("bench.jobs")
+
+
+def count_and_print(job: Any) -> None:
+    """`count`, printing one line and logging one record on the way (a job that
+    talks: the master attributes both to it and keeps them in its output)."""
+    print(f"counting for {job.data['key']} in attempt {job.attempt}")
+    _log.warning("counted jid=%s", job.jid)
+    count(job)

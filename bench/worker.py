@@ -66,16 +66,19 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def drain(server: ServerProcess, n: int, *args: str) -> dict[str, float]:
+def drain(
+    server: ServerProcess, n: int, *args: str, klass: str = "bench.jobs:count"
+) -> dict[str, float]:
     """n queued counting jobs, two children, timed until the counter says n; with the
-    CPU each process spent per job."""
+    CPU each process spent per job. klass: bench.jobs:count_and_print for jobs that
+    print and log."""
     ns = _namespace()
     client = Client.from_url(server.url, namespace=ns)
     key = f"bench:count:{ns}"
     data = {"url": server.url, "key": key}
     q = client.queue("bench")
     for offset in range(0, n, 1000):
-        client.put_many(q.spec("bench.jobs:count", data) for _ in range(min(1000, n - offset)))
+        client.put_many(q.spec(klass, data) for _ in range(min(1000, n - offset)))
     conn = connect(server)
     master = Master(server, ns, "--concurrency", "2", *args)
     assert server.process is not None
@@ -179,13 +182,22 @@ def run(quick: bool = False) -> dict[str, Any]:
     measures: dict[str, Any] = {}
     with private_server() as server:
         bare_runs = [bare(server, n) for _ in range(repeat)]
-        drains = [drain(server, n) for _ in range(repeat)]
+        drains, printing = [], []
+        for _ in range(repeat):  # interleaved: the host's drift hits both alike
+            drains.append(drain(server, n))
+            printing.append(drain(server, n, klass="bench.jobs:count_and_print"))
         measures["bare redis-py loop, 2 processes, BLMOVE + LREM (items/s)"] = bare_runs
         measures["runtime drain, --concurrency 2 (jobs/s)"] = [d["rate"] for d in drains]
         ratios = [d["rate"] / b for d, b in zip(drains, bare_runs, strict=True)]
         measures["runtime / bare loop (ratio, same run)"] = ratios
         for part in ("master", "redis", "children"):
             measures[f"drain CPU per job, {part} (us)"] = [d[f"cpu_{part}_us"] for d in drains]
+        measures["drain, jobs that print a line and log a record (jobs/s)"] = [
+            d["rate"] for d in printing
+        ]
+        measures["printing / silent drain (ratio, same run)"] = [
+            p["rate"] / d["rate"] for p, d in zip(printing, drains, strict=True)
+        ]
         lat = [latency(server, 100 if quick else 300) for _ in range(repeat)]
         for name in ("p50", "p95", "p99", "max"):
             measures[f"put-to-start latency {name} (ms)"] = [r[name] for r in lat]

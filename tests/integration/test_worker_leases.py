@@ -185,7 +185,7 @@ def _take_lease(client: Client, jid: str) -> None:
     is published, so the master learns it only from its next renewal."""
     key = client.keys.key("jobs")
     raw = client.redis.hget(key, jid)
-    assert raw is not None
+    assert isinstance(raw, bytes)
     meta, _, data = raw.partition(b"\n")
     fields = json.loads(meta)
     fields["l"] = "stolen" + fields["l"][6:]
