@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -42,6 +43,7 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: fl
         for line in [] if as_json else progress_lines(client, queues):
             click.echo(line)
         return
+    _stop_on_signals()
     try:
         while True:
             counts = client.status(*queues)
@@ -53,6 +55,17 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: fl
             time.sleep(watch_s)
     except KeyboardInterrupt:
         return
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C and TERM end a watch, even when started with SIGINT ignored (as a
+    background job of a shell script is)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
 
 
 def _show_status(
