@@ -168,8 +168,10 @@ _FIELDS: dict[type[Message], tuple[str, ...]] = {
 
 
 def encode(message: Message) -> bytes:
-    obj = {"kind": message.kind}
-    obj.update((name, getattr(message, name)) for name in _FIELDS[type(message)])
+    obj = {
+        "kind": message.kind,
+        **{name: getattr(message, name) for name in _FIELDS[type(message)]},
+    }
     body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(f"{message.kind} message of {len(body)} bytes is over the frame limit")

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 READ_MAX_BYTES = 1 << 20  # read of a child's output per callback
 DRAIN_MAX_BYTES = 4 << 20  # read at once when a job's outcome comes
+READ_CHUNK = 1 << 16  # one read of the pipe (its default capacity)
 FRAME_TIMEOUT_S = 2.0  # a frame whose bytes do not all arrive within this is a protocol error
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -125,7 +126,7 @@ class ChildHandle:
         taken = 0
         while taken < most:
             try:
-                chunk = os.read(self.out_fd, 1 << 16)
+                chunk = os.read(self.out_fd, READ_CHUNK)
             except BlockingIOError:
                 return
             except OSError:
@@ -135,6 +136,8 @@ class ChildHandle:
                 return
             taken += len(chunk)
             self.output.feed(chunk, loop.time())
+            if len(chunk) < READ_CHUNK:  # the pipe is empty now: no read to learn it
+                return
 
     def tail(self, limit: int = 4096) -> str:
         return self.output.tail_text(limit)

@@ -110,7 +110,7 @@ class AsyncClient:
 
     async def _round_trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
         conn.socket_timeout = self.command_timeout_s
-        await conn.send_packed_command(conn.pack_commands(request), check_health=False)
+        await conn.send_packed_command([scripts.pack(request)], check_health=False)
         conn.socket_timeout = self.command_timeout_s + blocks_s
         replies = []
         try:

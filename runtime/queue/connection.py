@@ -156,7 +156,7 @@ class Connection:
         try:
             request = next(plan)
             while True:
-                packed = conn.pack_commands(request)  # type: ignore[no-untyped-call]
+                packed = [scripts.pack(request)]
                 conn.send_packed_command(packed, check_health=False)  # type: ignore[no-untyped-call]
                 request = plan.send([_read(conn) for _ in request])
         except StopIteration as done:
