@@ -366,14 +366,7 @@ class Book(Intake, JobFlow):
         else:
             log.warning("lease lost jid=%s queue=%s worker=%s", held.jid, held.leased.queue,
                         self.worker_id)  # fmt: skip
-        if held.where in (Where.BUFFERED, Where.TIMED):
-            (self.buffer if held.where is Where.BUFFERED else self.timed).remove(held.jid)
-            del self.held[held.jid]
-        elif held.where is Where.RUNNING and held.slot is not None:
-            self._kill(self.slots.by_index[held.slot], reasons.LOST)
-        elif held.where is Where.PIPELINED and held.slot is not None and not held.withdrawing:
-            held.withdrawing = True
-            self.actions.append(events.Post(held.slot, protocol.Withdraw(held.jid)))
+        self._let_go(held, reasons.LOST)
 
     # --- checks on running jobs -----------------------------------------------------
 

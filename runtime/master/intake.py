@@ -7,53 +7,18 @@ book: plain values in, actions out.
 from __future__ import annotations
 
 import logging
-from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from runtime import config
 from runtime.errors import Error, LeaseLost, NoSuchJob
-from runtime.master import events, reasons
+from runtime.master import events
 from runtime.master.held import AHEAD_S, FLUSH_AFTER_S, FLUSH_BATCH, Held, Where
-from runtime.master.link import Link
-from runtime.master.slots import Slot, Slots
-from runtime.queue.aio import Leased, Outcomes
+from runtime.master.state import BookState
+from runtime.queue.aio import Leased
 
 log = logging.getLogger(__name__)
 
 
-class Intake:
-    if TYPE_CHECKING:  # the state lives in Book
-        worker: config.WorkerSettings
-        worker_id: str
-        held: dict[str, Held]
-        buffer: deque[str]
-        timed: list[str]
-        outcomes: Outcomes
-        slots: Slots
-        link: Link
-        queues: list[str]
-        exchanging: bool
-        reports_since: float | None
-        now: float
-        waiting: bool
-        want_work: bool
-        wake_at: float | None
-        registered: bool
-        offset: float | None
-        jobs_seen: int
-        avg_run_s: float
-        start_failure: str | None
-        actions: list[events.Action]
-        cancelled_reports: set[str]
-
-        def accepting(self) -> bool: ...
-        def room(self) -> int: ...
-        def depth(self) -> int: ...
-        def _urgent(self) -> bool: ...
-        def _pipeline_room(self, slot: Slot, depth: int) -> int: ...
-        def _kill(self, slot: Slot, ending: reasons.Ending, sig: int = ...) -> None: ...
-        def _noted(self) -> None: ...
-
+class Intake(BookState):
     # --- exchanges: reports out, pops in ----------------------------------------------
 
     def _exchange_at(self, now: float) -> float | None:

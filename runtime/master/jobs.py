@@ -10,10 +10,7 @@ renewals and the checks on running jobs. Pure: plain values in, actions out.
 from __future__ import annotations
 
 import logging
-from collections import deque
-from typing import TYPE_CHECKING
 
-from runtime import config
 from runtime.children import protocol
 from runtime.master import events, plan, reasons
 from runtime.master.held import (
@@ -21,45 +18,13 @@ from runtime.master.held import (
     Held,
     Where,
 )
-from runtime.master.link import Link
-from runtime.master.slots import Slot, Slots, SlotState
-from runtime.queue.aio import Outcomes
+from runtime.master.slots import Slot, SlotState
+from runtime.master.state import BookState
 
 log = logging.getLogger(__name__)
 
 
-class JobFlow:
-    if TYPE_CHECKING:  # the state lives in Book
-        worker: config.WorkerSettings
-        worker_id: str
-        held: dict[str, Held]
-        buffer: deque[str]
-        timed: list[str]
-        outcomes: Outcomes
-        slots: Slots
-        link: Link
-        queues: list[str]
-        exchanging: bool
-        reports_since: float | None
-        now: float
-        waiting: bool
-        want_work: bool
-        wake_at: float | None
-        registered: bool
-        offset: float | None
-        jobs_seen: int
-        avg_run_s: float
-        start_failure: str | None
-        actions: list[events.Action]
-        cancelled_reports: set[str]
-
-        def accepting(self) -> bool: ...
-        def room(self) -> int: ...
-        def depth(self) -> int: ...
-        def _urgent(self) -> bool: ...
-        def _pipeline_room(self, slot: Slot, depth: int) -> int: ...
-        def _kill(self, slot: Slot, ending: reasons.Ending, sig: int = ...) -> None: ...
-
+class JobFlow(BookState):
     # --- handing jobs to children ----------------------------------------------------
 
     def hand_out(self, now: float) -> None:
@@ -180,11 +145,16 @@ class JobFlow:
         log.info("cancelled jid=%s queue=%s worker=%s", held.jid, held.leased.queue,
                  self.worker_id)  # fmt: skip
         held.cancelled = held.lost = True
+        self._let_go(held, reasons.CANCELLED)
+
+    def _let_go(self, held: Held, ending: reasons.Ending) -> None:
+        """A job that is not ours any more (lease lost, cancelled): dropped if no child
+        has it, its child killed (for `ending`) if running, asked back if pipelined."""
         if held.where in (Where.BUFFERED, Where.TIMED):
             (self.buffer if held.where is Where.BUFFERED else self.timed).remove(held.jid)
             del self.held[held.jid]
         elif held.where is Where.RUNNING and held.slot is not None:
-            self._kill(self.slots.by_index[held.slot], reasons.CANCELLED)
+            self._kill(self.slots.by_index[held.slot], ending)
         elif held.where is Where.PIPELINED and held.slot is not None and not held.withdrawing:
             held.withdrawing = True
             self.actions.append(events.Post(held.slot, protocol.Withdraw(held.jid)))
