@@ -5,7 +5,9 @@ the live numbers change without a reload. Each page leaves a screenshot."""
 
 from __future__ import annotations
 
+import http.server
 import re
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -178,3 +180,41 @@ def test_the_live_numbers_change_without_a_reload(
     assert page.evaluate("window.notReloaded") is True
     expect(page.locator(".plot-box polyline.s-complete")).to_have_count(1)
     dashboard.shot(page, "overview-live")
+
+
+def test_a_form_on_another_site_cannot_act_through_the_browser(
+    dashboard: Dashboard, page: Page
+) -> None:
+    """CSRF as a browser does it: a page of another origin (another port) posts a
+    form to the dashboard. The browser sends it with its own Sec-Fetch-Site and
+    Origin; the dashboard refuses it, and the job is untouched."""
+    client = dashboard.client
+    client.queue("q").pause()
+    jid = client.queue("q").put(f"{JOBS}:noop", {})
+    evil = (
+        f'<form id="f" method="post" action="{dashboard.url}/action/cancel">'
+        f'<input name="jid" value="{jid}"></form>'
+        "<script>document.getElementById('f').submit()</script>"
+    ).encode()
+
+    class Evil(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(evil)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Evil)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        with page.expect_response(f"{dashboard.url}/action/cancel") as posted:
+            page.goto(f"http://localhost:{other.server_address[1]}/")
+        assert posted.value.status == 403
+        expect(page.locator("body")).to_contain_text("refused")
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert state_of(client, jid) == "waiting", "the other site's form changed nothing"
