@@ -192,9 +192,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         measures["runtime / bare loop (ratio, same run)"] = ratios
         for part in ("master", "redis", "children"):
             measures[f"drain CPU per job, {part} (us)"] = [d[f"cpu_{part}_us"] for d in drains]
-        measures["drain, jobs that print a line (jobs/s)"] = [
-            d["rate"] for d in printing
-        ]
+        measures["drain, jobs that print a line (jobs/s)"] = [d["rate"] for d in printing]
         measures["printing / silent drain (ratio, same run)"] = [
             p["rate"] / d["rate"] for p, d in zip(printing, drains, strict=True)
         ]
