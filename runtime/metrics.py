@@ -46,7 +46,6 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from runtime.errors import Error
@@ -224,6 +223,8 @@ def make_registry(client: Client, up_s: float = UP_S) -> CollectorRegistry:
 
 # --- the direct path: exposition text (format 0.0.4) -----------------------------------
 
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what `render` writes
+
 
 def _number(value: float) -> str:
     if type(value) is int:
@@ -286,7 +287,7 @@ def server(client: Client, host: str, port: int, up_s: float = UP_S) -> WSGIServ
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: metrics are at /metrics\n"]
         body = render(client, up_s)
-        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST),
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE),
                                   ("Content-Length", str(len(body)))])  # fmt: skip
         return [body]
 

@@ -11,7 +11,6 @@ import time
 from datetime import date, timedelta
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
@@ -256,7 +255,7 @@ def live_json(request: Request) -> Response:
 
 def metrics(request: Request) -> Response:
     """Prometheus' text format (runtime.metrics); 503 when the app was made without."""
-    registry = request.app.state.metrics
-    if registry is None:
+    if request.app.state.metrics is None:
         return PlainTextResponse("metrics are not served here\n", status_code=503)
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    exposition, content_type = request.app.state.metrics
+    return Response(exposition(), media_type=content_type)
