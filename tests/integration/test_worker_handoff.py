@@ -60,7 +60,7 @@ def test_a_frozen_master_never_starts_a_handed_job_whose_first_lease_ran_out(
     refused = f"report refused with LeaseLost, nothing changed jid={jid}"
     lost_read = "Redis unavailable (timeout)"
     wait_for(lambda: (dropped in frozen.log() and refused in frozen.log())
-             or lost_read in frozen.log(), 10, what="the stale handoff dropped or lost")  # fmt: skip
+             or lost_read in frozen.log(), 10, what="the stale handoff gone")  # fmt: skip
     after = plain_client.queue("q").put(f"{J}:noop", {})
     wait_state(plain_client, after, "complete")
     assert [line.split()[1] for line in path.read_text().splitlines()] == ["2"]
