@@ -53,12 +53,17 @@ def test_the_worker_log_level_holds_in_children(
     assert "an info from the job" not in master.log()
 
 
+@pytest.mark.parametrize(
+    "mib",
+    [256, pytest.param(1024, marks=[pytest.mark.slow, pytest.mark.timeout(400)], id="1GiB")],
+    ids=str,
+)
 def test_a_job_printing_hundreds_of_megabytes_neither_blocks_nor_floods(
-    start_master: StartMaster, plain_client: Client
+    start_master: StartMaster, plain_client: Client, mib: int
 ) -> None:
     master = start_master("q", "-c", "1")
-    jid = plain_client.queue("q").put(f"{J}:flood", {"mib": 256})
-    job = ended(plain_client, jid, 120)
+    jid = plain_client.queue("q").put(f"{J}:flood", {"mib": mib})
+    job = ended(plain_client, jid, 300)
     assert job.state == "complete"
     log = master.log()
     assert "of output not logged" in log
