@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from runtime import Client
+from runtime import cli as runtime_cli
 from runtime.queue.embedded import ServerProcess
 from tests.support import redis_faults
 from tests.support.fault_run import FaultRun
@@ -64,3 +65,22 @@ def run(own: ServerProcess, workdir: Path) -> Iterator[FaultRun]:
     fault_run = FaultRun(own, workdir)
     yield fault_run
     fault_run.close()
+
+
+Invoke = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def cli(
+    plain_client: Client, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Invoke:
+    """Runs `runtime ARGS` in-process against the test namespace: (code, stdout, stderr)."""
+    monkeypatch.setenv("REDIS_URL", plain_client.url)
+    monkeypatch.setenv("RUNTIME_NAMESPACE", plain_client.keys.namespace)
+
+    def invoke(*args: str) -> tuple[int, str, str]:
+        code = runtime_cli.run(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return invoke

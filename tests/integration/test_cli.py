@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,25 +20,8 @@ import pytest
 from runtime import Client
 from runtime.cli import run
 from runtime.queue.embedded import find_server_binary
+from tests.integration.conftest import Invoke
 from tests.support.redis_server import RedisServer
-
-Invoke = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def cli(
-    plain_client: Client, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Invoke:
-    """Runs `runtime ARGS` in-process against the test namespace: (code, stdout, stderr)."""
-    monkeypatch.setenv("REDIS_URL", plain_client.url)
-    monkeypatch.setenv("RUNTIME_NAMESPACE", plain_client.keys.namespace)
-
-    def invoke(*args: str) -> tuple[int, str, str]:
-        code = run(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return invoke
 
 
 def test_put_then_status_and_job(cli: Invoke, plain_client: Client) -> None:

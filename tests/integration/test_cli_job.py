@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 
 from runtime import Client
-from tests.integration.test_cli import Invoke, cli  # noqa: F401  (the fixture)
+from tests.integration.conftest import Invoke
 
 W = "host-1"
 
 
 def test_job_shows_result_output_tail_progress_puts_and_notes(
-    cli: Invoke,  # noqa: F811
+    cli: Invoke,
     plain_client: Client,
 ) -> None:
     q = plain_client.queue("q")
@@ -43,7 +43,7 @@ def test_job_shows_result_output_tail_progress_puts_and_notes(
 
 
 def test_job_shows_each_dependency_and_dependent_with_its_state(
-    cli: Invoke,  # noqa: F811
+    cli: Invoke,
     plain_client: Client,
 ) -> None:
     q = plain_client.queue("q")
@@ -66,7 +66,7 @@ def test_job_shows_each_dependency_and_dependent_with_its_state(
 
 
 def test_status_lists_the_running_jobs_that_told_their_progress(
-    cli: Invoke,  # noqa: F811
+    cli: Invoke,
     plain_client: Client,
 ) -> None:
     q = plain_client.queue("q")

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +23,8 @@ import pytest
 from runtime import Client
 from runtime.cli import run
 from runtime.queue import embedded
+from tests.integration.conftest import Invoke
 from tests.support.waiting import wait_for
-
-Invoke = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def cli(
-    plain_client: Client, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Invoke:
-    """Runs `runtime ARGS` in-process against the test namespace: (code, stdout, stderr)."""
-    monkeypatch.setenv("REDIS_URL", plain_client.url)
-    monkeypatch.setenv("RUNTIME_NAMESPACE", plain_client.keys.namespace)
-
-    def invoke(*args: str) -> tuple[int, str, str]:
-        code = run(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return invoke
 
 
 def finish(client: Client, queue: str, jid: str, outcome: str, group: str = "boom.Error") -> None:

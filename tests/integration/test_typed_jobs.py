@@ -9,23 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from runtime import Client
-from runtime.queue.job import Job
 from runtime.sandbox.sandbox import looks_secret
 from tests.integration import typed_jobs
 from tests.integration.conftest import StartMaster
-from tests.support.waiting import wait_for
+from tests.support.waiting import ended, wait_for
 
 MODULES = ("tests.integration.typed_jobs",)
-
-
-def ended(client: Client, jid: str, timeout_s: float = 20) -> Job:
-    def done() -> Job | None:
-        job = client.get_job(jid)
-        return job if job is not None and job.state in ("complete", "failed") else None
-
-    job = wait_for(done, timeout_s, what=f"job {jid} to end")
-    assert job is not None
-    return job
 
 
 def records(path: Path) -> list[dict[str, Any]]:

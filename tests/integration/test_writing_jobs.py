@@ -12,21 +12,10 @@ import pytest
 
 from runtime import Client
 from runtime.master.output import BUDGET_BYTES_S
-from runtime.queue.job import Job
 from tests.integration.conftest import StartMaster
-from tests.support.waiting import wait_for
+from tests.support.waiting import ended, wait_for
 
 J = "tests.integration.jobs"
-
-
-def ended(client: Client, jid: str, timeout_s: float = 20) -> Job:
-    def done() -> Job | None:
-        job = client.get_job(jid)
-        return job if job is not None and job.state in ("complete", "failed") else None
-
-    job = wait_for(done, timeout_s, what=f"job {jid} to end")
-    assert job is not None
-    return job
 
 
 def test_what_a_job_prints_and_logs_reaches_the_worker_log_and_is_kept_with_it(

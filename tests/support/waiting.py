@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from runtime import Client
+    from runtime.queue.job import Job
 
 T = TypeVar("T")
 
@@ -36,3 +40,15 @@ def stays(
         if time.monotonic() > deadline:
             return
         time.sleep(interval_s)
+
+
+def ended(client: Client, jid: str, timeout_s: float = 20) -> Job:
+    """The job once it is complete or failed; fails after the deadline."""
+
+    def done() -> Job | None:
+        job = client.get_job(jid)
+        return job if job is not None and job.state in ("complete", "failed") else None
+
+    job = wait_for(done, timeout_s, what=f"job {jid} to end")
+    assert job is not None
+    return job

@@ -159,17 +159,25 @@ function Job.read(jid, for_reply)
   return meta, data
 end
 
--- The order ticket (meta.o) of a waiting job, all lanes.lua reads of a record
--- to order lanes; nil when the record is gone, does not decode or is not
--- waiting. Cheaper than Job.read: the pop that takes the job checks the rest.
-function Job.ticket(jid)
+-- The meta of a record, decoded leniently and checked for nothing; nil when the
+-- record is gone or its meta does not decode. For reads that only look (the
+-- script that takes the job checks the rest).
+function Job.glance(jid)
   local raw = redis.call('HGET', K.jobs, jid)
   local nl = raw and string.find(raw, '\n', 1, true)
   if not nl then
     return nil
   end
   local ok, meta = pcall(cjson.decode, string.sub(raw, 1, nl - 1))
-  if ok and type(meta) == 'table' and meta.s == 'waiting' and type(meta.o) == 'number' then
+  return ok and type(meta) == 'table' and meta or nil
+end
+
+-- The order ticket (meta.o) of a waiting job, all lanes.lua reads of a record
+-- to order lanes; nil when the record is gone, does not decode or is not
+-- waiting. Cheaper than Job.read: the pop that takes the job checks the rest.
+function Job.ticket(jid)
+  local meta = Job.glance(jid)
+  if meta and meta.s == 'waiting' and type(meta.o) == 'number' then
     return meta.o
   end
   return nil

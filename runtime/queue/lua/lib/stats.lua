@@ -158,13 +158,8 @@ end
 
 -- When a job became eligible (ms), from its record's meta alone; nil if it has none.
 local function eligible_ms(jid)
-  local raw = redis.call('HGET', K.jobs, jid)
-  local nl = raw and string.find(raw, '\n', 1, true)
-  if not nl then
-    return nil
-  end
-  local ok, meta = pcall(cjson.decode, string.sub(raw, 1, nl - 1))
-  if not ok or type(meta) ~= 'table' then
+  local meta = Job.glance(jid)
+  if not meta then
     return nil
   end
   local first = type(meta.h) == 'table' and type(meta.h[1]) == 'table' and meta.h[1].t
