@@ -233,8 +233,6 @@ class Master:
                 log.error("a job handed to this master does not decode, left to its lease: "
                           "%s worker=%s", err, self.worker_id)  # fmt: skip
         self.post(events.WaitEnded(handed, key, own))
-        if handed is not None:  # a job handed to us starts now, not a turn of the loop later
-            self._run_pass()
 
     def _wait_failed(self) -> Callable[[BaseException], events.Event]:
         sent = time.monotonic()
