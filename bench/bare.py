@@ -1,7 +1,7 @@
 """The physical reference for draining: a bare redis-py loop, BLMOVE then LREM
 per item (the reliable-queue pattern), run as one of N processes.
 
-    python -m bench.bare UNIX_SOCKET SOURCE PROCESSING GO_KEY
+    python -m bench.bare URL SOURCE PROCESSING GO_KEY
 
 Each process connects, waits for a token on GO_KEY (so interpreter start-up is
 not timed), drains SOURCE, and prints the time.time() of its last item.
@@ -15,8 +15,8 @@ import time
 import redis
 
 
-def main(socket_path: str, source: str, processing: str, go: str) -> int:
-    conn = redis.Redis(unix_socket_path=socket_path)
+def main(url: str, source: str, processing: str, go: str) -> int:
+    conn = redis.Redis.from_url(url)
     conn.ping()
     conn.rpush(go + ":ready", "1")
     conn.blpop([go], 0)

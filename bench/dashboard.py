@@ -11,19 +11,16 @@ Target (issue 13): the overview in <= 200 ms server time with 1,000 queues and
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from bench.server import private_server
 from runtime import Client
 from runtime.dashboard import create_app
 from runtime.dashboard import reads as dash_reads
-from runtime.queue.embedded import ServerProcess, find_server_binary
 
 KLASS = "bench.jobs:noop"
 DATA = {"payload": "x" * 80}
@@ -89,9 +86,7 @@ def measure(client: Client, repeat: int) -> dict[str, list[float]]:
 
 def run(quick: bool = False) -> dict[str, Any]:
     queues, jobs = (100, 100_000) if quick else (1000, 1_000_000)
-    directory = Path(tempfile.mkdtemp(prefix="rt-bench-dash-", dir="/tmp"))
-    server = ServerProcess(find_server_binary(), directory).start()
-    try:
+    with private_server(tcp=True) as server:
         client = Client.from_url(server.url, namespace="b" + uuid.uuid4().hex[:10])
         start = time.perf_counter()
         fill(client, queues, jobs)
@@ -99,9 +94,6 @@ def run(quick: bool = False) -> dict[str, Any]:
         fill_s = time.perf_counter() - start
         results = measure(client, repeat=5 if quick else 15)
         return {"queues": queues, "jobs": jobs, "fill_s": fill_s, "results": results}
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def main() -> None:

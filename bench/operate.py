@@ -87,7 +87,7 @@ def exercise(client: Client, queues: int) -> None:
 
 
 def run(queues: int, jobs: int, repeat: int) -> dict[str, Any]:
-    with private_server() as server:
+    with private_server(tcp=True) as server:
         client = Client.from_url(server.url, namespace="bench", socket_timeout=120)
         put_s = fill(client, queues, jobs)
         exercise(client, queues)

@@ -44,7 +44,7 @@ def _memory(raw: Any, key: str) -> tuple[int, int]:
 def measure(jobs: int, result: str) -> dict[str, float]:
     """Bytes per completed job, with and without `result`, and the difference."""
     out: dict[str, float] = {}
-    with private_server() as server:
+    with private_server(tcp=True) as server:
         raw = connect(server)
         for name, text in (("without", ""), ("with", result)):
             raw.flushall()

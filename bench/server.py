@@ -1,4 +1,5 @@
-"""The benchmarks' own redis-server (AOF everysec, unix socket) and the
+"""The benchmarks' own redis-server (AOF everysec; a unix socket, and with
+`tcp=True` also 127.0.0.1, which its url then names: as deployed) and the
 redis-benchmark reference numbers measured against it."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -17,10 +19,39 @@ import redis
 from runtime.queue.embedded import ServerProcess, find_server_binary
 
 
+class TcpServer(ServerProcess):
+    """A private server that also listens on 127.0.0.1:port; its url is that one."""
+
+    port = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+
+def _free_port() -> int:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        return int(free.getsockname()[1])
+
+
 @contextmanager
-def private_server() -> Iterator[ServerProcess]:
+def private_server(tcp: bool = False) -> Iterator[ServerProcess]:
+    """A fresh server for one suite; `tcp`: clients and masters reach it over TCP
+    loopback (server.url), the harness's own bookkeeping over the socket."""
     directory = Path(tempfile.mkdtemp(prefix="rt-bench-", dir="/tmp"))
-    server = ServerProcess(find_server_binary(), directory, appendonly=True).start()
+    binary = find_server_binary()
+    server: ServerProcess
+    if tcp:
+        port = _free_port()
+        listening = TcpServer(
+            binary, directory, appendonly=True, extra=f"port {port}\nbind 127.0.0.1"
+        )
+        listening.port = port
+        server = listening
+    else:
+        server = ServerProcess(binary, directory, appendonly=True)
+    server.start()
     try:
         yield server
     finally:

@@ -109,7 +109,7 @@ def bare(server: ServerProcess, n: int, processes: int = 2) -> float:
     source, processing, go = f"bench:bare:{tag}", f"bench:bare:{tag}:processing", f"bench:go:{tag}"
     for offset in range(0, n, 1000):
         conn.lpush(source, *[b"x" * 100] * min(1000, n - offset))
-    argv = [sys.executable, "-m", "bench.bare", str(server.socket), source, processing, go]
+    argv = [sys.executable, "-m", "bench.bare", server.url, source, processing, go]
     procs = [subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE) for _ in range(processes)]
     while conn.llen(go + ":ready") < processes:
         time.sleep(0.005)
@@ -180,7 +180,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     n = 2000 if quick else 20_000
     repeat = 1 if quick else 3
     measures: dict[str, Any] = {}
-    with private_server() as server:
+    with private_server(tcp=True) as server:
         bare_runs = [bare(server, n) for _ in range(repeat)]
         drains, printing = [], []
         for _ in range(repeat):  # interleaved: the host's drift hits both alike

@@ -25,7 +25,6 @@ from runtime.errors import (
     RedisTransient,
     RedisUnavailable,
 )
-from runtime.queue import scripts
 from runtime.queue.aio import AsyncClient, Outcomes
 from runtime.queue.client import Client
 from runtime.queue.embedded import ServerProcess
@@ -186,8 +185,6 @@ def test_lost_functions_and_scripts_are_loaded_again_by_both_clients(
 
 
 def test_the_grace_call_goes_first_in_the_same_round_trip(server: ServerProcess) -> None:
-    if "resumed" not in scripts.operations():
-        pytest.skip("lua/resumed.lua is not there yet")
     ns = namespace()
     client = Client.from_url(server.url, namespace=ns)
     client.queue("q").put(J)
