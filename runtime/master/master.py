@@ -329,11 +329,9 @@ class Master:
             elif self.events:
                 self._wake()
             else:
-                self._arm(self._next_pass_in(now, active), now)
-        except BaseException as err:  # ends the loop the way a raise in it would
+                self._arm(self._next_pass_in(now, active))
+        except Exception as err:  # ends the loop the way a raise in it would  # noqa: BLE001
             finished.set_exception(err)
-            if not isinstance(err, Exception):
-                raise
 
     def _next_pass_in(self, now: float, active: bool) -> float | None:
         waits = [w for w in (self.book.next_wake(now), self.status.next_due(now)) if w is not None]
@@ -341,7 +339,7 @@ class Master:
             return None
         return min(waits) if active else max(min(waits), MIN_PASS_S)
 
-    def _arm(self, timeout: float | None, now: float) -> None:
+    def _arm(self, timeout: float | None) -> None:
         """The timer for the next pass that no event asks for (kept if it is due in
         time: an early pass costs less than a timer made for every pass)."""
         loop = asyncio.get_running_loop()

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +74,28 @@ def state_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _disposition(sigint: str) -> Callable[[], None]:
+    """How the dashboard's process starts: with SIGINT as a terminal gives it, or
+    ignored, as a shell script's background job inherits it."""
+    handler = signal.SIG_DFL if sigint == "default" else signal.SIG_IGN
+
+    def set_up() -> None:
+        signal.signal(signal.SIGINT, handler)
+
+    return set_up
+
+
+@pytest.mark.parametrize(("sigint", "sent"), [("default", signal.SIGINT),
+                                              ("ignored", signal.SIGINT),
+                                              ("ignored", signal.SIGTERM)])  # fmt: skip
 def test_it_serves_the_embedded_redis_with_no_configuration_and_prints_its_url(
-    state_dir: Path,
+    state_dir: Path, sigint: str, sent: signal.Signals
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "RUNTIME_NAMESPACE")}
     env["RUNTIME_STATE_DIR"] = str(state_dir)
     argv = [sys.executable, "-m", "runtime", "dashboard", "--port", "0"]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=_disposition(sigint))  # noqa: PLW1509  # fmt: skip
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -90,7 +105,7 @@ def test_it_serves_the_embedded_redis_with_no_configuration_and_prints_its_url(
         page = httpx.get(url, timeout=10)
         assert page.status_code == 200
         assert "<h1>Overview</h1>" in page.text
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sent)
         assert proc.wait(timeout=15) == 0
         assert proc.stdout.read() == "runtime dashboard: stopped\n"
     finally:

@@ -52,20 +52,29 @@ def test_status_shows_complete_and_failed_with_totals_in_json(
     assert (q["complete"], q["failed"], q["completed_total"], q["failed_total"]) == (1, 1, 1, 1)
 
 
-def test_status_watch_redraws_until_interrupted(plain_client: Client) -> None:
+@pytest.mark.parametrize(("sigint", "sent"), [("default", signal.SIGINT),
+                                              ("ignored", signal.SIGINT),
+                                              ("ignored", signal.SIGTERM)])  # fmt: skip
+def test_status_watch_redraws_until_interrupted(
+    plain_client: Client, sigint: str, sent: signal.Signals
+) -> None:
+    """Ctrl-C or TERM end a watch, also when it started with SIGINT ignored (a shell
+    script's background job inherits that)."""
     env = {**os.environ, "REDIS_URL": plain_client.url,
            "RUNTIME_NAMESPACE": plain_client.keys.namespace}  # fmt: skip
     plain_client.queue("q").put("a.b:c", {})
+    handler = signal.SIG_DFL if sigint == "default" else signal.SIG_IGN
     proc = subprocess.Popen(
         [sys.executable, "-c", "from runtime.cli import main; main()", "status", "--watch",
          "0.2", "--json"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, handler) and None,  # noqa: PLW1509
     )  # fmt: skip
     assert proc.stdout is not None
     try:
         lines = [proc.stdout.readline() for _ in range(2)]
         assert [json.loads(line)["q"]["waiting"] for line in lines] == [1, 1]
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sent)
         assert proc.wait(timeout=10) == 0
     finally:
         if proc.poll() is None:
