@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -82,3 +83,15 @@ def fail(message: str, code: int = EXIT_FAILED) -> int:
     """Prints the one-line error; returns the exit code to leave with."""
     click.echo(f"runtime: error: {message}", err=True)
     return code
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def stop_on_signals() -> None:
+    """Ctrl-C and TERM raise KeyboardInterrupt in a verb that runs until stopped,
+    even when it started with SIGINT ignored (as a shell script's background job
+    does) or under systemd (TERM)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)

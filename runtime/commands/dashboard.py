@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import click
 
-from runtime.commands.common import client_of
+from runtime.commands.common import client_of, stop_on_signals
 from runtime.errors import BadArgument, ConfigError
 
 log = logging.getLogger(__name__)
@@ -118,8 +118,10 @@ def dashboard(
     config = uvicorn.Config(
         create_app(client, options), log_config=None, access_log=False, lifespan="on"
     )
-    # uvicorn stops serving first, then raises the SIGINT it caught (or returns, when
-    # the signal came while it was still setting up or shutting down)
+    # uvicorn stops serving on SIGINT or TERM, then raises the signal again with the
+    # handler it found: ours, so either ends here (not killed by TERM, whatever the
+    # inherited disposition of SIGINT)
+    stop_on_signals()
     with contextlib.suppress(KeyboardInterrupt):
         uvicorn.Server(config).run(sockets=[sock])
     click.echo("runtime dashboard: stopped")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -15,7 +14,7 @@ from typing import Any
 import click
 
 from runtime import config
-from runtime.commands.common import client_of, emit, fail, number_text, when
+from runtime.commands.common import client_of, emit, fail, number_text, stop_on_signals, when
 from runtime.commands.jobs import progress_lines
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
@@ -43,7 +42,7 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: fl
         for line in [] if as_json else progress_lines(client, queues):
             click.echo(line)
         return
-    _stop_on_signals()
+    stop_on_signals()
     try:
         while True:
             counts = client.status(*queues)
@@ -55,17 +54,6 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: fl
             time.sleep(watch_s)
     except KeyboardInterrupt:
         return
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _stop_on_signals() -> None:
-    """Ctrl-C and TERM end a watch, even when started with SIGINT ignored (as a
-    background job of a shell script is)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _interrupt)
 
 
 def _show_status(
