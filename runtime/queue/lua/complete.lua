@@ -38,11 +38,14 @@ if #ARGV % 5 ~= 1 then
 end
 local now_us = Clock.now_us()
 local now_ms = Clock.ms(now_us)
-local completed = 0 -- jobs this call added to K.completed
+local completed = {} -- K.completed's new entries (time us, jid, ...): one ZADD at the end
 local PUT_REFUSED = 'runtime.PutRefused'
 
 -- The options, checked: {next, delay_ms, depends, note, puts (flat spec, data list)}.
 local function options_of(jid, options_json)
+  if options_json == '{}' then -- what a master sends for most jobs
+    return { depends = {}, puts = {} }
+  end
   local opts = Json.decode('options', options_json)
   local o = { next = Check.optional(opts.next), delay_ms = Check.optional(opts.delay_ms),
     note = Check.optional(opts.note), puts = {} }
@@ -97,8 +100,8 @@ local function finish(jid, meta, data, result_text, note)
   meta.s, meta.o = 'complete', nil
   Stats.enter(jid, meta, now_us)
   Unique.release(jid, meta, meta.uf)
-  redis.call('ZADD', K.completed, int(now_us), jid)
-  completed = completed + 1
+  completed[#completed + 1] = int(now_us)
+  completed[#completed + 1] = jid
   Wait.notify(jid, meta, 'complete', now_ms)
   Job.save(jid, meta, Attempt.keep_result(meta, data, result))
   Place.release_dependents(jid, now_us)
@@ -110,7 +113,10 @@ local function complete(jid, token, options_json, result_text, output)
     return meta.s
   end
   local o = options_of(jid, options_json)
-  local ok, jobs, refusal = E.attempt(Create.check, o.puts, 1, now_ms, jid)
+  local ok, jobs, refusal = true, {}, nil
+  if #o.puts > 0 then
+    ok, jobs, refusal = E.attempt(Create.check, o.puts, 1, now_ms, jid)
+  end
   Lease.drop(jid, meta)
   Attempt.output(jid, meta, output)
   if not ok then
@@ -143,7 +149,8 @@ for i = 2, #ARGV, 5 do
   out[#out + 1] = E.item(ARGV[i],
     E.attempt(complete, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]))
 end
-if completed > 0 then
+if #completed > 0 then
+  redis.call('ZADD', K.completed, unpack(completed))
   Retention.trim(now_us, LIMITS.retention_batch)
 end
 Stats.flush()

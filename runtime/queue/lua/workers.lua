@@ -45,7 +45,7 @@ local function entry(worker, seen_ms)
     running[i] = cjson.encode(row)
   end
   local raw = redis.call('GET', K.worker_info(worker))
-  local ok, info = pcall(cjson.decode, raw or '')
+  local ok, info = Json.lenient(raw or '')
   local told = ok and type(info) == 'table'
   if not told then
     local host, pid = string.match(worker, '^(.+)-(%d+)$')

@@ -168,7 +168,7 @@ function Job.glance(jid)
   if not nl then
     return nil
   end
-  local ok, meta = pcall(cjson.decode, string.sub(raw, 1, nl - 1))
+  local ok, meta = Json.lenient(string.sub(raw, 1, nl - 1))
   return ok and type(meta) == 'table' and meta or nil
 end
 

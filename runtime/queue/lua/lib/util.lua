@@ -233,20 +233,54 @@ end
 -- What Json.checked says about text nested too deep.
 Json.DEEP = 'nested deeper than ' .. LIMITS.data_depth_max .. ' levels'
 
+-- cjson's decoder settings are global to the server's Lua, shared with other
+-- code. Strict decoding sets them once per call, on its first use (setting
+-- them around each decode was a tenth of a pop's cost); the runner puts the
+-- caller's back after every call, and a call that finds them still set (a call
+-- killed half way) puts them back first. Lenient decodes (Json.lenient) run
+-- with the caller's settings.
+local cjson_saved -- {max depth, invalid numbers} as they were before this call set them
+local cjson_depth -- the max depth in force while they are set
+
+function Json.restore()
+  if cjson_saved then
+    cjson.decode_max_depth(cjson_saved[1])
+    cjson.decode_invalid_numbers(cjson_saved[2])
+    cjson_saved, cjson_depth = nil, nil
+  end
+end
+per_call(Json.restore)
+
 -- Decodes `text` as strict JSON nested at most `max_depth` (default:
 -- data_depth_max) levels: true, value; or false, Json.DEEP or the decoder's
--- complaint. cjson's settings are global to the server's Lua: they are
--- restored before returning.
+-- complaint.
 function Json.strict(text, max_depth)
-  local depth, lenient = cjson.decode_max_depth(), cjson.decode_invalid_numbers()
-  cjson.decode_max_depth(max_depth or LIMITS.data_depth_max)
-  cjson.decode_invalid_numbers(false)
+  max_depth = max_depth or LIMITS.data_depth_max
+  if not cjson_saved then
+    cjson_saved = { cjson.decode_max_depth(), cjson.decode_invalid_numbers() }
+    cjson.decode_invalid_numbers(false)
+  end
+  if cjson_depth ~= max_depth then
+    cjson.decode_max_depth(max_depth)
+    cjson_depth = max_depth
+  end
   local ok, value = pcall(cjson.decode, text)
-  cjson.decode_max_depth(depth)
-  cjson.decode_invalid_numbers(lenient)
   if not ok and string.find(tostring(value), 'too many nested', 1, true) then
     return false, Json.DEEP
   end
+  return ok, value
+end
+
+-- Decodes `text` with the caller's settings: true, value; or false, the complaint.
+function Json.lenient(text)
+  if not cjson_saved then
+    return pcall(cjson.decode, text)
+  end
+  local saved = cjson_saved
+  Json.restore()
+  local ok, value = pcall(cjson.decode, text)
+  cjson_saved = { saved[1], saved[2] }
+  cjson.decode_invalid_numbers(false)
   return ok, value
 end
 
@@ -273,7 +307,7 @@ function Json.checked(text)
 end
 
 function Json.decode(name, text)
-  local ok, value = pcall(cjson.decode, text)
+  local ok, value = Json.lenient(text)
   if not ok or type(value) ~= 'table' then
     E.bad(name .. ' is not a JSON object')
   end
