@@ -142,7 +142,7 @@ class Child:
                 if taken:
                     del self.deadlines[message.jid]
                     self.withdrawn.add(message.jid)
-            if taken:
+            if taken:  # its end marker goes when its turn comes (_begin)
                 self.send(protocol.Skipped(message.jid, "withdrawn"))
         elif isinstance(message, protocol.Stop):
             self.inbox.put(None)
@@ -165,13 +165,15 @@ class Child:
     def _begin(self, run: protocol.Run) -> bool:
         """Marks the job running, unless it was withdrawn or its lease ran out meanwhile."""
         with self.lock:
-            if run.jid in self.withdrawn:
-                self.withdrawn.discard(run.jid)
-                return False
-            if self.deadlines.get(run.jid, 0.0) > time.monotonic():
+            withdrawn = run.jid in self.withdrawn
+            self.withdrawn.discard(run.jid)
+            if not withdrawn and self.deadlines.get(run.jid, 0.0) > time.monotonic():
                 self.running = run.jid
                 return True
             self.deadlines.pop(run.jid, None)
+        joblog.end(run.jid)  # done with it: the next one's output follows
+        if withdrawn:  # said when it was taken back
+            return False
         self.send(protocol.Skipped(run.jid, "lease"))
         return False
 
@@ -180,7 +182,6 @@ class Child:
             _wait_until(run.start_at)
         sandbox.limit_cpu_for_next_job(run.cpu_limit_s)
         _title(self.settings, f"jid={run.jid} klass={run.klass}")
-        joblog.begin(run.jid, run.klass)
         try:
             outcome = self.call(run)
         except Terminated:

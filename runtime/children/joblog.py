@@ -1,11 +1,12 @@
 """What a job writes, as its master reads it.
 
-A child's stdout and stderr are one pipe to its master. Around each job the child
-writes a marker line on it (protocol.MARK_BEGIN, MARK_END), after flushing what
-the job printed, and before the job's outcome goes on the socket: so the master
-knows whose every line is, and has all of a job's output when its outcome comes.
-Log records go on the same pipe as one marked JSON line each, so the master logs
-them with their level and logger, the job's jid and klass, in its own format.
+A child's stdout and stderr are one pipe to its master. When the child is done
+with a job (ran it, or skipped it) it writes an end marker on it
+(protocol.MARK_END), after flushing what the job printed, and before it says so
+on the socket: so the master knows whose every line is (the jobs it sent run in
+order) and has all of a job's output when its outcome comes. Log records go on
+the same pipe as one marked JSON line each, so the master logs them with their
+level and logger, the job's jid and klass, in its own format.
 """
 
 from __future__ import annotations
@@ -32,12 +33,8 @@ def _write(line: bytes) -> None:
         os.write(OUT_FD, line)  # short: one atomic write on a pipe
 
 
-def begin(jid: str, klass: str) -> None:
-    _flush()
-    _write(protocol.MARK_BEGIN + f"{jid} {klass}\n".encode())
-
-
 def end(jid: str) -> None:
+    """The child is done with `jid`: what it printed goes first, then the marker."""
     _flush()
     _write(protocol.MARK_END + f"{jid}\n".encode())
 

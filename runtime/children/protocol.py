@@ -8,9 +8,11 @@ master -> child   run, lease, withdraw, stop
 child -> master   ready, heartbeat, done, failed, skipped, put, progress
 
 A job's output is not framed here: the child's stdout and stderr are a pipe the
-master reads, with a marker line at each job's start and end (MARK_BEGIN,
-MARK_END) written before the job's outcome goes on this socket, so the master
-knows whose every line is.
+master reads. When the child is done with a job (ran or skipped it) it writes an
+end marker line on the pipe (MARK_END), before it says so on this socket: the
+master knows whose every line is (runtime/master/output.py), and has all of a
+job's output when its outcome comes. Log records go on the pipe as marked lines
+(MARK_LOG).
 
 A child runs its jobs one at a time in the order they came; while jobs are short
 the master sends the next one or two before the running one ends (a pipeline),
@@ -158,21 +160,24 @@ KINDS: dict[str, type[Message]] = {
 }
 
 # Marker lines the child writes on its output pipe (stdout and stderr share it):
-# MARK_BEGIN + b"<jid> <klass>\n" before a job, MARK_END + b"<jid>\n" after it, and
+# MARK_END + b"<jid>\n" when it is done with a job (after what the job printed), and
 # MARK_LOG + JSON {"level", "name", "message"} + b"\n" for a log record of the job.
 MARK = b"\x00runtime:"
-MARK_BEGIN, MARK_END, MARK_LOG = MARK + b"begin ", MARK + b"end ", MARK + b"log "
+MARK_END, MARK_LOG = MARK + b"end ", MARK + b"log "
 _FIELDS: dict[type[Message], tuple[str, ...]] = {
     cls: tuple(f.name for f in fields(cls)) for cls in KINDS.values()
 }
 
 
+# One encoder for every frame (json.dumps with options builds a new one per call).
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def encode(message: Message) -> bytes:
-    obj = {
-        "kind": message.kind,
-        **{name: getattr(message, name) for name in _FIELDS[type(message)]},
-    }
-    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    obj = {"kind": message.kind}
+    for name in _FIELDS[type(message)]:
+        obj[name] = getattr(message, name)
+    body = _dumps(obj).encode()
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(f"{message.kind} message of {len(body)} bytes is over the frame limit")
     return HEADER.pack(len(body)) + body
@@ -180,7 +185,7 @@ def encode(message: Message) -> bytes:
 
 def decode(body: bytes) -> Message:
     try:
-        obj = json.loads(body)
+        obj = json.loads(body.decode())  # text: no guessing its encoding
         cls = KINDS[obj.pop("kind")]
         unknown = set(obj).difference(_FIELDS[cls])
         if unknown:

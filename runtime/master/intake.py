@@ -101,12 +101,12 @@ class Intake(BookState):
                 self._take_handed(leased)
             elif leased.start_in_s is None:
                 lease_until = event.sent_at + leased.lease_s
-                self.held[leased.jid] = Held(leased, Where.BUFFERED, lease_until)
+                self._hold(Held(leased, Where.BUFFERED, lease_until))
                 self.buffer.append(leased.jid)
             else:  # Redis's clock read in the call: start no earlier than received + wait
                 start_at = event.received_at + leased.start_in_s
                 lease_until = event.sent_at + leased.lease_s
-                self.held[leased.jid] = Held(leased, Where.TIMED, lease_until, start_at)
+                self._hold(Held(leased, Where.TIMED, lease_until, start_at))
                 self.timed.append(leased.jid)
         self.timed.sort(key=lambda jid: self.held[jid].start_at or 0.0)
         if asked is not None and len(popped.jobs) < max(asked, 1):
@@ -123,7 +123,7 @@ class Intake(BookState):
             self._noted()
             return
         lease_until = leased.expires_us / 1e6 + self.offset
-        self.held[leased.jid] = Held(leased, Where.BUFFERED, lease_until)
+        self._hold(Held(leased, Where.BUFFERED, lease_until))
         self.buffer.append(leased.jid)
 
     # --- waiting for work ----------------------------------------------------------

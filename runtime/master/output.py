@@ -3,17 +3,22 @@ stderr share one pipe) and every log record it emits reaches the worker's log
 with the job's jid and klass, in the master's own format; the last 64 KiB of
 each attempt is kept to go with its report (job.output).
 
-The child marks each job's start and end on the pipe (runtime/children/joblog.py),
-so lines are attributed exactly. A chatty job cannot flood the log or stall the
-master: each child has a budget (BUDGET_BYTES_S); past it, lines are counted in
-whole chunks, never split, and summarised once a second. I/O-free: the handle
-feeds it bytes and the time.
+Whose a line is: a child runs the jobs it is sent one after the other, in order,
+and when it is done with one (ran it, or skipped it) it writes an end marker
+(protocol.MARK_END) on the pipe, after what the job printed and before it says
+so on its socket. So what is read while a job is the oldest one sent (`sent`)
+and not ended is that job's; a child with none sent prints as itself. A job's
+tail is put aside at its marker, for its report (`ended_tail`). A chatty job
+cannot flood the log or stall the master: each child has a budget
+(BUDGET_BYTES_S); past it, lines are counted in whole chunks, never split, and
+summarised once a second. I/O-free: the handle feeds it bytes and the time.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import deque
 
 from runtime.children import protocol
 
@@ -23,13 +28,15 @@ BUDGET_BYTES_S = 1 << 20  # what one child may add to the log per second; the re
 TAIL_BYTES = 64 * 1024  # kept of each attempt's output
 LINE_MAX = 16 * 1024  # a longer line without a newline is logged in pieces
 LINE_COST = 120  # what a logged line adds beyond its text (time, level, jid, klass, worker)
+ENDED_KEPT = 8  # tails of ended jobs kept for their reports (each is taken at once)
 
 
 class Output:
     def __init__(self, index: int, worker_id: str) -> None:
         self.index = index
         self.worker_id = worker_id
-        self.job: tuple[str, str] | None = None  # (jid, klass) of the job writing now
+        self.jobs: deque[tuple[str, str]] = deque()  # (jid, klass) sent, not ended, in order
+        self.ended: dict[str, str] = {}  # jid -> the tail of a job that ended, until taken
         self.partial = bytearray()  # an unfinished line
         self.tail = bytearray()  # the current (or last) attempt's last TAIL_BYTES
         self.tokens = float(BUDGET_BYTES_S)
@@ -39,28 +46,61 @@ class Output:
     def tail_text(self, limit: int = TAIL_BYTES) -> str:
         return bytes(self.tail[-limit:]).decode("utf-8", "replace")
 
+    @property
+    def job(self) -> tuple[str, str] | None:
+        """(jid, klass) of the job writing now, if any."""
+        return self.jobs[0] if self.jobs else None
+
+    def sent(self, jid: str, klass: str) -> None:
+        """The child was sent this job: it runs it after those sent before."""
+        if not self.jobs:
+            self.tail.clear()  # each attempt's tail starts empty
+        self.jobs.append((jid, klass))
+
+    def ended_tail(self, jid: str) -> str:
+        """The tail of a job whose end marker was read (else of the job writing now)."""
+        tail = self.ended.pop(jid, None)
+        return self.tail_text() if tail is None else tail
+
+    def _ended(self, jid: str) -> None:
+        """The job's end marker: what it printed past its budget is told with its jid,
+        its tail put aside, and the next job sent (if any) is the one writing."""
+        if self.job is not None and self.job[0] == jid:
+            self.summarise()
+            self.ended[jid] = self.tail_text()
+            if len(self.ended) > ENDED_KEPT:  # a skipped job's: no report takes it
+                del self.ended[next(iter(self.ended))]
+            self.jobs.popleft()
+            self.tail.clear()
+        else:  # none we know of (the marker of a job sent before a restart)
+            log.debug("end marker of a job not sent jid=%s child=%d", jid, self.index)
+
     def feed(self, chunk: bytes, now: float) -> None:
         """Takes what was read from the pipe."""
         self._refill(now)
+        # an unfinished line was kept in the tail when it came; a marked one was not
+        kept = 0 if self.partial.startswith(protocol.MARK) else len(self.partial)
         buf = bytes(self.partial) + chunk if self.partial else chunk
         self.partial.clear()
         start = 0
         while (mark := buf.find(protocol.MARK, start)) >= 0:
             eol = buf.find(b"\n", mark)
             if eol < 0:  # a marker not complete yet: keep it for the next read
-                self._text(buf[start:mark], ended=True)
+                self._text(buf[start:mark], ended=True, kept=kept)
                 self.partial += buf[mark:]
                 return
-            self._text(buf[start:mark], ended=True)
+            self._text(buf[start:mark], ended=True, kept=kept)
+            kept = 0
             self._marker(buf[mark:eol])
             start = eol + 1
-        self._text(buf[start:], ended=False)
+        self._text(buf[start:], ended=False, kept=kept)
 
-    def _text(self, data: bytes, ended: bool) -> None:
-        """Printed text; `ended`: a marker follows, so an unfinished line is whole."""
+    def _text(self, data: bytes, ended: bool, kept: int = 0) -> None:
+        """Printed text; `ended`: a marker follows, so an unfinished line is whole;
+        `kept`: how many of its first bytes are in the tail already."""
         if not data:
             return
-        self._keep(data)
+        self._keep(data[kept:])
         cut = len(data) if ended else data.rfind(b"\n") + 1
         if not ended and len(data) - cut > LINE_MAX:
             cut = len(data)
@@ -86,15 +126,8 @@ class Output:
             del self.tail[: len(self.tail) - TAIL_BYTES]
 
     def _marker(self, line: bytes) -> None:
-        if line.startswith(protocol.MARK_BEGIN):
-            jid, _, klass = (
-                line[len(protocol.MARK_BEGIN) :].decode("utf-8", "replace").partition(" ")
-            )
-            self.job = (jid, klass)
-            self.tail.clear()
-        elif line.startswith(protocol.MARK_END):
-            self.summarise()  # what the job printed past its budget, told with its jid
-            self.job = None
+        if line.startswith(protocol.MARK_END):
+            self._ended(line[len(protocol.MARK_END) :].decode("utf-8", "replace"))
         elif line.startswith(protocol.MARK_LOG):
             self._record(line[len(protocol.MARK_LOG) :])
 

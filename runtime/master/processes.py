@@ -101,7 +101,7 @@ class ChildHandle:
                 # the job's end marker went on the pipe before this: read up to it
                 self._on_output(DRAIN_MAX_BYTES)
                 rss = self.rss_bytes() if self.measure_rss else None
-                tail = self.output.tail_text()
+                tail = self.output.ended_tail(message.jid)
                 self.post(events.ChildSaid(self.index, self.pid, message, tail, rss))
             else:
                 self.post(events.ChildSaid(self.index, self.pid, message))
@@ -143,6 +143,8 @@ class ChildHandle:
         return self.output.tail_text(limit)
 
     def queue(self, message: protocol.Message) -> None:
+        if isinstance(message, protocol.Run):
+            self.output.sent(message.jid, message.klass)
         self.outbox += protocol.encode(message)
 
     def flush(self) -> None:

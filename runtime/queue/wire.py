@@ -283,6 +283,8 @@ def cap_message(message: str) -> str:
 def _cap_tail(text: str, cap: int) -> str:
     """`text` (lone surrogates as "?": it must go as UTF-8) cut to its last `cap`
     bytes after a marker saying how much was cut."""
+    if not text:
+        return text
     raw = text.encode("utf-8", "replace")
     if len(raw) <= cap:
         return text if len(raw) == len(text) else raw.decode("utf-8")

@@ -32,6 +32,26 @@ def test_what_a_job_prints_and_logs_reaches_the_worker_log_and_is_kept_with_it(
     assert "to stdout hello" in job.output and "to stderr" in job.output
 
 
+def test_output_of_jobs_sent_ahead_to_one_child_is_each_jobs_own(
+    start_master: StartMaster, plain_client: Client
+) -> None:
+    """Short jobs go to a child a step ahead (a pipeline): whose a line is follows
+    from the order of the child's messages, with no marker on the pipe."""
+    master = start_master("q", "-c", "1")
+    q = plain_client.queue("q")
+    jids = {q.put(f"{J}:talk", {"word": f"w{i}x"}): f"w{i}x" for i in range(60)}
+    log = ""
+    for jid, word in jids.items():
+        job = ended(plain_client, jid)
+        assert job.state == "complete"
+        assert f"to stdout {word}" in job.output, (jid, job.output)
+        others = [w for w in jids.values() if w != word and f"to stdout {w}\n" in job.output]
+        assert not others, (word, others)
+    log = master.log()
+    for jid, word in jids.items():
+        assert f"to stdout {word} jid={jid} klass={J}:talk" in log, word
+
+
 def test_the_worker_log_level_holds_in_children(
     start_master: StartMaster, plain_client: Client
 ) -> None:

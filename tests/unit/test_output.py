@@ -1,5 +1,6 @@
-"""A child's output as the master reads it: lines and log records attributed by the
-job markers, each attempt's tail kept, a chatty job held to its budget."""
+"""A child's output as the master reads it: lines and log records attributed to the
+jobs it was sent, in order, by their end markers; each attempt's tail kept; a
+chatty job held to its budget."""
 
 from __future__ import annotations
 
@@ -10,10 +11,6 @@ import pytest
 
 from runtime.children import protocol
 from runtime.master.output import BUDGET_BYTES_S, LINE_MAX, TAIL_BYTES, Output
-
-
-def begin(jid: str, klass: str = "m:f") -> bytes:
-    return protocol.MARK_BEGIN + f"{jid} {klass}\n".encode()
 
 
 def end(jid: str) -> bytes:
@@ -29,15 +26,32 @@ def test_lines_are_logged_with_the_job_that_printed_them_and_its_tail_is_kept(
 ) -> None:
     caplog.set_level(logging.INFO)
     out = Output(0, "host-1")
-    out.feed(b"before\n" + begin("j1") + b"hello\nwor", 0.0)
-    out.feed(b"ld\n" + end("j1") + begin("j2") + b"next\n", 0.1)
+    out.feed(b"before\n", 0.0)
+    out.sent("j1", "m:f")
+    out.sent("j2", "m:f")  # sent ahead: it runs when j1 is done
+    out.feed(b"hello\nwor", 0.0)
+    out.feed(b"ld\n" + end("j1") + b"next\n", 0.1)
     assert lines(caplog) == [
         "before child=0 worker=host-1",
         "hello jid=j1 klass=m:f worker=host-1",
         "world jid=j1 klass=m:f worker=host-1",
         "next jid=j2 klass=m:f worker=host-1",
     ]
+    assert out.ended_tail("j1") == "hello\nworld\n", "a line read in two parts is kept once"
     assert out.tail_text() == "next\n", "each attempt's tail starts empty"
+    out.feed(end("j2") + b"idle\n", 0.2)
+    assert out.ended_tail("j2") == "next\n"
+    assert lines(caplog)[-1] == "idle child=0 worker=host-1"
+
+
+def test_a_job_the_child_skipped_ends_without_output(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    out = Output(0, "h")
+    for jid in ("j1", "j2", "j3"):
+        out.sent(jid, "m:f")
+    out.feed(b"one\n" + end("j1") + end("j2") + b"three\n", 0.0)
+    assert lines(caplog) == ["one jid=j1 klass=m:f worker=h", "three jid=j3 klass=m:f worker=h"]
+    assert out.ended_tail("j2") == ""
 
 
 def test_a_line_left_unfinished_at_the_end_marker_belongs_to_its_job(
@@ -45,7 +59,8 @@ def test_a_line_left_unfinished_at_the_end_marker_belongs_to_its_job(
 ) -> None:
     caplog.set_level(logging.INFO)
     out = Output(0, "h")
-    out.feed(begin("j1") + b"no newline" + end("j1")[:5], 0.0)
+    out.sent("j1", "m:f")
+    out.feed(b"no newline" + end("j1")[:5], 0.0)
     out.feed(end("j1")[5:] + b"idle\n", 0.0)
     assert lines(caplog) == ["no newline jid=j1 klass=m:f worker=h", "idle child=0 worker=h"]
 
@@ -54,7 +69,8 @@ def test_log_records_keep_their_level_and_logger(caplog: pytest.LogCaptureFixtur
     caplog.set_level(logging.DEBUG)
     out = Output(0, "h")
     record = {"level": logging.WARNING, "name": "myapp.jobs", "message": "careful\nsecond line"}
-    out.feed(begin("j1") + protocol.MARK_LOG + json.dumps(record).encode() + b"\n", 0.0)
+    out.sent("j1", "m:f")
+    out.feed(protocol.MARK_LOG + json.dumps(record).encode() + b"\n", 0.0)
     [logged] = caplog.records
     assert (logged.levelno, logged.name) == (logging.WARNING, "myapp.jobs")
     assert logged.getMessage() == "careful\nsecond line jid=j1 klass=m:f worker=h"
@@ -66,7 +82,7 @@ def test_a_chatty_job_is_counted_past_its_budget_and_summarised(
 ) -> None:
     caplog.set_level(logging.INFO)
     out = Output(0, "h")
-    out.feed(begin("j1"), 0.0)
+    out.sent("j1", "m:f")
     chunk = b"x" * 99 + b"\n"
     for _ in range(10 * BUDGET_BYTES_S // (64 * 1024)):  # 10 MiB in one instant
         out.feed(chunk * 655, 0.0)
@@ -83,5 +99,6 @@ def test_a_long_line_without_a_newline_is_logged_in_pieces(
 ) -> None:
     caplog.set_level(logging.INFO)
     out = Output(0, "h")
-    out.feed(begin("j1") + b"y" * (LINE_MAX + 10), 0.0)
+    out.sent("j1", "m:f")
+    out.feed(b"y" * (LINE_MAX + 10), 0.0)
     assert len(caplog.records) == 1 and len(out.partial) == 0

@@ -123,7 +123,7 @@ function Job.decode(raw, for_reply)
       return nil, nil, 'not valid UTF-8', meta
     end
     local object, result = Job.split(meta, data)
-    local _, data_problem = Json.checked(object)
+    local _, data_problem = Json.checked(object, true) -- the whole record is UTF-8
     if data_problem then
       return nil, nil, 'data ' .. data_problem, meta
     end

@@ -288,11 +288,12 @@ end
 -- numbers, at most data_depth_max levels); else nil and what is wrong with it
 -- ('not a JSON object', 'not valid UTF-8', 'not valid JSON', Json.DEEP). The
 -- braces tell an object from an array (cjson decodes [] and {} alike).
-function Json.checked(text)
+-- `utf8`: the caller checked that already.
+function Json.checked(text, utf8)
   if string.sub(text, 1, 1) ~= '{' then
     return nil, 'not a JSON object'
   end
-  if not Text.utf8(text) then
+  if not utf8 and not Text.utf8(text) then
     return nil, 'not valid UTF-8'
   end
   local ok, value = Json.strict(text)
