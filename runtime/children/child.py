@@ -166,15 +166,16 @@ class Child:
         """Marks the job running, unless it was withdrawn or its lease ran out meanwhile."""
         with self.lock:
             withdrawn = run.jid in self.withdrawn
-            self.withdrawn.discard(run.jid)
-            if not withdrawn and self.deadlines.get(run.jid, 0.0) > time.monotonic():
+            if withdrawn:  # its deadline went when it was taken back
+                self.withdrawn.discard(run.jid)
+            elif self.deadlines.get(run.jid, 0.0) > time.monotonic():
                 self.running = run.jid
                 return True
-            self.deadlines.pop(run.jid, None)
+            else:
+                self.deadlines.pop(run.jid, None)
         joblog.end(run.jid)  # done with it: the next one's output follows
-        if withdrawn:  # said when it was taken back
-            return False
-        self.send(protocol.Skipped(run.jid, "lease"))
+        if not withdrawn:  # a withdrawn one was said skipped when it was taken back
+            self.send(protocol.Skipped(run.jid, "lease"))
         return False
 
     def run_job(self, run: protocol.Run) -> None:
