@@ -1,0 +1,102 @@
+"""A child driven directly over its socket, as its master drives it: jobs sent
+ahead run in order, a withdrawn one is skipped and marked ended on the output
+pipe, and the same job sent again to the same child runs under its new Run."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.children import protocol
+from runtime.children.child import Child, Settings
+
+J = "tests.integration.jobs"
+
+
+class Driven:
+    """A forked child running Child.serve on one end of a socketpair, its stdout and
+    stderr on a pipe we read."""
+
+    def __init__(self, workdir: Path) -> None:
+        ours, theirs = socket.socketpair()
+        read_fd, write_fd = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover - the child process
+            try:
+                ours.close()
+                os.close(read_fd)
+                os.dup2(write_fd, 1)
+                os.dup2(write_fd, 2)
+                sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+                sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+                settings = Settings(index=0, modules=(J,), workdir=workdir, worker="test-1")
+                os._exit(Child(theirs, settings).serve())
+            finally:
+                os._exit(70)
+        theirs.close()
+        os.close(write_fd)
+        self.sock, self.out_fd = ours, read_fd
+        self.sock.settimeout(10)
+
+    def send(self, message: protocol.Message) -> None:
+        self.sock.sendall(protocol.encode(message))
+
+    def receive(self) -> protocol.Message:
+        message = protocol.read_message(self.sock)
+        assert message is not None, "the child closed its socket"
+        return message
+
+    def output(self) -> bytes:
+        out = b""
+        while select.select([self.out_fd], [], [], 0.2)[0]:
+            chunk = os.read(self.out_fd, 1 << 16)
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+    def close(self) -> None:
+        self.send(protocol.Stop())
+        self.sock.close()
+        os.waitpid(self.pid, 0)
+        os.close(self.out_fd)
+
+
+@pytest.fixture
+def child(tmp_path: Path) -> Iterator[Driven]:
+    driven = Driven(tmp_path / "work")
+    yield driven
+    driven.close()
+
+
+def run(jid: str, klass: str, data: dict[str, object]) -> protocol.Run:
+    return protocol.Run(jid=jid, klass=f"{J}:{klass}", queue="q", data=data, attempt=1,
+                        retries=0, remaining=0, deadline=time.monotonic() + 30)  # fmt: skip
+
+
+def test_a_withdrawn_job_sent_again_to_the_same_child_runs_once_under_its_new_run(
+    child: Driven,
+) -> None:
+    child.send(run("j1", "sleep", {"seconds": 0.5}))
+    child.send(run("j2", "talk", {"word": "first"}))
+    child.send(protocol.Withdraw("j2"))
+    skipped = child.receive()
+    assert isinstance(skipped, protocol.Skipped) and skipped.jid == "j2"
+    child.send(run("j2", "talk", {"word": "again"}))  # given back, then to this child again
+    said = [child.receive(), child.receive()]
+    assert [(type(m).__name__, getattr(m, "jid", None)) for m in said] == [
+        ("Done", "j1"),
+        ("Done", "j2"),
+    ], "the second Run of j2 keeps its own deadline: it runs, not skipped"
+    out = child.output()
+    ends = [line for line in out.split(b"\n") if line.startswith(protocol.MARK_END)]
+    assert ends == [protocol.MARK_END + jid for jid in (b"j1", b"j2", b"j2")], out
+    j2_runs = out.split(protocol.MARK_END + b"j2\n")
+    assert b"to stdout again" in j2_runs[1] and b"first" not in out, "its output is after"
