@@ -185,10 +185,17 @@ class Master:
     # --- carrying out the book's actions ----------------------------------------------
 
     def _carry_out(self, actions: list[events.Action]) -> None:
-        doers = self.doers
+        """Messages to children go first (a job for a child waits for nothing else),
+        then the rest in order (Redis calls start as tasks)."""
+        send, doers, rest = self.processes.send, self.doers, []
         for action in actions:
-            doers[type(action)](action)
+            if type(action) is events.Post:
+                send(action.index, action.message)
+            else:
+                rest.append(action)
         self.processes.flush()
+        for action in rest:
+            doers[type(action)](action)
 
     def _cancel(self, name: str) -> None:
         if (task := self.tasks.get(name)) is not None:
@@ -232,7 +239,11 @@ class Master:
             except CorruptReply as err:
                 log.error("a job handed to this master does not decode, left to its lease: "
                           "%s worker=%s", err, self.worker_id)  # fmt: skip
-        self.post(events.WaitEnded(handed, key, own))
+        self.events.append(events.WaitEnded(handed, key, own))
+        if handed is not None and self.finished is not None:
+            self._run_pass()  # a job for an idle child: it goes now, not a loop turn later
+        else:
+            self._wake()
 
     def _wait_failed(self) -> Callable[[BaseException], events.Event]:
         sent = time.monotonic()
@@ -294,6 +305,9 @@ class Master:
         busy = bool(self.events)
         while self.events:
             self.book.apply(self.events.popleft(), now)
+        if self.book.buffer and self.book.accepting():  # jobs for idle children go first
+            self.book.hand_out(now)
+            self._carry_out(self.book.take_actions())
         self.processes.check_frames(now)
         wanted = self.book.rss_wanted()
         if wanted and now - self.book.checked_at >= TICK_S:
