@@ -1,0 +1,149 @@
+"""`python -m bench.redis_cost OLD NEW`: what a job costs inside Redis, counted, not
+timed: the instructions redis-server executes (valgrind's callgrind) per job for
+a pop and a completion of jobs in batches of 8, as a master makes them, for two
+versions of runtime. Counts do not depend on what else the host is doing, so two
+versions differ by a percent or two, not by the noise of a shared machine; they
+count work, not time (cache misses and the like are not in them).
+
+Each version runs from its own checkout (a commit is checked out as a detached
+worktree under /tmp and removed afterwards; a directory is used as it is), on its
+own redis-server under callgrind (AOF on, unix socket), through the public Client:
+puts, then pops of 8 and completions of those 8 (`complete_many`: no result, no
+output) until N jobs are done, counted together; then N more pops alone. A
+completion's count is the difference. Needs valgrind (apt-get install valgrind).
+
+    .venv/bin/python -m bench.redis_cost 34aab4c HEAD --jobs 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BATCH = 8  # jobs per pop and per completion, about a master's in a drain
+
+
+def probe(jobs: int) -> dict[str, Any]:
+    """Runs inside a checkout (cwd): instructions per job, both calls and pops alone."""
+    sys.path[0] = os.getcwd()  # the checkout's runtime, not this file's
+    import runtime  # noqa: PLC0415 - imported from the checkout, after sys.path is set
+    from runtime import Client  # noqa: PLC0415
+    from runtime.queue.embedded import find_server_binary  # noqa: PLC0415
+
+    directory = Path(tempfile.mkdtemp(prefix="rt-cost-", dir="/tmp"))
+    sock, out = directory / "redis.sock", directory / "callgrind.out"
+    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+            str(find_server_binary()), "--port", "0", "--unixsocket", str(sock), "--save", "",
+            "--appendonly", "yes", "--dir", str(directory)]  # fmt: skip
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def control(*args: str) -> None:
+        subprocess.run(["callgrind_control", *args, str(server.pid)], check=True,
+                       capture_output=True)  # fmt: skip
+
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        client = Client.from_url(f"unix://{sock}", namespace="cost")
+        q = client.queue("bench")
+
+        def fill(n: int) -> None:
+            for offset in range(0, n, 500):
+                client.put_many(q.spec("bench.jobs:noop", {"payload": "x" * 85})
+                                for _ in range(min(500, n - offset)))  # fmt: skip
+
+        def counted(name: str, complete: bool) -> None:
+            control("--zero")
+            control("--instr=on")
+            done = 0
+            while done < jobs:
+                leased = q.pop(BATCH, worker="bench-1")
+                if complete:
+                    client.complete_many("bench-1", {j.jid: j.token or "" for j in leased})
+                done += len(leased)
+            control("--instr=off")
+            control("--dump=" + name)
+
+        fill(jobs + 10 * BATCH)
+        for _ in range(10):  # warm: the library loaded, the keys made
+            leased = q.pop(BATCH, worker="bench-1")
+            client.complete_many("bench-1", {j.jid: j.token or "" for j in leased})
+        counted("both", complete=True)
+        fill(jobs)
+        counted("pop", complete=False)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    totals = {}
+    for dump in directory.glob("callgrind.out.*"):
+        text = dump.read_text(errors="replace")
+        trigger = next((ln for ln in text.splitlines() if ln.startswith("desc: Trigger")), "")
+        total = next((ln for ln in text.splitlines() if ln.startswith("totals:")), "")
+        for name in ("both", "pop"):
+            if trigger.endswith(f"dump {name}") and total:
+                totals[name] = int(total.split()[1]) / jobs
+    shutil.rmtree(directory, ignore_errors=True)
+    both, pop = totals["both"], totals["pop"]
+    return {"runtime": runtime.__file__, "pop": pop, "complete": both - pop, "both": both}
+
+
+def _measure(tree: Path, jobs: int) -> dict[str, Any]:
+    argv = [sys.executable, str(Path(__file__).resolve()), "--probe", "--jobs", str(jobs)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"measure in {tree} failed:\n{done.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if not result["runtime"].startswith(str(tree)):
+        raise SystemExit(f"{tree} imported runtime from {result['runtime']}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.redis_cost")
+    parser.add_argument("old", nargs="?", help="commit or checkout directory")
+    parser.add_argument("new", nargs="?", help="commit or checkout directory")
+    parser.add_argument("--jobs", type=int, default=1000, help="jobs counted (each way)")
+    parser.add_argument("--out", type=Path, help="write the counts here as JSON")
+    parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.probe:
+        print(json.dumps(probe(args.jobs)))
+        return 0
+    if not (args.old and args.new):
+        raise SystemExit("python -m bench.redis_cost OLD NEW: two commits or checkouts")
+    from bench.compare import _checkout, _git  # noqa: PLC0415 - not in a probe (run in a checkout)
+
+    if shutil.which("valgrind") is None:
+        raise SystemExit("bench.redis_cost needs valgrind: apt-get install -y valgrind")
+    made: list[Path] = []
+    try:
+        trees = {"old": _checkout(args.old, made), "new": _checkout(args.new, made)}
+        commits = {side: _git(tree, "rev-parse", "HEAD") for side, tree in trees.items()}
+        counts = {side: _measure(tree, args.jobs) for side, tree in trees.items()}
+    finally:
+        for path in made:
+            _git(Path.cwd(), "worktree", "remove", "--force", str(path))
+    if args.out:
+        summary = {"commits": commits, "jobs": args.jobs, "batch": BATCH, "counts": counts}
+        args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"OLD {commits['old']}, NEW {commits['new']}: redis-server instructions per job "
+          f"(thousands), pops and completions of {BATCH}\n")  # fmt: skip
+    print("| call | OLD | NEW | NEW/OLD |\n| --- | ---: | ---: | ---: |")
+    for call in ("pop", "complete", "both"):
+        old, new = counts["old"][call], counts["new"][call]
+        print(f"| {call} | {old / 1000:,.1f} | {new / 1000:,.1f} | {new / old:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
