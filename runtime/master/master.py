@@ -305,8 +305,8 @@ class Master:
         busy = bool(self.events)
         while self.events:
             self.book.apply(self.events.popleft(), now)
-        if self.book.buffer and self.book.accepting():  # jobs for idle children go first
-            self.book.hand_out(now)
+        if self.book.buffer and self.book.accepting() and self.book.slots.idle():
+            self.book.hand_out(now, pipelines=False)  # jobs for idle children go first
             self._carry_out(self.book.take_actions())
         self.processes.check_frames(now)
         wanted = self.book.rss_wanted()
