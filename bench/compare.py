@@ -112,19 +112,29 @@ def _loadavg() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
-def _measure(tree: Path, transport: str, args: argparse.Namespace) -> dict[str, Any]:
-    argv = [sys.executable, str(Path(__file__).resolve()), "--probe", transport,
-            "--jobs", str(args.jobs), "--latency-n", str(args.latency_n),
-            "--lateness-n", str(args.lateness_n)]  # fmt: skip
+def run_in_checkout(script: str, tree: Path, args: list[str], timeout_s: float) -> dict[str, Any]:
+    """Runs `python script ARGS` with its cwd in `tree`, so the checkout's runtime is
+    the one imported, and returns the JSON object it prints last (with "runtime":
+    where it imported runtime from); SystemExit if it failed or imported another."""
+    argv = [sys.executable, str(Path(script).resolve()), *args]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    load = _loadavg()
-    started = time.monotonic()
-    done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True,
+                          timeout=timeout_s)  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"measure in {tree} failed:\n{done.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     if not result["runtime"].startswith(str(tree)):
         raise SystemExit(f"{tree} imported runtime from {result['runtime']}")
+    return result
+
+
+def _measure(tree: Path, transport: str, args: argparse.Namespace) -> dict[str, Any]:
+    load = _loadavg()
+    started = time.monotonic()
+    result = run_in_checkout(__file__, tree, [
+        "--probe", transport, "--jobs", str(args.jobs), "--latency-n", str(args.latency_n),
+        "--lateness-n", str(args.lateness_n),
+    ], 900)  # fmt: skip
     result["loadavg"], result["seconds"] = load, round(time.monotonic() - started, 1)
     return result
 

@@ -96,18 +96,6 @@ def probe(jobs: int) -> dict[str, Any]:
     return {"runtime": runtime.__file__, "pop": pop, "complete": both - pop, "both": both}
 
 
-def _measure(tree: Path, jobs: int) -> dict[str, Any]:
-    argv = [sys.executable, str(Path(__file__).resolve()), "--probe", "--jobs", str(jobs)]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise SystemExit(f"measure in {tree} failed:\n{done.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    if not result["runtime"].startswith(str(tree)):
-        raise SystemExit(f"{tree} imported runtime from {result['runtime']}")
-    return result
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.redis_cost")
     parser.add_argument("old", nargs="?", help="commit or checkout directory")
@@ -121,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not (args.old and args.new):
         raise SystemExit("python -m bench.redis_cost OLD NEW: two commits or checkouts")
-    from bench.compare import _checkout, _git  # noqa: PLC0415 - not in a probe (run in a checkout)
+    # not imported by a probe, which runs as a script in a checkout without `bench` on its path
+    from bench.compare import _checkout, _git, run_in_checkout  # noqa: PLC0415
 
     if shutil.which("valgrind") is None:
         raise SystemExit("bench.redis_cost needs valgrind: apt-get install -y valgrind")
@@ -129,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trees = {"old": _checkout(args.old, made), "new": _checkout(args.new, made)}
         commits = {side: _git(tree, "rev-parse", "HEAD") for side, tree in trees.items()}
-        counts = {side: _measure(tree, args.jobs) for side, tree in trees.items()}
+        counts = {
+            side: run_in_checkout(__file__, tree, ["--probe", "--jobs", str(args.jobs)], 1800)
+            for side, tree in trees.items()
+        }
     finally:
         for path in made:
             _git(Path.cwd(), "worktree", "remove", "--force", str(path))
