@@ -174,10 +174,7 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def encode(message: Message) -> bytes:
-    obj = {"kind": message.kind}
-    for name in _FIELDS[type(message)]:
-        obj[name] = getattr(message, name)
-    body = _dumps(obj).encode()
+    body = _dumps({"kind": message.kind, **vars(message)}).encode()  # vars: its fields
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(f"{message.kind} message of {len(body)} bytes is over the frame limit")
     return HEADER.pack(len(body)) + body

@@ -40,7 +40,7 @@ class JobFlow(BookState):
         depth = self.depth()
         if depth and self.buffer:
             for slot in self.slots.accepting():
-                while self._pipeline_room(slot, depth) > 0:
+                for _ in range(self._pipeline_room(slot, depth)):  # less by one a job sent
                     held = self._next_pending(now)
                     if held is None:
                         break
@@ -90,38 +90,41 @@ class JobFlow(BookState):
         message = event.message
         if event.rss_bytes is not None:
             slot.rss_bytes = event.rss_bytes
-        if isinstance(message, protocol.Ready):
+        if isinstance(message, protocol.Done | protocol.Failed):  # the most common: first
+            if not self._running(slot, message, event.pid):
+                return
+            held = self.held[message.jid]
+            if isinstance(message, protocol.Done):
+                self.outcomes.add_complete(
+                    held.jid, held.leased.token, result=message.result, output=event.output,
+                    note=message.note or None, puts=held.puts,
+                )  # fmt: skip
+                self._report(held, None)
+            else:
+                self._failure(held, message.group, message.message, message.retry,
+                              message.delay, event.output)  # fmt: skip
+            self._finished(slot, held, now)
+        elif isinstance(message, protocol.Ready):
             if slot.state is SlotState.STARTING:
                 slot.state = SlotState.IDLE
             log.info("child ready index=%d pid=%d forked by pid=%d threads=%d loop=%s worker=%s",
                      slot.index, event.pid, message.parent, message.threads,
                      "running" if message.loop_running else "none", self.worker_id)  # fmt: skip
-            return
-        if isinstance(message, protocol.Skipped):
+        elif isinstance(message, protocol.Skipped):
             self._skipped(slot, message.jid, now)
-            return
-        if isinstance(message, protocol.Put | protocol.Progress):
+        elif isinstance(message, protocol.Put | protocol.Progress):
             self._on_job_said(slot, message)
-            return
+        elif self._running(slot, message, event.pid) and isinstance(message, protocol.Heartbeat):
+            self.held[message.jid].last_sign = now
+
+    def _running(self, slot: Slot, message: protocol.Message, pid: int) -> bool:
+        """The message is about the job the slot runs (else: logged, ignored)."""
         jid = getattr(message, "jid", None)
         if slot.running is None or jid != slot.running:
-            log.warning("unexpected %s from child pid=%d worker=%s", message.kind, event.pid,
+            log.warning("unexpected %s from child pid=%d worker=%s", message.kind, pid,
                         self.worker_id)  # fmt: skip
-            return
-        held = self.held[jid]
-        if isinstance(message, protocol.Heartbeat):
-            held.last_sign = now
-            return
-        if isinstance(message, protocol.Done):
-            self.outcomes.add_complete(
-                held.jid, held.leased.token, result=message.result, output=event.output,
-                note=message.note or None, puts=held.puts,
-            )  # fmt: skip
-            self._report(held, None)
-        elif isinstance(message, protocol.Failed):
-            self._failure(held, message.group, message.message, message.retry, message.delay,
-                          event.output)  # fmt: skip
-        self._finished(slot, held, now)
+            return False
+        return True
 
     def _on_job_said(self, slot: Slot, message: protocol.Put | protocol.Progress) -> None:
         """The running job puts a job or tells its progress."""
