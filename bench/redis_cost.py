@@ -7,7 +7,8 @@ count work, not time (cache misses and the like are not in them).
 
 Each version runs from its own checkout (a commit is checked out as a detached
 worktree under /tmp and removed afterwards; a directory is used as it is), on its
-own redis-server under callgrind (AOF on, unix socket), through the public Client:
+own redis-server under callgrind (AOF on, TCP loopback as deployed), through the
+public Client:
 puts, then pops of 8 and completions of those 8 (`complete_many`: no result, no
 output) until N jobs are done, counted together; then N more pops alone. A
 completion's count is the difference. Needs valgrind (apt-get install valgrind).
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -39,9 +41,12 @@ def probe(jobs: int) -> dict[str, Any]:
     from runtime.queue.embedded import find_server_binary  # noqa: PLC0415
 
     directory = Path(tempfile.mkdtemp(prefix="rt-cost-", dir="/tmp"))
-    sock, out = directory / "redis.sock", directory / "callgrind.out"
+    out = directory / "callgrind.out"
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-            str(find_server_binary()), "--port", "0", "--unixsocket", str(sock), "--save", "",
+            str(find_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "yes", "--dir", str(directory)]  # fmt: skip
     server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -51,9 +56,9 @@ def probe(jobs: int) -> dict[str, Any]:
 
     try:
         deadline = time.monotonic() + 60
-        while not sock.exists() and time.monotonic() < deadline:
+        while not _answers(port) and time.monotonic() < deadline:
             time.sleep(0.1)
-        client = Client.from_url(f"unix://{sock}", namespace="cost")
+        client = Client.from_url(f"redis://127.0.0.1:{port}", namespace="cost")
         q = client.queue("bench")
 
         def fill(n: int) -> None:
@@ -94,6 +99,15 @@ def probe(jobs: int) -> dict[str, Any]:
     shutil.rmtree(directory, ignore_errors=True)
     both, pop = totals["both"], totals["pop"]
     return {"runtime": runtime.__file__, "pop": pop, "complete": both - pop, "both": both}
+
+
+def _answers(port: int) -> bool:
+    import redis  # noqa: PLC0415 - the checkout's environment, like runtime
+
+    try:
+        return bool(redis.Redis(port=port, socket_timeout=5).ping())
+    except redis.RedisError:  # not listening yet (valgrind starts slowly)
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
