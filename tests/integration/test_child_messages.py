@@ -100,3 +100,28 @@ def test_a_withdrawn_job_sent_again_to_the_same_child_runs_once_under_its_new_ru
     assert ends == [protocol.MARK_END + jid for jid in (b"j1", b"j2", b"j2")], out
     j2_runs = out.split(protocol.MARK_END + b"j2\n")
     assert b"to stdout again" in j2_runs[1] and b"first" not in out, "its output is after"
+
+
+def test_a_job_whose_lease_ran_out_before_its_turn_is_skipped_and_marked_ended(
+    child: Driven,
+) -> None:
+    """Every way a child is done with a job writes its end marker before it says so:
+    here the lease of a job sent ahead ran out while the one before it ran."""
+    child.send(run("j1", "talk", {"word": "one"}))
+    stale = protocol.Run(jid="j2", klass=f"{J}:talk", queue="q", data={"word": "never"},
+                         attempt=1, retries=0, remaining=0,
+                         deadline=time.monotonic() - 1)  # fmt: skip
+    child.send(stale)
+    child.send(run("j3", "talk", {"word": "three"}))
+    said = [child.receive() for _ in range(3)]
+    assert [(type(m).__name__, getattr(m, "jid", None)) for m in said] == [
+        ("Done", "j1"),
+        ("Skipped", "j2"),
+        ("Done", "j3"),
+    ]
+    assert isinstance(said[1], protocol.Skipped) and said[1].why == "lease"
+    out = child.output()
+    parts = out.split(protocol.MARK_END)
+    assert [p.split(b"\n", 1)[0] for p in parts[1:]] == [b"j1", b"j2", b"j3"], out
+    assert b"to stdout one" in parts[0] and b"never" not in out
+    assert b"to stdout three" in parts[2], "j3's output comes after j2's marker, before its own"
