@@ -75,10 +75,11 @@ end
 local ok, result = pcall(__operation)
 if ok then
   __finish()
-  Json.restore()
-  return result
 end
 Json.restore()
+if ok then
+  return result
+end
 if type(result) == 'table' then
   if result.code then
     return redis.error_reply(result.code .. ' ' .. tostring(result.msg))

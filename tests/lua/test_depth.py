@@ -113,6 +113,9 @@ def test_cjson_settings_are_left_as_they_were(client: Client, clock: FrozenClock
         raw_put(client, '{"a":' * 200 + "1" + "}" * 200)
     client.queue("q").put("a.b:c", {"n": 1}, jid="fine")
     client.get_job("fine")
+    [job] = client.queue("q").pop(1, worker="w")  # strict decodes, then the at_end writes
+    assert job.token is not None
+    client.complete_many("w", {job.jid: job.token})
     probe = "return {cjson.decode_max_depth(), tostring(cjson.decode_invalid_numbers())}"
     assert client.redis.eval(probe, 0) == [1000, b"true"]
     major = int(str(client.redis.info("server")["redis_version"]).split(".")[0])

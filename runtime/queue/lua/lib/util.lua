@@ -236,9 +236,11 @@ Json.DEEP = 'nested deeper than ' .. LIMITS.data_depth_max .. ' levels'
 -- cjson's decoder settings are global to the server's Lua, shared with other
 -- code. Strict decoding sets them once per call, on its first use (setting
 -- them around each decode was a tenth of a pop's cost); the runner puts the
--- caller's back after every call, and a call that finds them still set (a call
--- killed half way) puts them back first. Lenient decodes (Json.lenient) run
--- with the caller's settings.
+-- caller's back after every call, whether it failed or not. Only a call killed
+-- half way (SCRIPT KILL, FUNCTION KILL) leaves them set: in the function library
+-- the next call puts them back first (per_call); a script run by EVALSHA starts
+-- afresh and cannot know. Lenient decodes (Json.lenient) run with the caller's
+-- settings.
 local cjson_saved -- {max depth, invalid numbers} as they were before this call set them
 local cjson_depth -- the max depth in force while they are set
 
