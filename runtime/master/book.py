@@ -70,6 +70,8 @@ class Book(Intake, JobFlow):
         self.registered = False  # idle on our queues in Redis: jobs may be handed to us
         self.offset: float | None = None  # local monotonic - Redis time (s), conservative
         self.jobs_seen, self.avg_run_s = 0, 0.0
+        self.capacity_key: tuple[int, int, float] | None = None
+        self.capacity = (0, 0)
         self.pipelining = False
         self.pipelining_logged_at, self.pipelining_flips = -math.inf, 0
         self.now = -math.inf  # the time of the latest event or pass
@@ -261,10 +263,20 @@ class Book(Intake, JobFlow):
 
     # --- capacity ----------------------------------------------------------------
 
+    def _capacity(self) -> tuple[int, int]:
+        """(pipeline depth, prefetch) for the jobs seen so far: computed again only
+        when what they depend on changed (they are asked several times a job)."""
+        key = (self.jobs_seen, self.target, self.avg_run_s)
+        if key != self.capacity_key:
+            self.capacity_key = key
+            self.capacity = (
+                plan.pipeline_depth(*key, self.worker.pipeline),
+                plan.prefetch(*key, self.worker.prefetch),
+            )
+        return self.capacity
+
     def depth(self) -> int:
-        depth = plan.pipeline_depth(
-            self.jobs_seen, self.target, self.avg_run_s, self.worker.pipeline
-        )
+        depth = self._capacity()[0]
         if bool(depth) != self.pipelining:
             self.pipelining = bool(depth)
             self.pipelining_flips += 1
@@ -278,7 +290,7 @@ class Book(Intake, JobFlow):
         return depth
 
     def prefetch(self) -> int:
-        return plan.prefetch(self.jobs_seen, self.target, self.avg_run_s, self.worker.prefetch)
+        return self._capacity()[1]
 
     def _pipeline_room(self, slot: Slot, depth: int) -> int:
         most = self.worker.max_jobs_per_child

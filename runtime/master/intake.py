@@ -43,7 +43,10 @@ class Intake(BookState):
         if due is None or due > now or not self.link.may_call(now):
             return
         accepting = self.accepting()
-        count = self.room() if accepting else (0 if self.registered else None)
+        room = self.room() if accepting else 0
+        # no room and nothing to unregister: the reports go alone (a pop of 0 costs
+        # Redis a call and would stop the urgent pops until something wakes us)
+        count: int | None = room if room or self.registered else None
         if count is None and not self.outcomes:
             if self.link.up:
                 return

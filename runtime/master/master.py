@@ -96,12 +96,16 @@ class Master:
         self.doers: dict[type, Callable[[Any], None]] = {
             events.Post: lambda a: self.processes.send(a.index, a.message),
             events.Exchange: lambda a: self._own(
-                "exchange", self._exchange(a), self._exchange_failed(a)
+                "exchange", self._exchange(a), self._exchange_failed(a), reports=True
             ),
-            events.Renew: lambda a: self._own("renew", self._renew(a), self._renew_failed(a)),
+            events.Renew: lambda a: self._own(
+                "renew", self._renew(a), self._renew_failed(a), reports=True
+            ),
             events.Kill: lambda a: self.processes.kill(a.index, a.signal),
             events.Spawn: lambda a: self._own(self._unique("spawn"), self.processes.spawn(a.index)),
-            events.Wait: lambda a: self._own("wait", self._wait(), self._wait_failed()),
+            events.Wait: lambda a: self._own(
+                "wait", self._wait(), self._wait_failed(), reports=True
+            ),
             events.StopWaiting: lambda a: self._cancel("wait"),
             events.GiveBack: lambda a: self._own(
                 self._unique("give-back"), self.client.give_back(a.key)
@@ -121,17 +125,21 @@ class Master:
         self.timer: asyncio.Handle | None = None  # uvloop's has no when(): timer_at
         self.timer_at = 0.0
 
-    def post(self, event: events.Event) -> None:
-        """What every source does: put an event on the queue and wake the loop."""
+    def post(self, event: events.Event, within_s: float = 0.0) -> None:
+        """What every source does: put an event on the queue and wake the loop (at
+        once, or within `within_s`: a pass then takes the events that came meanwhile)."""
         self.events.append(event)
-        self._wake()
+        if within_s <= 0.0 or self.finished is None:
+            self._wake()
+        elif not self.pass_soon:
+            self._arm(within_s)
 
     def _wake(self) -> None:
         if self.finished is None:  # still starting: _start waits on `woken`
             self.woken.set()
         elif not self.pass_soon:
             self.pass_soon = True
-            asyncio.get_running_loop().call_soon(self._run_pass)
+            self.finished.get_loop().call_soon(self._run_pass)
 
     # --- owned tasks ----------------------------------------------------------------
 
@@ -140,9 +148,13 @@ class Master:
         name: str,
         work: Awaitable[None],
         on_error: Callable[[BaseException], events.Event | None] | None = None,
+        *,
+        reports: bool = False,
     ) -> None:
         """Runs `work` as a task the loop owns. If it raises, that is logged (one line,
-        with the traceback for what is not a runtime error) and becomes an event."""
+        with the traceback for what is not a runtime error) and becomes an event.
+        `reports`: the work posts an event whichever way it ends (or was cancelled by
+        the book), so its end needs no pass of its own."""
 
         async def owned() -> None:
             try:
@@ -158,7 +170,7 @@ class Master:
 
         task = asyncio.get_running_loop().create_task(owned(), name=name)
         self.tasks[name] = task
-        task.add_done_callback(lambda t: self._disown(name, t))
+        task.add_done_callback(lambda t: self._disown(name, t, wake=not reports))
 
     def _unexpected(self, name: str, err: BaseException) -> None:
         """A task ended with an error runtime does not know: logged with its traceback
@@ -173,10 +185,11 @@ class Master:
                   exc_info=err)  # fmt: skip
         self.unexpected[name] = (now, 0)
 
-    def _disown(self, name: str, task: asyncio.Task[None]) -> None:
+    def _disown(self, name: str, task: asyncio.Task[None], wake: bool) -> None:
         if self.tasks.get(name) is task:
             del self.tasks[name]
-        self._wake()
+        if wake:
+            self._wake()
 
     def _unique(self, name: str) -> str:
         self.counter += 1
@@ -284,7 +297,9 @@ class Master:
         """A half-open connection must be noticed within a third of a lease: commands
         time out then, and an idle master's blocking read (a connection that may die
         silently) is renewed at least that often, or every IDLE_WAIT_S."""
-        self.client.set_command_timeout(min(5.0, max(0.2, lease_s / 3)))
+        timeout_s = min(5.0, max(0.2, lease_s / 3))
+        if timeout_s != self.client.command_timeout_s:
+            self.client.set_command_timeout(timeout_s)
         self.wait_s = min(IDLE_WAIT_S, max(1.0, lease_s / 3))
 
     async def _fit_timeout_to_settings(self) -> None:
@@ -356,15 +371,17 @@ class Master:
     def _arm(self, timeout: float | None) -> None:
         """The timer for the next pass that no event asks for (kept if it is due in
         time: an early pass costs less than a timer made for every pass)."""
-        loop = asyncio.get_running_loop()
         if timeout is None:
             if self.timer is not None:
                 self.timer.cancel()
                 self.timer = None
             return
-        at = loop.time() + timeout
+        assert self.finished is not None  # the loop runs
+        loop = self.finished.get_loop()
+        now = loop.time()
+        at = now + timeout
         if self.timer is not None:
-            if loop.time() <= self.timer_at <= at:
+            if now <= self.timer_at <= at:
                 return
             self.timer.cancel()
         self.timer, self.timer_at = loop.call_at(at, self._on_timer), at

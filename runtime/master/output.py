@@ -44,7 +44,7 @@ class Output:
         self.dropped_lines = self.dropped_bytes = 0
 
     def tail_text(self, limit: int = TAIL_BYTES) -> str:
-        return bytes(self.tail[-limit:]).decode("utf-8", "replace")
+        return bytes(self.tail[-limit:]).decode("utf-8", "replace") if self.tail else ""
 
     @property
     def job(self) -> tuple[str, str] | None:

@@ -17,9 +17,9 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from runtime import config
 from runtime.children import protocol
@@ -37,7 +37,13 @@ READ_CHUNK = 1 << 16  # one read of the pipe (its default capacity)
 FRAME_TIMEOUT_S = 2.0  # a frame whose bytes do not all arrive within this is a protocol error
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
-Post = Callable[[events.Event], None]
+PASS_WITHIN_S = 0.0005  # a pass may wait this long for company after a child's outcome
+
+
+class Post(Protocol):
+    """The master's `post`: an event for the loop, to be applied within `within_s`."""
+
+    def __call__(self, event: events.Event, within_s: float = 0.0) -> None: ...
 
 
 @dataclass
@@ -56,9 +62,10 @@ class ChildHandle:
     partial_since: float | None = None  # monotonic: an incomplete frame began arriving
     broken: bool = False
     measure_rss: bool = False  # --max-memory-per-child: memory read as each job ends
+    loop: asyncio.AbstractEventLoop = field(init=False)  # the master's, from attach()
 
     def attach(self) -> None:
-        loop = asyncio.get_running_loop()
+        self.loop = loop = asyncio.get_running_loop()
         self.sock.setblocking(False)
         os.set_blocking(self.out_fd, False)
         loop.add_reader(self.sock.fileno(), self._on_socket)
@@ -84,7 +91,7 @@ class ChildHandle:
         except OSError:
             data = b""
         if not data:  # the child is gone; its exit status comes from the fork server
-            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+            self.loop.remove_reader(self.sock.fileno())
             return
         try:
             messages = self.frames.feed(data)
@@ -92,17 +99,19 @@ class ChildHandle:
             self._broke(str(err))
             return
         self.partial_since = (
-            (self.partial_since or asyncio.get_running_loop().time())
-            if self.frames.buffer
-            else None
+            (self.partial_since or self.loop.time()) if self.frames.buffer else None
         )
         for message in messages:
             if isinstance(message, protocol.Done | protocol.Failed):
                 # the job's end marker went on the pipe before this: read up to it
-                self._on_output(DRAIN_MAX_BYTES)
+                if message.jid not in self.output.ended:
+                    self._on_output(DRAIN_MAX_BYTES)
                 rss = self.rss_bytes() if self.measure_rss else None
                 tail = self.output.ended_tail(message.jid)
-                self.post(events.ChildSaid(self.index, self.pid, message, tail, rss))
+                # a child with a job queued behind its next one is not waiting for us:
+                # its outcome may wait a little for others' and go in the same pass
+                within_s = PASS_WITHIN_S if len(self.output.jobs) >= 2 else 0.0
+                self.post(events.ChildSaid(self.index, self.pid, message, tail, rss), within_s)
             else:
                 self.post(events.ChildSaid(self.index, self.pid, message))
 
@@ -122,7 +131,7 @@ class ChildHandle:
     def _on_output(self, most: int = READ_MAX_BYTES) -> None:
         """Reads what the child printed (at most `most` bytes a call: a chatty job
         must not hold up the loop)."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         taken = 0
         while taken < most:
             try:
@@ -150,7 +159,7 @@ class ChildHandle:
     def flush(self) -> None:
         if not self.outbox or self.sock.fileno() < 0:
             return
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         try:
             sent = self.sock.send(self.outbox)
         except BlockingIOError:

@@ -92,6 +92,14 @@ class Slots:
 
     def reconcile(self, target: int, running: bool, now: float) -> list[events.Action]:
         """Moves toward `target` children (none new unless `running`)."""
+        if (
+            running
+            and len(self.by_index) == target
+            and all(
+                not s.retire and s.state is not SlotState.STOPPING for s in self.by_index.values()
+            )
+        ):
+            return []  # every pass, nearly always: nothing to start or stop
         out: list[events.Action] = []
         if not running:
             for slot in self.all():

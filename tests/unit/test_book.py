@@ -114,6 +114,24 @@ def test_a_leased_job_goes_to_an_idle_child_and_its_completion_is_reported_in_a_
     assert rig.book.held == {}
 
 
+def test_reports_go_without_a_pop_while_there_is_no_room_and_the_next_room_pops_at_once() -> None:
+    rig = Rig(prefetch=0)
+    rig.start()
+    rig.lease(leased("a"), leased("b"))  # b waits in the buffer
+    rig.now += 0.01
+    rig.say(0, protocol.Done("a"))
+    assert rig.where("b") is Where.RUNNING and rig.book.room() == 0
+    exchange = only(rig.later(FLUSH_AFTER_S), events.Exchange)
+    assert exchange.outcomes.jids("complete") == ["a"]
+    assert exchange.pop is None, "no room: a pop of nothing would cost Redis a call"
+    rig.apply(events.Exchanged(exchange.outcomes, None, {"a": "complete"}, None, rig.now,
+                               rig.now))  # fmt: skip
+    assert rig.book.want_work, "the next room still pops at once, without a wait"
+    rig.now += 0.01
+    rig.say(0, protocol.Done("b"))
+    assert only(rig.step(), events.Exchange).pop == 1
+
+
 def test_leases_are_renewed_early_and_the_child_learns_the_new_deadline() -> None:
     rig = Rig()
     rig.start()
