@@ -174,9 +174,7 @@ class JobFlow(BookState):
             w.max_memory_per_child_mib and slot.rss_bytes > w.max_memory_per_child_mib << 20
         ):
             slot.retire = True
-        self._next_job(slot, now)
-        if self.accepting() and self.buffer:  # refill at once, not after Redis
-            self.hand_out(now)
+        self._next_job(slot, now)  # its pipeline is refilled by the pass's hand-out
 
     def _next_job(self, slot: Slot, now: float) -> None:
         """The slot's next pipelined job becomes its running one (it starts it now)."""
