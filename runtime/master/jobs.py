@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class JobFlow(BookState):
     # --- handing jobs to children ----------------------------------------------------
 
-    def hand_out(self, now: float, pipelines: bool = True) -> None:
+    def hand_out(self, now: float) -> None:
         """Idle children first (the job starts now), then pipelines of busy ones."""
         self._turns_come(now)
         for slot in self.slots.idle():
@@ -35,8 +35,6 @@ class JobFlow(BookState):
             if held is None:
                 break
             self._send(slot, held, now, running=True)
-        if not pipelines:
-            return
         depth = self.depth()
         if depth and self.buffer:
             for slot in self.slots.accepting():

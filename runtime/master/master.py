@@ -321,7 +321,7 @@ class Master:
         while self.events:
             self.book.apply(self.events.popleft(), now)
         if self.book.buffer and self.book.accepting() and self.book.slots.idle():
-            self.book.hand_out(now, pipelines=False)  # jobs for idle children go first
+            self.book.hand_out(now)  # a job for an idle child goes first (one send a child)
             self._carry_out(self.book.take_actions())
         self.processes.check_frames(now)
         wanted = self.book.rss_wanted()
