@@ -56,7 +56,7 @@ end
 
 local now_us = Clock.now_us()
 local now_ms = Clock.ms(now_us)
-redis.call('ZADD', K.workers, now_ms, worker)
+redis.call('ZADD', K.workers, int(now_ms), worker)
 
 local active, refill = {}, {}
 for _, queue in ipairs(queues) do

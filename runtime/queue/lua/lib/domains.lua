@@ -125,7 +125,8 @@ end
 
 -- Forgets up to `count` domains whose budget is whole again.
 function Domains.prune(now_us, count)
-  local stale = redis.call('ZRANGEBYSCORE', K.domain_tat, '-inf', int(now_us), 'LIMIT', 0, count)
+  local stale = redis.call('ZRANGEBYSCORE', K.domain_tat, '-inf', int(now_us), 'LIMIT', '0',
+    int(count))
   if #stale > 0 then
     redis.call('ZREM', K.domain_tat, unpack(stale))
   end

@@ -265,17 +265,21 @@ end
 
 -- {"jid":..,"meta":{..},"data":{..}} plus any pre-encoded extra fields; `encoded`
 -- is the meta already encoded (by Job.save), when at hand.
-function Job.reply(jid, meta, data, extra, encoded)
+-- Extra field names are the scripts' own identifiers (nothing to escape); `tail`,
+-- when given, is more fields already written as JSON (',"name":value...').
+function Job.reply(jid, meta, data, extra, encoded, tail)
   local object, result = Job.split(meta, data)
-  local fields = { { 'jid', cjson.encode(jid) }, { 'meta', encoded or cjson.encode(meta) },
-    { 'data', object } }
+  local text = '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. (encoded or cjson.encode(meta))
+    .. ',"data":' .. object
   if result then
-    fields[#fields + 1] = { 'result', result }
+    text = text .. ',"result":' .. result
   end
-  for _, f in ipairs(extra or {}) do
-    fields[#fields + 1] = f
+  if extra then
+    for i = 1, #extra do
+      text = text .. ',"' .. extra[i][1] .. '":' .. extra[i][2]
+    end
   end
-  return Json.object(fields)
+  return text .. (tail or '') .. '}'
 end
 
 -- Cuts a failure message to the cap, keeping its tail (where a traceback ends);

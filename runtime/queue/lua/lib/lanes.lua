@@ -47,7 +47,7 @@ local function ticket_of(jid)
 end
 
 local function head_ticket(lane)
-  local jid = redis.call('LINDEX', lane, 0)
+  local jid = redis.call('LINDEX', lane, '0')
   if not jid then
     return nil
   end
@@ -161,10 +161,10 @@ function Lanes.push(queue, jid, meta, now_us, at_head)
   if at_head then
     n = redis.call('LPUSH', lane, jid)
   else
-    meta.o = redis.call('HINCRBY', K.queue(queue), 'seq', 1)
+    meta.o = redis.call('HINCRBY', K.queue(queue), 'seq', '1')
     n = redis.call('RPUSH', lane, jid)
   end
-  redis.call('HINCRBY', K.queue(queue), 'queued', 1)
+  redis.call('HINCRBY', K.queue(queue), 'queued', '1')
   if n == 1 then
     enter(queue, prio, domain)
     local free_at = Domains.free_at(domain, now_us)
@@ -236,7 +236,7 @@ end
 function Lanes.release(queue, now_us, count, ahead_us)
   local key = K.throttled(queue)
   local horizon = int(now_us + (ahead_us or 0))
-  local ids = redis.call('ZRANGEBYSCORE', key, '-inf', horizon, 'LIMIT', 0, count)
+  local ids = redis.call('ZRANGEBYSCORE', key, '-inf', horizon, 'LIMIT', '0', int(count))
   if #ids == 0 then
     return
   end
@@ -254,7 +254,7 @@ function Lanes.release(queue, now_us, count, ahead_us)
       leave(queue, prio, domain)
     end
   end
-  redis.call('HINCRBY', K.queue(queue), 'throttled', -freed)
+  redis.call('HINCRBY', K.queue(queue), 'throttled', int(-freed))
   for prio in pairs(prios) do
     redis.call('ZADD', K.prios(queue), prio, prio)
   end
@@ -288,19 +288,19 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
   local taken, skips, dropped, spent = 0, 0, 0, false
   while taken < room and skips < LIMITS.pop_skips and not spent do
     local before = taken
-    local prio = redis.call('ZRANGE', K.prios(queue), 0, 0)[1]
+    local prio = redis.call('ZRANGE', K.prios(queue), '0', '0')[1]
     if not prio then
       break
     end
     local ready = K.ready(queue, prio)
-    local best = redis.call('ZRANGE', ready, 0, 1, 'WITHSCORES')
+    local best = redis.call('ZRANGE', ready, '0', '1', 'WITHSCORES')
     if #best == 0 then
       redis.call('ZREM', K.prios(queue), prio) -- repair: a priority without lanes
     else
       local domain, bound = best[1], tonumber(best[4])
       local lane = K.lane(queue, prio, domain)
       while taken < room do
-        local jid = redis.call('LINDEX', lane, 0)
+        local jid = redis.call('LINDEX', lane, '0')
         if not jid then
           drop_empty(queue, prio, domain)
           break
@@ -344,7 +344,7 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
     end
   end
   if taken + dropped > 0 then
-    redis.call('HINCRBY', K.queue(queue), 'queued', -(taken + dropped))
+    redis.call('HINCRBY', K.queue(queue), 'queued', int(-(taken + dropped)))
   end
   local short = taken < room and (skips >= LIMITS.pop_skips or spent)
       and redis.call('EXISTS', K.prios(queue)) == 1

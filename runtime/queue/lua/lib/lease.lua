@@ -118,7 +118,7 @@ function Lease.grant(jid, meta, worker, seed, now_us, lease_s)
   meta.a = (meta.a or 0) + 1
   meta.s, meta.w, meta.lr, meta.pt = 'running', worker, nil, Clock.ms(now_us)
   Attempt.restart(jid, meta)
-  meta.l = string.sub(redis.sha1hex(seed .. jid .. meta.a), 1, 24)
+  meta.l = string.sub(redis.sha1hex(seed .. jid .. int(meta.a)), 1, 24)
   redis.call('ZADD', K.running(meta.q), int(expires_us), jid)
   redis.call('SADD', K.worker_jobs(worker), jid)
   return expires_us
@@ -139,18 +139,15 @@ function Lease.hand(jid, meta, data, worker, seed, now_us, start_us, first_lease
     w = worker, sa = waits and Clock.ms(start_us) or nil, ho = first_lease_s and 1 or nil,
   })
   local encoded = Job.save(jid, meta, data)
-  local extra = {
-    { 'lease_ms', int(Config.get('heartbeat', meta.q) * 1000) },
-    { 'timeout_s', cjson.encode(meta.to or Config.get('timeout', meta.q)) },
-    { 'expires_us', int(expires_us) },
-  }
+  local extra = ',"lease_ms":' .. int(Config.get('heartbeat', meta.q) * 1000) .. ',"timeout_s":'
+    .. Json.number(meta.to or Config.get('timeout', meta.q)) .. ',"expires_us":' .. int(expires_us)
   if waits then
-    extra[#extra + 1] = { 'start_in_us', int(start_us - now_us) }
+    extra = extra .. ',"start_in_us":' .. int(start_us - now_us)
   end
   if first_lease_s then
-    extra[#extra + 1] = { 'handed', 'true' }
+    extra = extra .. ',"handed":true'
   end
-  return Job.reply(jid, meta, data, extra, encoded)
+  return Job.reply(jid, meta, data, nil, encoded, extra)
 end
 
 -- The lease expiry (us), or nil when the job is not in its queue's running set.

@@ -79,7 +79,8 @@ function Place.promote(queue, now_us)
   promoted[queue] = true
   local key = K.scheduled(queue)
   local bound = int(Clock.ms(now_us) * 1000) -- due times are whole milliseconds
-  local members = redis.call('ZRANGEBYSCORE', key, '-inf', bound, 'LIMIT', 0, LIMITS.promote_batch)
+  local members = redis.call('ZRANGEBYSCORE', key, '-inf', bound, 'LIMIT', '0',
+    int(LIMITS.promote_batch))
   if #members == 0 then
     return
   end
@@ -133,7 +134,7 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
   meta.qt = eligible ~= meta.h[1].t and eligible or nil
   if not known[queue] then
     known[queue] = true
-    redis.call('ZADD', K.queues, 'NX', Clock.ms(now_us), queue)
+    redis.call('ZADD', K.queues, 'NX', int(Clock.ms(now_us)), queue)
   end
   if may_depend and redis.call('SCARD', K.deps(jid)) > 0 then
     meta.s, meta.d = 'depends', due_ms
@@ -239,7 +240,11 @@ end
 -- A job has at most graph_max dependents (Deps.check_dependents, where edges are added).
 function Place.release_dependents(jid, now_us)
   local key = K.dependents(jid)
-  for _, other in ipairs(redis.call('SRANDMEMBER', key, LIMITS.graph_max)) do
+  local others = redis.call('SRANDMEMBER', key, int(LIMITS.graph_max))
+  if #others == 0 then
+    return
+  end
+  for _, other in ipairs(others) do
     local deps = K.deps(other)
     redis.call('SREM', deps, jid)
     if redis.call('SCARD', deps) == 0 then
@@ -258,13 +263,13 @@ end
 -- during or after an outage stay while its grace lasts (Grace, lease.lua).
 function Place.reclaim(queue, now_us, count)
   local key = K.running(queue)
-  local jids = redis.call('ZRANGEBYSCORE', key, '-inf', int(now_us), 'LIMIT', 0, count)
+  local jids = redis.call('ZRANGEBYSCORE', key, '-inf', int(now_us), 'LIMIT', '0', int(count))
   if #jids == 0 then
     return 0
   end
   local bound_us = Grace.reclaim_bound(queue, now_us)
   if bound_us < now_us then
-    jids = redis.call('ZRANGEBYSCORE', key, '-inf', int(bound_us), 'LIMIT', 0, count)
+    jids = redis.call('ZRANGEBYSCORE', key, '-inf', int(bound_us), 'LIMIT', '0', int(count))
   end
   for _, jid in ipairs(jids) do
     local meta, data, raw, sound_meta = Job.read(jid)

@@ -11,7 +11,8 @@ local Retention = {}
 -- down). Returns how many.
 function Retention.trim(now_us, batch)
   local cutoff = now_us - Config.get('jobs-history') * 1000000
-  local doomed = redis.call('ZRANGEBYSCORE', K.completed, '-inf', int(cutoff), 'LIMIT', 0, batch)
+  local doomed = redis.call('ZRANGEBYSCORE', K.completed, '-inf', int(cutoff), 'LIMIT', '0',
+    int(batch))
   local keep = math.max(0, math.floor(Config.get('jobs-history-count')))
   local excess = redis.call('ZCARD', K.completed) - #doomed - keep
   if excess > 0 and #doomed < batch then

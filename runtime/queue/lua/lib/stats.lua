@@ -37,23 +37,60 @@ per_call(function()
   pending = {}
 end)
 
+-- The bucket of a time: its unit and lower bound (the name is unit .. bound).
 local function bucket(seconds)
   if seconds < 1 then
     local ms = math.floor(seconds * 1000 + 1e-6) -- a time of 7 ms stays in ms7
     if ms < 10 then
-      return 'ms' .. ms
+      return 'ms', ms
     elseif ms < 100 then
-      return 'ms' .. (ms - ms % 10)
+      return 'ms', ms - ms % 10
     end
-    return 'ms' .. math.min(900, ms - ms % 100)
+    return 'ms', math.min(900, ms - ms % 100)
   elseif seconds < 60 then
-    return 's' .. math.floor(seconds)
+    return 's', math.floor(seconds)
   elseif seconds < 3600 then
-    return 'm' .. math.floor(seconds / 60)
+    return 'm', math.floor(seconds / 60)
   elseif seconds < 86400 then
-    return 'h' .. math.floor(seconds / 3600)
+    return 'h', math.floor(seconds / 3600)
   end
-  return 'd' .. math.min(365, math.floor(seconds / 86400))
+  return 'd', math.min(365, math.floor(seconds / 86400))
+end
+
+-- Field names, made once per server (what -> unit -> bound -> "what:hist:<unit><bound>"):
+-- building one costs more than the rest of an observation.
+local hist_fields = {}
+
+local function hist_field(what, seconds)
+  local unit, bound = bucket(seconds)
+  local by_unit = hist_fields[what]
+  if not by_unit then
+    by_unit = {}
+    hist_fields[what] = by_unit
+  end
+  local names = by_unit[unit]
+  if not names then
+    names = {}
+    by_unit[unit] = names
+  end
+  local field = names[bound]
+  if not field then
+    field = what .. ':hist:' .. unit .. int(bound)
+    names[bound] = field
+  end
+  return field
+end
+
+-- The moments' field names of `what` (n, mean, m2).
+local moment_fields = {}
+
+local function moments_of(what)
+  local fields = moment_fields[what]
+  if not fields then
+    fields = { what .. ':n', what .. ':mean', what .. ':m2' }
+    moment_fields[what] = fields
+  end
+  return fields
 end
 
 local function entry(queue, now_us)
@@ -80,7 +117,7 @@ function Stats.time(queue, what, seconds, now_us)
   t.mean = t.mean + delta / t.n
   t.m2 = t.m2 + delta * (seconds - t.mean)
   e.times[what] = t
-  local field = what .. ':hist:' .. bucket(seconds)
+  local field = hist_field(what, seconds)
   e.hist[field] = (e.hist[field] or 0) + 1
 end
 
@@ -107,24 +144,24 @@ function Stats.flush()
     local e = pending[id]
     local key = K.stats(e.queue, e.day)
     for what, b in pairs(e.times) do
-      local v = redis.call('HMGET', key, what .. ':n', what .. ':mean', what .. ':m2')
+      local f = moments_of(what)
+      local v = redis.call('HMGET', key, f[1], f[2], f[3])
       local n, mean, m2 = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
       local total = n + b.n
       local delta = b.mean - mean
       local merged_mean = mean + delta * b.n / total
       local merged_m2 = m2 + b.m2 + delta * delta * n * b.n / total
-      redis.call('HSET', key, what .. ':n', total, what .. ':mean', num(merged_mean),
-        what .. ':m2', num(merged_m2))
+      redis.call('HSET', key, f[1], int(total), f[2], num(merged_mean), f[3], num(merged_m2))
     end
     for field, n in pairs(e.hist) do
-      redis.call('HINCRBY', key, field, n)
+      redis.call('HINCRBY', key, field, int(n))
     end
     for field, n in pairs(e.counts) do
-      redis.call('HINCRBY', key, field, n)
+      redis.call('HINCRBY', key, field, int(n))
     end
-    redis.call('EXPIRE', key, LIMITS.stats_days * 86400)
+    redis.call('EXPIRE', key, int(LIMITS.stats_days * 86400))
     for field, n in pairs(totals_of(e)) do
-      redis.call('HINCRBY', K.queue(e.queue), field, n)
+      redis.call('HINCRBY', K.queue(e.queue), field, int(n))
     end
   end
   pending = {}
@@ -170,7 +207,7 @@ function Stats.enter(jid, meta, now_us)
       jids = {}
       entering[index] = jids
     end
-    jids[jid] = Clock.ms(now_us)
+    jids[jid] = int(Clock.ms(now_us))
   end
 end
 

@@ -335,14 +335,52 @@ function Json.object(fields)
 end
 
 -- Integer to string without exponent (tostring gives 1.79e+15 for microseconds).
+-- Remembered for the length of a call: a batch writes the same times, counts and
+-- scores for every job, and formatting a number costs as much as a Redis command.
+-- Numbers passed to redis.call go through it too (Redis formats a Lua number
+-- argument with snprintf).
+local int_memo = {}
+per_call(function()
+  int_memo = {}
+end)
+
 local function int(n)
-  return string.format('%d', n)
+  local text = int_memo[n]
+  if text == nil then
+    text = string.format('%d', n)
+    if n == n then -- NaN is no table key
+      int_memo[n] = text
+    end
+  end
+  return text
 end
+
+-- JSON of a number as cjson writes it, remembered for the length of a call.
+local number_memo = {}
+per_call(function()
+  number_memo = {}
+end)
+
+function Json.number(n)
+  local text = number_memo[n]
+  if text == nil then
+    text = cjson.encode(n)
+    if n == n then
+      number_memo[n] = text
+    end
+  end
+  return text
+end
+
+-- The states a batch item answers, as JSON.
+local STATE_JSON = { waiting = '"waiting"', scheduled = '"scheduled"', running = '"running"',
+  complete = '"complete"', failed = '"failed"', depends = '"depends"' }
 
 -- The reply entry of one batch item: {"jid":..,"ok":true,...} or {"jid":..,"error":..}.
 function E.item(jid, ok, result, message)
   if ok then
-    return Json.object({ { 'jid', cjson.encode(jid) }, { 'ok', 'true' }, { 'state', cjson.encode(result) } })
+    return '{"jid":' .. cjson.encode(jid) .. ',"ok":true,"state":'
+      .. (STATE_JSON[result] or cjson.encode(result)) .. '}'
   end
   return cjson.encode({ jid = jid, error = result, message = message })
 end
