@@ -260,17 +260,17 @@ function Lanes.release(queue, now_us, count, ahead_us)
   end
 end
 
--- Takes the lane's head if its record is corrupt, gone or not waiting in this
--- queue (failing a corrupt one): true when it did. Counts against the call's
--- drop budget (Job.may_drop); `spent` is true once that is used up.
-local function drop_head(queue, lane, jid, meta, problem, raw, sound_meta)
+-- Whether the lane's head must go because its record is corrupt, gone or not
+-- waiting in this queue (a corrupt one is failed; the caller takes the entry
+-- off the lane). Counts against the call's drop budget (Job.may_drop); `spent`
+-- is true once that is used up.
+local function drop_head(queue, jid, meta, problem, raw, sound_meta)
   if meta and meta.s == 'waiting' and meta.q == queue then
     return false, false
   end
   if not Job.may_drop() then
     return false, true
   end
-  redis.call('LPOP', lane)
   if meta == false then
     Job.corrupt(jid, problem, raw, sound_meta, queue)
   end
@@ -284,6 +284,9 @@ end
 -- the jobs taken and whether it stopped short (after pop_skips skips, or the
 -- call's drop budget spent) with lanes still ready (the caller should ask
 -- again at once).
+-- A lane's heads are read with one LRANGE and the entries done with (taken or
+-- dropped, always a prefix of the lane) taken off with one LPOP, before anything
+-- reads the lane's length and when the walk leaves the lane.
 function Lanes.pop(queue, room, now_us, take, ahead_us)
   local taken, skips, dropped, spent = 0, 0, 0, false
   while taken < room and skips < LIMITS.pop_skips and not spent do
@@ -299,18 +302,31 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
     else
       local domain, bound = best[1], tonumber(best[4])
       local lane = K.lane(queue, prio, domain)
+      local heads, at, done = {}, 0, 0 -- the heads read, the one looked at, entries done with
+      local function take_off()
+        if done > 0 then
+          redis.call('LPOP', lane, int(done))
+          done = 0
+        end
+      end
       while taken < room do
-        local jid = redis.call('LINDEX', lane, '0')
+        at = at + 1
+        if at > #heads then
+          take_off()
+          heads, at = redis.call('LRANGE', lane, '0', int(room - taken - 1)), 1
+        end
+        local jid = heads[at]
         if not jid then
           drop_empty(queue, prio, domain)
           break
         end
         local meta, data, raw, sound_meta = Job.read(jid, true) -- its data goes in a reply
         local drop
-        drop, spent = drop_head(queue, lane, jid, meta, data, raw, sound_meta)
+        drop, spent = drop_head(queue, jid, meta, data, raw, sound_meta)
         if spent then
           break
         elseif drop then
+          done = done + 1
           dropped = dropped + 1
         elseif bound and meta.o > bound then
           redis.call('ZADD', ready, meta.o, domain) -- the score was stale: choose again
@@ -321,11 +337,12 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
             granted, free_at, start_us = Domains.acquire(domain, now_us, ahead_us)
           end
           if granted then
-            redis.call('LPOP', lane)
+            done = done + 1
             taken = taken + 1
             take(jid, meta, data, start_us)
           end
           if free_at then -- spent by this start, or found spent: its lanes wait
+            take_off()
             local left = redis.call('LLEN', lane)
             if left == 0 then
               drop_empty(queue, prio, domain)
@@ -338,6 +355,7 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
           end
         end
       end
+      take_off()
     end
     if taken == before then
       skips = skips + 1
