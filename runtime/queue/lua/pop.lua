@@ -125,7 +125,7 @@ local function next_due_us(queue)
   local due
   local keys = { K.scheduled(queue), K.throttled(queue), K.running(queue), K.recurring(queue) }
   for i, key in ipairs(keys) do
-    local first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+    local first = tonumber(redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
     if first and i == 1 then
       first = math.floor(first / 1000) * 1000
     elseif first and i == 3 and first <= now_us then

@@ -104,7 +104,7 @@ end
 function Place.take_soon(queue, now_us, ahead_us, room, take)
   local key = K.scheduled(queue)
   local found = redis.call('ZRANGEBYSCORE', key, '-inf', int(now_us + ahead_us), 'WITHSCORES',
-    'LIMIT', 0, room + LIMITS.pop_skips)
+    'LIMIT', '0', int(room + LIMITS.pop_skips))
   local taken = 0
   for i = 1, #found, 2 do
     if taken >= room then
@@ -144,7 +144,7 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
     meta.o = redis.call('HINCRBY', K.queue(queue), 'sseq', 1) -- put order among equal dues
     local member = scheduled_member(jid, meta.o)
     redis.call('ZADD', K.scheduled(queue), int(due_ms * 1000), member)
-    if redis.call('ZRANGE', K.scheduled(queue), 0, 0)[1] == member then
+    if redis.call('ZRANGE', K.scheduled(queue), '0', '0')[1] == member then
       Place.nudge(queue) -- due before all others: an idle master must learn the new time
     end
   else
