@@ -18,6 +18,7 @@ import re
 import resource
 import shutil
 import signal
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ KEYWORD_SECRET_RE = re.compile(
 OOM_SCORE_ADJ_ABOVE_MASTER = 500  # children are the OOM killer's first choice, not the master
 OOM_SCORE_ADJ_MAX = 1000
 CPU_GRACE_S = 1  # from SIGXCPU at the soft CPU limit to SIGKILL at the hard one
+LEFTOVER_WAIT_S = 2.0  # how long processes a job left behind may take to die once killed
 
 
 @dataclass(frozen=True)
@@ -184,22 +186,38 @@ def has_children() -> bool:
     return True
 
 
-def kill_leftovers(max_rounds: int = 50) -> int:
-    """Kills every process the job left behind (our descendants); returns how many."""
+def kill_leftovers(wait_s: float = LEFTOVER_WAIT_S) -> int:
+    """Kills every process the job left behind (our descendants); returns how many.
+    Each round kills our children and waits until they are dead: their own children
+    are ours from then (we are a subreaper) and go in the next round. Without the
+    wait a daemon whose parent was still dying would be missed."""
     if not has_children():
         return 0
     me, killed = os.getpid(), 0
-    for _ in range(max_rounds):
-        kids = children_of(me)
-        if not kids:
-            break
+    deadline = time.monotonic() + wait_s
+    while kids := children_of(me):
         for pid in kids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
-        _reap()
+        for pid in kids:
+            _wait_dead(pid, deadline)
+        if time.monotonic() >= deadline:
+            break
     _reap()
     return killed
+
+
+def _wait_dead(pid: int, deadline: float) -> None:
+    """Reaps our child `pid`, waiting for it to die until `deadline`."""
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done or time.monotonic() >= deadline:
+            return
+        time.sleep(0.001)
 
 
 def children_of(parent: int) -> list[int]:

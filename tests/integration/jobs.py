@@ -167,6 +167,26 @@ def spawn_daemon(job: Any) -> None:
     _append(job.data["path"], pid)
 
 
+def spawn_daemon_behind_a_slow_death(job: Any) -> None:
+    """A daemon whose parent takes a while to die when killed (it frees 512 MiB it
+    touched): the daemon becomes the child's only once that parent is dead."""
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        daemon = os.fork()
+        if daemon == 0:
+            time.sleep(60)
+            os._exit(0)
+        ballast = bytearray(512 << 20)
+        for offset in range(0, len(ballast), 4096):
+            ballast[offset] = 1
+        os.write(w, str(daemon).encode())
+        time.sleep(60)
+        os._exit(0)
+    os.close(w)
+    _append(job.data["path"], os.read(r, 32).decode())
+
+
 def describe_process(job: Any) -> None:
     """Records the child's environment, open fds, ids, cwd and parent."""
     fds = {}

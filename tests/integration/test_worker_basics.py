@@ -148,6 +148,20 @@ def test_daemons_a_job_spawns_are_killed_after_it(
     assert not alive(daemon)
 
 
+def test_a_daemon_whose_parent_dies_slowly_is_killed_after_the_job(
+    start_master: StartMaster, plain_client: Client, workdir: Path
+) -> None:
+    """The daemon is the child's to kill only once its parent is dead, which takes a
+    while here: killing must wait for the dead, not give up after a few rounds."""
+    start_master("q", "-c", "1")
+    path = workdir / "pid"
+    jid = plain_client.queue("q").put(f"{J}:spawn_daemon_behind_a_slow_death", {"path": str(path)})
+    wait_state(plain_client, jid, "complete", timeout_s=30)
+    daemon = int(path.read_text())
+    wait_gone(daemon, 5)
+    assert not alive(daemon)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
 def test_children_run_as_the_given_user(
     start_master: StartMaster, plain_client: Client, workdir: Path
