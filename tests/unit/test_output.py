@@ -102,3 +102,20 @@ def test_a_long_line_without_a_newline_is_logged_in_pieces(
     out.sent("j1", "m:f")
     out.feed(b"y" * (LINE_MAX + 10), 0.0)
     assert len(caplog.records) == 1 and len(out.partial) == 0
+
+
+def test_end_markers_read_on_their_own_end_their_jobs_in_order(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    out = Output(0, "h")
+    out.sent("j1", "m:f")
+    out.sent("j2", "m:f")
+    out.feed(end("j1"), 0.0)  # a job that printed nothing: the most common read
+    assert out.job == ("j2", "m:f")
+    assert out.ended_tail("j1") == ""
+    out.feed(b"half a line", 0.0)
+    out.feed(end("j2"), 0.0)
+    assert out.ended_tail("j2") == "half a line"
+    assert lines(caplog) == ["half a line jid=j2 klass=m:f worker=h"]
+    assert out.job is None
