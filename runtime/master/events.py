@@ -1,7 +1,9 @@
 """The book's vocabulary: the events that come into it and the actions that come
 out. Events are put on the master's one queue by its sources (child sockets,
 the fork server, Redis calls, the handoff waiter, signals, timers); actions are
-carried out by the loop (master.py). All are frozen plain values.
+carried out by the loop (master.py). All are plain values, never changed once
+made; they are not frozen dataclasses only because a frozen one costs about a
+microsecond more to make, and several are made for every job.
 """
 
 from __future__ import annotations
@@ -30,24 +32,24 @@ class Intent(enum.Enum):
 # --- events -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass
 class Signalled:
     intent: Intent
 
 
-@dataclass(frozen=True)
+@dataclass
 class ChildSpawned:
     index: int
     pid: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class SpawnFailed:
     index: int
     error: str
 
 
-@dataclass(frozen=True)
+@dataclass
 class ChildSaid:
     """A message from a child's socket."""
 
@@ -58,7 +60,7 @@ class ChildSaid:
     rss_bytes: int | None = None  # with done or failed: the child's memory then (if asked)
 
 
-@dataclass(frozen=True)
+@dataclass
 class ChildBroke:
     """A child broke the protocol (a bad or incomplete frame)."""
 
@@ -67,7 +69,7 @@ class ChildBroke:
     error: str
 
 
-@dataclass(frozen=True)
+@dataclass
 class ChildExited:
     index: int
     pid: int
@@ -76,7 +78,7 @@ class ChildExited:
     tail: str  # the last of its output, to explain a crash
 
 
-@dataclass(frozen=True)
+@dataclass
 class Exchanged:
     """An exchange came back: the reports' states, and what the pop leased."""
 
@@ -89,7 +91,7 @@ class Exchanged:
     unsent: Outcomes | None = None  # reports Redis refused for now (sent again)
 
 
-@dataclass(frozen=True)
+@dataclass
 class ExchangeFailed:
     outcomes: Outcomes  # not sent (or not known to be): they go again
     condition: str  # why, in one word (runtime.errors.RedisTransient conditions, "error")
@@ -97,14 +99,14 @@ class ExchangeFailed:
     sent_at: float
 
 
-@dataclass(frozen=True)
+@dataclass
 class Renewed:
     leases: dict[str, str]  # what was renewed: jid -> token
     lost: frozenset[str]
     sent_at: float
 
 
-@dataclass(frozen=True)
+@dataclass
 class RenewFailed:
     leases: dict[str, str]
     condition: str
@@ -112,7 +114,7 @@ class RenewFailed:
     sent_at: float
 
 
-@dataclass(frozen=True)
+@dataclass
 class WaitEnded:
     """The idle master's blocking read returned: a job handed to it, a wake-up
     token (`key` it came from), or nothing (timeout)."""
@@ -122,28 +124,28 @@ class WaitEnded:
     own: bool = False  # the key is this master's own list
 
 
-@dataclass(frozen=True)
+@dataclass
 class WaitFailed:
     condition: str
     detail: str
     sent_at: float
 
 
-@dataclass(frozen=True)
+@dataclass
 class Cancelled:
     """A job this master may hold was cancelled (cancel.lua told us)."""
 
     jid: str
 
 
-@dataclass(frozen=True)
+@dataclass
 class ServerReplaced:
     """HUP: a new fork server (fresh code) is up; `generation` counts them."""
 
     generation: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class Rss:
     """Memory of the busy children, read by the loop for the book's checks."""
 
@@ -153,12 +155,12 @@ class Rss:
 # --- actions ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass
 class Spawn:
     index: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class Post:
     """A message for a child; the loop writes each child's posts at once."""
 
@@ -166,13 +168,13 @@ class Post:
     message: protocol.Message
 
 
-@dataclass(frozen=True)
+@dataclass
 class Kill:
     index: int
     signal: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class Exchange:
     outcomes: Outcomes
     pop: int | None  # None: no pop; 0: only learn when something comes due
@@ -180,49 +182,49 @@ class Exchange:
     outage_ms: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class Renew:
     leases: dict[str, str]
     outage_ms: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class Wait:
     """Start the blocking read for work (a job handed to us, or a wake-up token)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class StopWaiting:
     pass
 
 
-@dataclass(frozen=True)
+@dataclass
 class GiveBack:
     """A wake-up token we cannot use: back to its list for another master."""
 
     key: str
 
 
-@dataclass(frozen=True)
+@dataclass
 class ReplaceServer:
     pass
 
 
-@dataclass(frozen=True)
+@dataclass
 class Extend:
     """A cron recurrence runs low on ticks: compute more."""
 
     low: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Register:
     """Tell Redis who this master is and how many children it wants."""
 
     concurrency: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class ReportFailure:
     """A final failure the master saw (a crash, a limit): to Sentry."""
 

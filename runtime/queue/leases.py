@@ -20,7 +20,7 @@ from runtime.queue import wire
 Kind = Literal["complete", "retry", "fail", "release"]
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: one is made for every job leased (frozen costs ~1.5 us more)
 class Leased:
     """A job a pop leased to this master."""
 
