@@ -119,7 +119,8 @@ class Master:
             ),
         }
         # the loop: a pass runs as a callback, soon after an event comes (one pass for
-        # every event of the same turn of the event loop) or when the timer is due
+        # every event of the same turn of the event loop; some events may wait a
+        # little for company: `post`'s within_s) or when the timer is due
         self.finished: asyncio.Future[None] | None = None  # set once the loop runs
         self.pass_soon = False
         self.timer: asyncio.Handle | None = None  # uvloop's has no when(): timer_at
