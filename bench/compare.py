@@ -11,14 +11,17 @@ the two versions never share loaded Redis functions. Rounds alternate the order
 (OLD NEW, NEW OLD, ...) so that drift in the shared host's speed cancels; transports:
 `tcp` (127.0.0.1, as deployed) and `unix` (the suite's own socket). Prints a
 markdown table (median and min to max of each side, and the per-round NEW/OLD
-ratios) and writes every run to --out as JSON.
+ratios) and writes every run to --out as JSON. `--pool FILE...` prints the same
+tables over the rounds of several such files (one version against one version).
 
     .venv/bin/python -m bench.compare 34aab4c HEAD --repeat 6 --out bench/results/x.json
+    .venv/bin/python -m bench.compare --pool bench/results/x.json bench/results/y.json
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -203,6 +206,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--latency-n", type=int, default=300, help="jobs each latency run puts")
     parser.add_argument("--lateness-n", type=int, default=100, help="delayed jobs per run")
     parser.add_argument("--out", type=Path, help="write every run here as JSON")
+    parser.add_argument("--pool", type=Path, nargs="+", metavar="FILE",
+                        help="print the tables over the rounds of several --out files "
+                        "(one OLD commit; NEW commits with the same runtime/)")  # fmt: skip
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.transports = args.transports.split(",")
@@ -214,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe:
         print(json.dumps(probe(args.probe, args.jobs, args.latency_n, args.lateness_n)))
         return 0
+    if args.pool:
+        return pool(args.pool)
     if not (args.old and args.new):
         raise SystemExit("python -m bench.compare OLD NEW: two commits or checkouts")
     made: list[Path] = []
@@ -238,6 +246,44 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{transport}:\n")
         print("\n".join(table(runs[transport])))
     return 0
+
+
+def pool(files: list[Path]) -> int:
+    """The tables over every round of several runs: more rounds than one run of a
+    sensible length holds, on a host whose speed drifts. The runs must share their
+    OLD commit, and their NEW commits must hold the same runtime/ (comments aside)."""
+    summaries = [json.loads(path.read_text()) for path in files]
+    old = {s["commits"]["old"] for s in summaries}
+    if len(old) != 1:
+        raise SystemExit(f"the runs have different OLD commits: {sorted(old)}")
+    news = [s["commits"]["new"] for s in summaries]
+    for other in news[1:]:
+        if not _same_code(news[0], other):
+            raise SystemExit(f"NEW {news[0]} and {other} differ in runtime/: not one version")
+    transports = [t for t in summaries[0]["runs"] if all(t in s["runs"] for s in summaries)]
+    print(f"OLD {old.pop()}, NEW {', '.join(dict.fromkeys(news))} (the same runtime/, "
+          f"comments aside); the rounds of {', '.join(str(p) for p in files)}")  # fmt: skip
+    for transport in transports:
+        runs = {side: [r for s in summaries for r in s["runs"][transport][side]]
+                for side in ("old", "new")}  # fmt: skip
+        print(f"\n{transport}, {len(runs['old'])} rounds:\n")
+        print("\n".join(table(runs)))
+    return 0
+
+
+def _same_code(a: str, b: str) -> bool:
+    """Whether two commits hold the same runtime/, comments aside (Python files whose
+    syntax trees are equal count as the same)."""
+    for path in _git(Path.cwd(), "diff", "--name-only", a, b, "--", "runtime").splitlines():
+        if not path.endswith(".py"):
+            return False
+        try:
+            trees = [ast.dump(ast.parse(_git(Path.cwd(), "show", f"{c}:{path}"))) for c in (a, b)]
+        except subprocess.CalledProcessError:  # added or removed
+            return False
+        if trees[0] != trees[1]:
+            return False
+    return True
 
 
 if __name__ == "__main__":
