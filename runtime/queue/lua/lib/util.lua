@@ -334,43 +334,37 @@ function Json.object(fields)
   return '{' .. table.concat(parts, ',') .. '}'
 end
 
+-- `format` of a number, remembered for the length of a call: a batch writes the
+-- same times, counts and scores for every job, and formatting a number costs as
+-- much as a Redis command.
+local function remembered(format)
+  local memo = {}
+  per_call(function()
+    memo = {}
+  end)
+  return function(n)
+    local text = memo[n]
+    if text == nil then
+      text = format(n)
+      if n == n then -- NaN is no table key
+        memo[n] = text
+      end
+    end
+    return text
+  end
+end
+
 -- Integer to string without exponent (tostring gives 1.79e+15 for microseconds).
--- Remembered for the length of a call: a batch writes the same times, counts and
--- scores for every job, and formatting a number costs as much as a Redis command.
 -- Numbers passed to redis.call go through it too (Redis formats a Lua number
 -- argument with snprintf).
-local int_memo = {}
-per_call(function()
-  int_memo = {}
+local int = remembered(function(n)
+  return string.format('%d', n)
 end)
 
-local function int(n)
-  local text = int_memo[n]
-  if text == nil then
-    text = string.format('%d', n)
-    if n == n then -- NaN is no table key
-      int_memo[n] = text
-    end
-  end
-  return text
-end
-
--- JSON of a number as cjson writes it, remembered for the length of a call.
-local number_memo = {}
-per_call(function()
-  number_memo = {}
+-- JSON of a number as cjson writes it (cjson is bound per call, not at load).
+Json.number = remembered(function(n)
+  return cjson.encode(n)
 end)
-
-function Json.number(n)
-  local text = number_memo[n]
-  if text == nil then
-    text = cjson.encode(n)
-    if n == n then
-      number_memo[n] = text
-    end
-  end
-  return text
-end
 
 -- The states a batch item answers, as JSON.
 local STATE_JSON = { waiting = '"waiting"', scheduled = '"scheduled"', running = '"running"',
