@@ -1,7 +1,7 @@
 """`python -m bench.redis_cost OLD NEW`: what a job costs inside Redis, counted, not
 timed: the instructions redis-server executes (valgrind's callgrind) per job for
-a pop and a completion of jobs in batches of 8, as a master makes them, for two
-versions of runtime. Counts do not depend on what else the host is doing, so two
+a pop and a completion of jobs in batches of 8, as a master makes them, and for
+a put of one job, as an application makes it, for two versions of runtime. Counts do not depend on what else the host is doing, so two
 versions differ by a percent or two, not by the noise of a shared machine; they
 count work, not time (cache misses and the like are not in them).
 
@@ -9,9 +9,9 @@ Each version runs from its own checkout (a commit is checked out as a detached
 worktree under /tmp and removed afterwards; a directory is used as it is), on its
 own redis-server under callgrind (AOF on, TCP loopback as deployed), through the
 public Client:
-puts, then pops of 8 and completions of those 8 (`complete_many`: no result, no
-output) until N jobs are done, counted together; then N more pops alone. A
-completion's count is the difference. Needs valgrind (apt-get install valgrind).
+N puts of one job each, counted; then pops of 8 and completions of those 8
+(`complete_many`: no result, no output) until N jobs are done, counted together;
+then N more pops alone. A completion's count is the difference. Needs valgrind (apt-get install valgrind).
 
     .venv/bin/python -m bench.redis_cost 34aab4c HEAD --jobs 1000
 """
@@ -78,7 +78,13 @@ def probe(jobs: int) -> dict[str, Any]:
             control("--instr=off")
             control("--dump=" + name)
 
-        fill(jobs + 10 * BATCH)
+        control("--zero")
+        control("--instr=on")
+        for _ in range(jobs):  # one call a job, as an application puts
+            q.put("bench.jobs:noop", {"payload": "x" * 85})
+        control("--instr=off")
+        control("--dump=put")
+        fill(10 * BATCH)
         for _ in range(10):  # warm: the library loaded, the keys made
             leased = q.pop(BATCH, worker="bench-1")
             client.complete_many("bench-1", {j.jid: j.token or "" for j in leased})
@@ -93,12 +99,13 @@ def probe(jobs: int) -> dict[str, Any]:
         text = dump.read_text(errors="replace")
         trigger = next((ln for ln in text.splitlines() if ln.startswith("desc: Trigger")), "")
         total = next((ln for ln in text.splitlines() if ln.startswith("totals:")), "")
-        for name in ("both", "pop"):
+        for name in ("both", "pop", "put"):
             if trigger.endswith(f"dump {name}") and total:
                 totals[name] = int(total.split()[1]) / jobs
     shutil.rmtree(directory, ignore_errors=True)
     both, pop = totals["both"], totals["pop"]
-    return {"runtime": runtime.__file__, "pop": pop, "complete": both - pop, "both": both}
+    return {"runtime": runtime.__file__, "pop": pop, "complete": both - pop, "both": both,
+            "put": totals["put"]}  # fmt: skip
 
 
 def _answers(port: int) -> bool:
@@ -143,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         summary = {"commits": commits, "jobs": args.jobs, "batch": BATCH, "counts": counts}
         args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"OLD {commits['old']}, NEW {commits['new']}: redis-server instructions per job "
-          f"(thousands), pops and completions of {BATCH}\n")  # fmt: skip
+          f"(thousands), pops and completions of {BATCH}, puts of one\n")  # fmt: skip
     print("| call | OLD | NEW | NEW/OLD |\n| --- | ---: | ---: | ---: |")
-    for call in ("pop", "complete", "both"):
+    for call in ("pop", "complete", "both", "put"):
         old, new = counts["old"][call], counts["new"][call]
         print(f"| {call} | {old / 1000:,.1f} | {new / 1000:,.1f} | {new / old:.3f} |")
     return 0
