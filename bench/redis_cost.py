@@ -1,9 +1,10 @@
 """`python -m bench.redis_cost OLD NEW`: what a job costs inside Redis, counted, not
 timed: the instructions redis-server executes (valgrind's callgrind) per job for
 a pop and a completion of jobs in batches of 8, as a master makes them, and for
-a put of one job, as an application makes it, for two versions of runtime. Counts do not depend on what else the host is doing, so two
-versions differ by a percent or two, not by the noise of a shared machine; they
-count work, not time (cache misses and the like are not in them).
+a put of one job, as an application makes it, for two versions of runtime.
+Counts do not depend on what else the host is doing, so two versions differ by a
+percent or two, not by the noise of a shared machine; they count work, not time
+(cache misses and the like are not in them).
 
 Each version runs from its own checkout (a commit is checked out as a detached
 worktree under /tmp and removed afterwards; a directory is used as it is), on its
@@ -11,7 +12,8 @@ own redis-server under callgrind (AOF on, TCP loopback as deployed), through the
 public Client:
 N puts of one job each, counted; then pops of 8 and completions of those 8
 (`complete_many`: no result, no output) until N jobs are done, counted together;
-then N more pops alone. A completion's count is the difference. Needs valgrind (apt-get install valgrind).
+then N more pops alone. A completion's count is the difference. Needs valgrind
+(apt-get install valgrind).
 
     .venv/bin/python -m bench.redis_cost 34aab4c HEAD --jobs 1000
 """
