@@ -4,7 +4,9 @@ jobs, `--concurrency 2`, TCP loopback as deployed), under cProfile, for two
 versions of runtime, rounds interleaved. Counts move far less with the host's load
 than CPU time does, though not at all is too much to ask: a slower host means more
 passes of the loop per job (the per-job "passes" row says how many), so compare
-the counts of one function more than the totals.
+the counts of one function more than the totals. Also counted per job: calls of
+`asyncio.get_running_loop` (each makes a getpid syscall), reads of the children's
+output pipes, sends to children (each wakes one) and the FCALLs Redis ran.
 
 Each version runs from its own checkout (a commit is checked out as a detached
 worktree under /tmp and removed afterwards), on its own redis-server (AOF on); the
@@ -35,6 +37,8 @@ TOP = 12  # functions shown per side
 def probe(jobs: int) -> dict[str, Any]:
     """Runs inside a checkout (cwd): one profiled drain."""
     sys.path[0] = os.getcwd()  # the checkout's runtime and bench, not this file's
+    import redis  # noqa: PLC0415 - the checkout's environment, like runtime
+
     import runtime  # noqa: PLC0415 - imported from the checkout, after sys.path is set
     from bench import worker  # noqa: PLC0415
     from runtime.queue.embedded import ServerProcess, find_server_binary  # noqa: PLC0415
@@ -65,7 +69,10 @@ def probe(jobs: int) -> dict[str, Any]:
     try:
         worker.drain(server, 500)  # warm, unprofiled: the library loaded, the files cached
         setattr(subprocess, "Popen", profiled)  # noqa: B010 - bench.worker starts the master with it
+        redis_client = redis.Redis.from_url(server.url)
+        redis_client.config_resetstat()
         drained = worker.drain(server, jobs)
+        fcalls = redis_client.info("commandstats").get("cmdstat_fcall", {}).get("calls", 0)
         stats = pstats.Stats(str(out))
     finally:
         server.stop()
@@ -79,6 +86,12 @@ def probe(jobs: int) -> dict[str, Any]:
         "rate": drained["rate"],
         "calls_per_job": stats.total_calls / jobs,  # type: ignore[attr-defined]
         "passes_per_job": passes / jobs,
+        # what a call costs beyond Python: get_running_loop makes a getpid syscall
+        # (a fork check), os.read reads a child's output, a socket send wakes a child
+        "get_running_loop_per_job": _count(calls, "_asyncio.get_running_loop>)") / jobs,
+        "output_reads_per_job": _count(calls, "(<built-in method posix.read>)") / jobs,
+        "sends_to_children_per_job": _count(calls, "'send' of '_socket.socket' objects>)") / jobs,
+        "redis_fcalls_per_job": fcalls / jobs,  # the drain's own counter reads are GETs
         "top_per_job": {name: n / jobs for name, n in top.items()},
     }
 
@@ -120,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         f"TCP, the master under cProfile; per job, median of {args.repeat} (min to max)\n"
     )
     print("| | OLD | NEW | NEW/OLD |\n| --- | ---: | ---: | ---: |")
-    for key in ("calls_per_job", "passes_per_job", "rate"):
+    for key in ("calls_per_job", "passes_per_job", *COUNTED, "rate"):
         old = [r[key] for r in runs["old"]]
         new = [r[key] for r in runs["new"]]
         print(f"| {key} | {_cell(old)} | {_cell(new)} | "
@@ -130,6 +143,14 @@ def main(argv: list[str] | None = None) -> int:
         for name, n in runs[side][-1]["top_per_job"].items():
             print(f"- {name}: {n:.2f}")
     return 0
+
+
+COUNTED = ("get_running_loop_per_job", "output_reads_per_job", "sends_to_children_per_job",
+           "redis_fcalls_per_job")  # fmt: skip
+
+
+def _count(calls: dict[str, int], suffix: str) -> int:
+    return sum(n for name, n in calls.items() if name.endswith(suffix))
 
 
 def _cell(values: list[float]) -> str:
