@@ -21,7 +21,6 @@ import logging
 from collections import deque
 
 from runtime.children import protocol
-from runtime.children.protocol import MARK_END
 
 log = logging.getLogger("runtime.job")
 
@@ -78,8 +77,9 @@ class Output:
 
     def feed(self, chunk: bytes, now: float) -> None:
         """Takes what was read from the pipe."""
-        if not self.partial and chunk.startswith(MARK_END) and chunk.find(b"\n") == len(chunk) - 1:
-            self._ended(chunk[len(MARK_END) : -1].decode("utf-8", "replace"))
+        end = protocol.MARK_END
+        if not self.partial and chunk.startswith(end) and chunk.find(b"\n") == len(chunk) - 1:
+            self._ended(chunk[len(end) : -1].decode("utf-8", "replace"))
             return  # the most common read by far: the end of a job that printed nothing
         self._refill(now)
         # an unfinished line was kept in the tail when it came; a marked one was not
