@@ -17,6 +17,14 @@ def end(jid: str) -> bytes:
     return protocol.MARK_END + f"{jid}\n".encode()
 
 
+def sent(*jids: str) -> Output:
+    """A child's output (worker "h") that was sent these jobs of klass m:f, in order."""
+    out = Output(0, "h")
+    for jid in jids:
+        out.sent(jid, "m:f")
+    return out
+
+
 def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records]
 
@@ -46,9 +54,7 @@ def test_lines_are_logged_with_the_job_that_printed_them_and_its_tail_is_kept(
 
 def test_a_job_the_child_skipped_ends_without_output(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-    out = Output(0, "h")
-    for jid in ("j1", "j2", "j3"):
-        out.sent(jid, "m:f")
+    out = sent("j1", "j2", "j3")
     out.feed(b"one\n" + end("j1") + end("j2") + b"three\n", 0.0)
     assert lines(caplog) == ["one jid=j1 klass=m:f worker=h", "three jid=j3 klass=m:f worker=h"]
     assert out.ended_tail("j2") == ""
@@ -58,8 +64,7 @@ def test_a_line_left_unfinished_at_the_end_marker_belongs_to_its_job(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
-    out = Output(0, "h")
-    out.sent("j1", "m:f")
+    out = sent("j1")
     out.feed(b"no newline" + end("j1")[:5], 0.0)
     out.feed(end("j1")[5:] + b"idle\n", 0.0)
     assert lines(caplog) == ["no newline jid=j1 klass=m:f worker=h", "idle child=0 worker=h"]
@@ -81,8 +86,7 @@ def test_a_chatty_job_is_counted_past_its_budget_and_summarised(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
-    out = Output(0, "h")
-    out.sent("j1", "m:f")
+    out = sent("j1")
     chunk = b"x" * 99 + b"\n"
     for _ in range(10 * BUDGET_BYTES_S // (64 * 1024)):  # 10 MiB in one instant
         out.feed(chunk * 655, 0.0)
@@ -98,8 +102,7 @@ def test_a_long_line_without_a_newline_is_logged_in_pieces(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
-    out = Output(0, "h")
-    out.sent("j1", "m:f")
+    out = sent("j1")
     out.feed(b"y" * (LINE_MAX + 10), 0.0)
     assert len(caplog.records) == 1 and len(out.partial) == 0
 
@@ -108,9 +111,7 @@ def test_end_markers_read_on_their_own_end_their_jobs_in_order(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
-    out = Output(0, "h")
-    out.sent("j1", "m:f")
-    out.sent("j2", "m:f")
+    out = sent("j1", "j2")
     out.feed(end("j1"), 0.0)  # a job that printed nothing: the most common read
     assert out.job == ("j2", "m:f")
     assert out.ended_tail("j1") == ""
