@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 
-from runtime.dashboard import plots, render
+from runtime.dashboard import plots, render, tracebacks
 from runtime.dashboard.actions import back_to
 from runtime.dashboard.app import normal_prefix
 from runtime.dashboard.live import Rates, progress_text, throughput_plot
@@ -174,6 +174,44 @@ def test_the_filters_read_as_a_person_would() -> None:
     assert render.query(a="x y", b=None, c="") == "?a=x+y"
     assert progress_text({"done": 3, "total": 10, "message": "step 3"}) == "3 / 10 (30 %) step 3"
     assert progress_text(None) == "-"
+
+
+def test_a_jobs_data_is_previewed_on_one_line() -> None:
+    assert render.preview({"to": "a@b.c", "n": [1, 2]}) == '"to": "a@b.c", "n": [1, 2]'
+    assert render.preview({"text": "two\nlines"}) == '"text": "two\\nlines"'
+    assert render.preview([1, "x"]) == '[1, "x"]'
+    assert render.preview({}) == ""
+
+
+def test_runtimes_own_frames_are_told_apart_wherever_it_is_installed() -> None:
+    site = "/srv/app/venv/lib/python3.12/site-packages/runtime"
+    message = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            f'  File "{site}/children/child.py", line 218, in call',
+            "    result = fn(context)",
+            "             ^^^^^^^^^^^",
+            f'  File "{site}/typed.py", line 138, in __call__',
+            "    return self.__wrapped__(ctx, **kwargs)",
+            '  File "/home/me/runtime/notes.py", line 3, in send',  # not one of its modules
+            "    raise KeyError(key)",
+            "KeyError: 'missing'",
+            "",
+            "During handling of the above exception, another exception occurred:",
+            "",
+            "Traceback (most recent call last):",
+            '  File "C:\\app\\runtime\\children\\child.py", line 220, in call',
+            "    raise Failed()",
+            "Failed",
+        ]
+    )
+    parts = tracebacks.parts(message)
+    assert [p.frames for p in parts] == [0, 2, 0, 1, 0]
+    assert "\n".join(p.text for p in parts) == message
+    assert parts[1].text.startswith(f'  File "{site}/children/child.py"')
+    assert parts[1].text.endswith("return self.__wrapped__(ctx, **kwargs)")
+    assert parts[2].text.startswith('  File "/home/me/runtime/notes.py"')
+    assert tracebacks.parts("plain message") == [tracebacks.Part("plain message", 0)]
 
 
 def test_templates_escape_everything() -> None:
