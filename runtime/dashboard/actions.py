@@ -78,6 +78,12 @@ def cancel(client: Client, form: Form) -> str:
     return f"cancelled {form['jid']}" if gone else f"{form['jid']} was already gone"
 
 
+def delete(client: Client, form: Form) -> str:
+    """A finished job (complete or failed) is deleted as a cancel deletes one."""
+    gone = client.cancel(_field(form, "jid"))
+    return f"deleted {form['jid']}" if gone else f"{form['jid']} was already gone"
+
+
 def priority(client: Client, form: Form) -> str:
     raw = _field(form, "priority").strip()
     try:
@@ -103,6 +109,7 @@ ACTIONS: dict[str, Callable[[Client, Form], str]] = {
     "resume": resume,
     "retry": retry,
     "cancel": cancel,
+    "delete": delete,
     "priority": priority,
     "retry-group": retry_group,
     "delete-group": delete_group,

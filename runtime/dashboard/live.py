@@ -1,9 +1,12 @@
-"""Live numbers: the rates sampler and the small JSON the pages poll.
+"""Live numbers: the rates sampler, the plot of the last hour and the small JSON the
+pages poll.
 
-`Rates` keeps the last hour of (time, jobs completed so far, jobs failed so far)
-samples, taken every few seconds by a task of the server; the rates per second are
-differences between samples. The plot of the last hour is drawn from them, so it
-covers the time this dashboard has been running (at most an hour).
+`Rates` keeps the last few (time, jobs completed so far, jobs failed so far)
+samples, taken every few seconds by a task of the server; the rates per second
+shown on the overview are differences between samples. The plot of the last
+hour is drawn from the jobs completed and failed per minute that the reports
+count in Redis (`Client.throughput`), so every dashboard, on any host and from
+its first page, draws the same history.
 
 `GET live.json` answers {"values": {key: text}, "html": {key: markup}, "next_ms"}
 for the keys a page shows (`data-live="key"` elements): the rates, a queue's
@@ -16,9 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -32,10 +33,12 @@ from runtime.dashboard.reads import QUEUE_STATES, QueueRow
 from runtime.dashboard.render import duration, number, pretty
 from runtime.errors import Error
 from runtime.queue.job import Job
+from runtime.queue.stats import Throughput
 
 log = logging.getLogger(__name__)
 
 WINDOW_S = 3600.0  # what the plot covers
+PLOT_MINUTES = 61  # minutes read for it: the hour and the minute it began in
 RATE_SPAN_S = 10.0  # a rate is the average over about this long
 LOAD_SHARE = 20  # reads of live numbers are spaced at least 20 times their own length
 POLL_S = 2.0  # how often a page asks for its live numbers, at most
@@ -53,7 +56,7 @@ class Rates:
 
     def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
-        self.samples: deque[Sample] = deque(maxlen=int(WINDOW_S / interval_s) + 2)
+        self.samples: deque[Sample] = deque(maxlen=int(RATE_SPAN_S / interval_s) + 2)
 
     def add(self, complete: int, failed: int, at_s: float | None = None) -> None:
         self.samples.append(Sample(time.monotonic() if at_s is None else at_s, complete, failed))
@@ -68,30 +71,6 @@ class Rates:
             self.samples[0],
         )
         return _rate(older, newest, "complete"), _rate(older, newest, "failed")
-
-    def series(self, now_s: float, bucket_s: float = 60.0) -> tuple[list[tuple[float, float]], ...]:
-        """(completed, failed) per second averaged over buckets of `bucket_s` (aligned
-        to the clock, the newest one partial), drawn as steps: two points per bucket,
-        (seconds before now, as a negative number; rate), oldest first."""
-        spans: dict[int, tuple[Sample, Sample]] = {}
-        samples = list(self.samples)
-        for older, newer in itertools.pairwise(samples):
-            if now_s - newer.at_s <= WINDOW_S:
-                key = math.floor(newer.at_s / bucket_s)
-                spans[key] = (spans.get(key, (older, newer))[0], newer)
-        done: list[tuple[float, float]] = []
-        failed: list[tuple[float, float]] = []
-        for key in sorted(spans):
-            first, last = spans[key]
-            start = max(key * bucket_s, first.at_s, now_s - WINDOW_S) - now_s
-            end = min((key + 1) * bucket_s, last.at_s) - now_s
-            for series, what in ((done, "complete"), (failed, "failed")):
-                rate = _rate(first, last, what) or 0.0
-                series.extend(((start, rate), (end, rate)))
-        return done, failed
-
-    def covered_s(self, now_s: float) -> float:
-        return 0.0 if not self.samples else min(WINDOW_S, now_s - self.samples[0].at_s)
 
     async def run(self, read: Callable[[], tuple[int, int]]) -> None:
         """Samples forever (a task of the server); a failed read is skipped. A read
@@ -120,9 +99,17 @@ def _rate(older: Sample, newer: Sample, what: str) -> float | None:
     return max(0, change) / span
 
 
-def throughput_plot(rates: Rates, now_s: float | None = None) -> Markup:
-    now_s = time.monotonic() if now_s is None else now_s
-    done, failed = rates.series(now_s)
+def throughput_plot(seen: Throughput) -> Markup:
+    """Jobs completed and failed per minute over the last hour, as steps: a minute's
+    count from its start to its end (the current minute's, to now)."""
+    done: list[tuple[float, float]] = []
+    failed: list[tuple[float, float]] = []
+    for start_ms, completed, failures in seen.minutes():
+        start_s = max((start_ms - seen.now_ms) / 1000, -WINDOW_S)
+        end_s = min((start_ms + 60_000 - seen.now_ms) / 1000, 0.0)
+        if end_s > start_s:
+            done.extend(((start_s, completed), (end_s, completed)))
+            failed.extend(((start_s, failures), (end_s, failures)))
     ticks = [
         (-3600.0, "-60 m"),
         (-2700.0, "-45 m"),
@@ -132,13 +119,13 @@ def throughput_plot(rates: Rates, now_s: float | None = None) -> Markup:
     ]
     return plots.line_chart(
         [
-            plots.Series("completed/s", "s-complete", done),
-            plots.Series("failed/s", "s-failed", failed),
+            plots.Series("completed/min", "s-complete", done),
+            plots.Series("failed/min", "s-failed", failed),
         ],
         (-WINDOW_S, 0.0),
         ticks,
-        "Jobs completed and failed per second, last hour",
-        "/s",
+        "Jobs completed and failed per minute, last hour",
+        "/min",
     )
 
 

@@ -1,5 +1,6 @@
 """Pages from templates: one Jinja2 environment with autoescape on for every
-template, the filters the templates share (times, durations, numbers, JSON), and
+template, the filters the templates share (times, durations, numbers, JSON, a
+job's data in short, a traceback's parts), and
 the one-time message an action leaves for the page it redirects to (a cookie)."""
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from runtime.dashboard import tracebacks
+
 HERE = Path(__file__).parent
 FLASH_COOKIE = "runtime_flash"
 
@@ -27,8 +30,9 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        when=when, ago=ago, duration=duration, number=number, pretty=pretty, q=quote_part
-    )
+        when=when, ago=ago, duration=duration, number=number, pretty=pretty, q=quote_part,
+        preview=preview, folded=tracebacks.parts,
+    )  # fmt: skip
     env.globals["query"] = query
     return env
 
@@ -75,6 +79,15 @@ def number(value: float | None) -> str:
 def pretty(value: Any) -> str:
     """JSON as a person reads it (escaped by the template like any text)."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def preview(data: Any) -> str:
+    """A job's data on one line, to tell jobs apart in a list: its JSON without the
+    outer braces ("to": "a@b.c", "n": 3); "" for no data."""
+    text = json.dumps(data, ensure_ascii=False, default=str, separators=(", ", ": "))
+    if isinstance(data, dict):
+        text = text[1:-1]
+    return text
 
 
 def quote_part(value: str) -> str:

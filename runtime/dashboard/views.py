@@ -57,8 +57,7 @@ def overview(request: Request) -> Response:
         queue_count=len(rows),
         workers_up=sum(w.up for w in workers),
         running=sum(len(w.jobs) for w in workers),
-        plot=live.throughput_plot(rates),
-        covered_s=rates.covered_s(time.monotonic()),
+        plot=live.throughput_plot(client.throughput(live.PLOT_MINUTES)),
         failed_total=sum(client.failed().values()),
         live=live.rate_values(rates),
         live_query=query(queue=[r.name for r in largest], plot=1),
@@ -247,7 +246,7 @@ def live_json(request: Request) -> Response:
     if params.get("jid"):
         values.update(live.job_values(client.get_job(params["jid"])))
     if params.get("plot"):
-        html["plot.throughput"] = str(live.throughput_plot(rates))
+        html["plot.throughput"] = str(live.throughput_plot(client.throughput(live.PLOT_MINUTES)))
     next_ms = round(1000 * live.pause_s(live.POLL_S, time.monotonic() - start))
     answer = {"values": values, "html": html, "next_ms": next_ms}
     return JSONResponse(answer, headers={"cache-control": "no-store"})

@@ -37,6 +37,11 @@ Key schema (the kind of each key in brackets):
     failed:<group>           [list]  jids, newest first
     tag:<tag>                [zset]  jid -> put time (ms)
     stats:<queue>:<day>      [hash]  wait and run times, histograms, counts (day: UTC days)
+    throughput:<hour>        [hash]  jobs completed and failed for good in each minute of
+                                     a UTC hour (hours since the epoch), all queues: minute
+                                     of the hour (0-59) -> failed x 10^9 + completed;
+                                     expires throughput_hours + 1 after its last new
+                                     minute (lua/lib/stats.lua)
     unique:<key>             [string] jid of the job holding a unique key (TTL: unique_for)
     recur                    [hash]  recurrence id -> definition (JSON)
     q:<queue>:recur          [zset]  recurrence id -> its next tick (us)
@@ -90,6 +95,7 @@ TEMPLATES: dict[str, str] = {
     "failed": "failed:{group}",
     "tag": "tag:{tag}",
     "stats": "stats:{queue}:{day}",
+    "throughput": "throughput:{hour}",
     "unique": "unique:{key}",
     "recur": "recur",
     "recurring": "q:{queue}:recur",

@@ -17,6 +17,7 @@ from runtime.queue.connection import Connection
 if TYPE_CHECKING:
     from runtime.queue.client import Client
     from runtime.queue.job import Job
+    from runtime.queue.stats import Throughput
 
 CORRUPT_GROUP = "runtime.CorruptJob"  # its jobs cannot run again (their data is lost)
 
@@ -104,6 +105,15 @@ class Operating(Connection):
         """What a master tells of itself (the master sends it; also for tools and tests)."""
         self.call(ops.register_worker(worker, host=host, pid=pid, queues=queues,
                                       concurrency=concurrency, started_ms=started_ms))  # fmt: skip
+
+    def throughput(self, minutes: int = 60) -> Throughput:
+        """Jobs completed and failed for good in each of the last `minutes` minutes
+        (the current one included, at most throughput_hours x 60), all queues
+        together, as the reports counted them: the same on every host."""
+        most = config.LIMITS["throughput_hours"] * 60
+        if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= most:
+            raise BadArgument(f"minutes must be a whole number in [1, {most}], got {minutes!r}")
+        return self.call(ops.throughput(minutes))
 
     def server_info(self) -> dict[str, str]:
         """The Redis server's INFO (default sections): version, uptime, memory ..."""

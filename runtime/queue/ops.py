@@ -472,6 +472,13 @@ def domain_limits(keys: Keys) -> Call[dict[str, dict[str, float]]]:
     return _cmd("HGETALL", keys.key("domain_limits"), decode=decode)
 
 
+def throughput(minutes: int) -> Call[stats.Throughput]:
+    """Jobs completed and failed per minute, all queues, the last `minutes` of them."""
+    return _op(
+        "throughput", minutes, decode=lambda r: stats.throughput(read_json(r)), repeatable=True
+    )
+
+
 def queue_stats(keys: Keys, queue: str, day: date) -> Call[QueueStats]:
     key = keys.key("stats", queue=queue, day=stats.day_number(day))
     return _cmd("HGETALL", key, decode=lambda reply: stats.parse(queue, day, _pairs(reply)))

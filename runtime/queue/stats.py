@@ -1,5 +1,6 @@
 """Per queue and day statistics, as the scripts keep them (lua/lib/stats.lua):
-wait and run times with their histograms and percentiles, and failure counts.
+wait and run times with their histograms and percentiles, and failure counts;
+and the jobs completed and failed per minute, all queues together (`Throughput`).
 
 A histogram bucket is named by its lower bound: ms0..ms9 (1 ms wide), ms10..ms90
 (10 ms), ms100..ms900 (100 ms), s1..s59 (1 s), m1..m59 (1 min), h1..h23 (1 h),
@@ -87,6 +88,38 @@ class QueueStats:
     failures: int  # attempts that failed (retried or not)
     failed: int  # jobs that failed for good
     retries: int  # retries scheduled
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Jobs completed and failed for good in each of the last minutes, all queues
+    together (lua/throughput.lua); the last minute is the current one, still counting."""
+
+    now_ms: int  # Redis time of the read
+    from_ms: int  # when the oldest minute began
+    completed: tuple[int, ...]  # one per minute, oldest first
+    failed: tuple[int, ...]
+
+    def minutes(self) -> list[tuple[int, int, int]]:
+        """(start ms, completed, failed) of each minute, oldest first."""
+        return [
+            (self.from_ms + 60_000 * i, done, failed)
+            for i, (done, failed) in enumerate(zip(self.completed, self.failed, strict=True))
+        ]
+
+
+def throughput(reply: Mapping[str, object]) -> Throughput:
+    completed, failed = reply["completed"], reply["failed"]
+    if not isinstance(completed, list) or not isinstance(failed, list):
+        raise TypeError("completed and failed must be lists")
+    if len(completed) != len(failed):
+        raise ValueError("completed and failed must be as long")
+    return Throughput(
+        now_ms=int(str(reply["now_ms"])),
+        from_ms=int(str(reply["from_ms"])),
+        completed=tuple(int(n) for n in completed),
+        failed=tuple(int(n) for n in failed),
+    )
 
 
 def day_number(day: date) -> int:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from runtime import Client
-from tests.dashboard.conftest import Dashboard
+from tests.dashboard.conftest import Dashboard, serve
 from tests.integration.conftest import StartMaster
 from tests.support.waiting import wait_for
 
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from playwright.sync_api import Page
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
+
+from runtime.dashboard import plots
+
 expect: Any = pytest.importorskip("playwright.sync_api", reason="no playwright").expect
 
 JOBS = "tests.integration.jobs"
@@ -180,6 +183,36 @@ def test_the_live_numbers_change_without_a_reload(
     assert page.evaluate("window.notReloaded") is True
     expect(page.locator(".plot-box polyline.s-complete")).to_have_count(1)
     dashboard.shot(page, "overview-live")
+
+
+def test_a_dashboard_started_after_the_jobs_ran_draws_them_from_its_first_page(
+    dashboard: Dashboard, page: Page
+) -> None:
+    """The last hour comes from Redis, not from what one dashboard process watched:
+    one started later (a restart, another host) draws the same history at once."""
+    client = dashboard.client
+    queue = client.queue("earlier")
+    for i in range(4):
+        queue.put(f"{JOBS}:noop", {"i": i}, retries=0)
+    jobs = queue.pop(4, worker="w")
+    client.complete_many("w", {j.jid: j.token or "" for j in jobs[:3]})
+    jobs[3].fail("tests.Gone", "failed before any dashboard looked")
+
+    fresh = Client.from_url(client.url, namespace=client.keys.namespace)
+    url, server, thread = serve(fresh)
+    try:
+        open_page(page, url + "/")
+        baseline = plots.LINE_SIZE[1] - plots.BOTTOM
+        for series in ("s-complete", "s-failed"):
+            line = page.locator(f".plot-box polyline.{series}")
+            expect(line).to_have_count(1)
+            points = str(line.get_attribute("points")).split()
+            assert min(float(p.split(",")[1]) for p in points) < baseline, series
+        dashboard.shot(page, "overview-history")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        fresh.close()
 
 
 def test_a_form_on_another_site_cannot_act_through_the_browser(

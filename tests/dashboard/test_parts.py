@@ -5,17 +5,19 @@ and the filters the templates use."""
 from __future__ import annotations
 
 import base64
+import re
 
 import pytest
 
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 
-from runtime.dashboard import plots, render
+from runtime.dashboard import plots, render, tracebacks
 from runtime.dashboard.actions import back_to
 from runtime.dashboard.app import normal_prefix
-from runtime.dashboard.live import Rates, progress_text
+from runtime.dashboard.live import Rates, progress_text, throughput_plot
 from runtime.dashboard.security import Credentials, host_name, is_loopback, same_origin
 from runtime.errors import BadArgument
+from runtime.queue.stats import Throughput
 
 HOST = "127.0.0.1:8008"
 
@@ -111,15 +113,24 @@ def test_rates_are_differences_of_the_totals_over_time() -> None:
     assert rates.per_second()[0] == 0.0
 
 
-def test_the_plot_series_are_steps_per_minute_within_the_hour() -> None:
-    rates = Rates(interval_s=30.0)
-    for step in range(200):  # 100 minutes at 2 completions a second
-        rates.add(complete=60 * step, failed=0, at_s=30.0 * step)
-    done, failed = rates.series(now_s=30.0 * 199)
-    assert all(-3600 <= x <= 0 for x, _ in done)
-    assert {round(y, 6) for _, y in done} == {2.0}
-    assert {y for _, y in failed} == {0.0}
-    assert len(done) == 2 * 61  # 60 whole minutes and the one that began the window
+def test_the_hour_plot_is_steps_of_the_minutes_counted_in_redis() -> None:
+    from_ms = 1_800_000_000_000
+    seen = Throughput(
+        now_ms=from_ms + 60 * 60_000 + 30_000,  # half way through the 61st minute
+        from_ms=from_ms,
+        completed=(120,) * 60 + (40,),
+        failed=(0,) * 59 + (6, 1),
+    )
+    chart = throughput_plot(seen)
+    lines = dict(re.findall(r'<polyline class="line (s-\w+)" points="([^"]*)"', chart))
+    done = [tuple(map(float, p.split(","))) for p in lines["s-complete"].split()]
+    assert len(done) == 2 * 61  # the first minute began before the hour: cut at its start
+    xs = [x for x, _ in done]
+    assert xs == sorted(xs) and xs[0] == plots.LEFT and xs[-1] == plots.LINE_SIZE[0] - plots.RIGHT
+    assert done[-1][1] > done[0][1]  # the current minute, still counting, is lower
+    assert "completed/min" in chart and "200/min" in chart  # axis: the next nice number
+    failed = [float(p.split(",")[1]) for p in lines["s-failed"].split()]
+    assert len(set(failed)) == 3
 
 
 def test_plots_are_svg_with_every_text_escaped() -> None:
@@ -163,6 +174,44 @@ def test_the_filters_read_as_a_person_would() -> None:
     assert render.query(a="x y", b=None, c="") == "?a=x+y"
     assert progress_text({"done": 3, "total": 10, "message": "step 3"}) == "3 / 10 (30 %) step 3"
     assert progress_text(None) == "-"
+
+
+def test_a_jobs_data_is_previewed_on_one_line() -> None:
+    assert render.preview({"to": "a@b.c", "n": [1, 2]}) == '"to": "a@b.c", "n": [1, 2]'
+    assert render.preview({"text": "two\nlines"}) == '"text": "two\\nlines"'
+    assert render.preview([1, "x"]) == '[1, "x"]'
+    assert render.preview({}) == ""
+
+
+def test_runtimes_own_frames_are_told_apart_wherever_it_is_installed() -> None:
+    site = "/srv/app/venv/lib/python3.12/site-packages/runtime"
+    message = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            f'  File "{site}/children/child.py", line 218, in call',
+            "    result = fn(context)",
+            "             ^^^^^^^^^^^",
+            f'  File "{site}/typed.py", line 138, in __call__',
+            "    return self.__wrapped__(ctx, **kwargs)",
+            '  File "/home/me/runtime/notes.py", line 3, in send',  # not one of its modules
+            "    raise KeyError(key)",
+            "KeyError: 'missing'",
+            "",
+            "During handling of the above exception, another exception occurred:",
+            "",
+            "Traceback (most recent call last):",
+            '  File "C:\\app\\runtime\\children\\child.py", line 220, in call',
+            "    raise Failed()",
+            "Failed",
+        ]
+    )
+    parts = tracebacks.parts(message)
+    assert [p.frames for p in parts] == [0, 2, 0, 1, 0]
+    assert "\n".join(p.text for p in parts) == message
+    assert parts[1].text.startswith(f'  File "{site}/children/child.py"')
+    assert parts[1].text.endswith("return self.__wrapped__(ctx, **kwargs)")
+    assert parts[2].text.startswith('  File "/home/me/runtime/notes.py"')
+    assert tracebacks.parts("plain message") == [tracebacks.Part("plain message", 0)]
 
 
 def test_templates_escape_everything() -> None:

@@ -197,6 +197,11 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("priority", ("missing", "1"), NoSuchJob, "missing"),
     ("get", tuple(f"j{i}" for i in range(1001)), BadArgument, "at most"),
     ("counts", ("a b",), BadArgument, "queue"),
+    # throughput
+    ("throughput", (), BadArgument, "minutes"),
+    ("throughput", ("0",), BadArgument, "minutes"),
+    ("throughput", ("1441",), BadArgument, "minutes"),
+    ("throughput", ("1.5",), BadArgument, "minutes"),
     ("peek", ("q", 0), BadArgument, "count"),
     ("peek", ("q", 1001), BadArgument, "count"),
     ("peek", ("q{", 1), BadArgument, "queue"),

@@ -23,6 +23,14 @@
 -- them): total:completed (completions reported, including those that moved the
 -- job on to another queue), total:failed (jobs failed for good), total:retried.
 --
+-- Throughput, all queues together, in K.throughput(hour) (one hash per UTC hour,
+-- hours since the epoch): the field of a minute of the hour (0-59) counts the
+-- jobs completed (as total:completed does) and failed for good in that minute,
+-- as one number, failed x LIMITS.throughput_failed_unit + completed, so that a
+-- call pays one HINCRBY whatever it reported. The first write of a minute (its
+-- field is new) also sets the hour's EXPIRE to throughput_hours + 1 hours: at
+-- most one EXPIRE a minute, and nothing to trim.
+--
 -- Observations are gathered for the length of a script call and written once per
 -- (queue, day) with Chan's merge of the batch into the stored moments.
 --
@@ -33,8 +41,9 @@
 
 local Stats = {}
 local pending = {} -- "queue\0day" -> {queue, day, times = {what -> {n, mean, m2}}, hist, counts}
+local call_us -- the time of the call's observations (a call has one)
 per_call(function()
-  pending = {}
+  pending, call_us = {}, nil
 end)
 
 -- The bucket of a time: its unit and lower bound (the name is unit .. bound).
@@ -94,6 +103,7 @@ local function moments_of(what)
 end
 
 local function entry(queue, now_us)
+  call_us = now_us
   local day = math.floor(now_us / 86400000000)
   local id = queue .. '\0' .. day
   local e = pending[id]
@@ -138,8 +148,22 @@ local function totals_of(e)
     ['total:retried'] = e.counts.retries }
 end
 
+-- Counts `completed` and `failed` jobs in the minute of `now_us` (one HINCRBY).
+local function count_minute(completed, failed, now_us)
+  if completed + failed == 0 then
+    return
+  end
+  local minute = math.floor(now_us / 60000000)
+  local key = K.throughput(int(math.floor(minute / 60)))
+  local by = failed * LIMITS.throughput_failed_unit + completed
+  if redis.call('HINCRBY', key, int(minute % 60), int(by)) == by then
+    redis.call('EXPIRE', key, int((LIMITS.throughput_hours + 1) * 3600))
+  end
+end
+
 -- Writes what this call gathered. Every script that records calls this last.
 function Stats.flush()
+  local completed, failed = 0, 0
   for _, id in ipairs(pending) do
     local e = pending[id]
     local key = K.stats(e.queue, e.day)
@@ -160,10 +184,14 @@ function Stats.flush()
       redis.call('HINCRBY', key, field, int(n))
     end
     redis.call('EXPIRE', key, int(LIMITS.stats_days * 86400))
-    for field, n in pairs(totals_of(e)) do
+    local totals = totals_of(e)
+    for field, n in pairs(totals) do
       redis.call('HINCRBY', K.queue(e.queue), field, int(n))
     end
+    completed = completed + (totals['total:completed'] or 0)
+    failed = failed + (totals['total:failed'] or 0)
   end
+  count_minute(completed, failed, call_us)
   pending = {}
 end
 
