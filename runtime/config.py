@@ -402,7 +402,6 @@ LIMITS: dict[str, int] = {
     "workers_max": 10_000,
     "stats_days": 30,  # how long a day's statistics are kept
     "throughput_hours": 24,  # how long the jobs completed and failed per minute are kept
-    "throughput_failed_unit": 10**9,  # a minute's count: failed x this + completed
     "graph_max": 10_000,  # jobs a cycle check may walk
     "recur_batch": 100,  # recurrences one pop spawns for, per queue
     "recur_catch_up": 1000,  # missed ticks one pop may spawn per recurrence

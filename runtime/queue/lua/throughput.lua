@@ -20,11 +20,15 @@ end
 for hour = math.floor(first / 60), math.floor(last / 60) do
   local fields = redis.call('HGETALL', K.throughput(int(hour)))
   for i = 1, #fields, 2 do
-    local minute, n = tonumber(fields[i]), tonumber(fields[i + 1])
-    local at = minute and n and hour * 60 + minute - first + 1
-    if at and at >= 1 and at <= minutes and at == math.floor(at) then
-      local f = math.floor(n / LIMITS.throughput_failed_unit)
-      completed[at], failed[at] = int(n - f * LIMITS.throughput_failed_unit), int(f)
+    local kind, minute = string.match(fields[i], '^([cf]):(%d%d?)$')
+    local n = tonumber(fields[i + 1])
+    local at = minute and n and hour * 60 + tonumber(minute) - first + 1
+    if at and at >= 1 and at <= minutes and n == math.floor(n) then
+      if kind == 'c' then
+        completed[at] = int(n)
+      else
+        failed[at] = int(n)
+      end
     end
   end
 end

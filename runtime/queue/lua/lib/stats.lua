@@ -24,12 +24,12 @@
 -- job on to another queue), total:failed (jobs failed for good), total:retried.
 --
 -- Throughput, all queues together, in K.throughput(hour) (one hash per UTC hour,
--- hours since the epoch): the field of a minute of the hour (0-59) counts the
--- jobs completed (as total:completed does) and failed for good in that minute,
--- as one number, failed x LIMITS.throughput_failed_unit + completed, so that a
--- call pays one HINCRBY whatever it reported. The first write of a minute (its
--- field is new) also sets the hour's EXPIRE to throughput_hours + 1 hours: at
--- most one EXPIRE a minute, and nothing to trim.
+-- hours since the epoch): fields c:<minute> and f:<minute> (minute of the hour,
+-- 0-59) count the jobs completed (as total:completed does) and failed for good
+-- in that minute. A call pays one HINCRBY per field it has something for,
+-- whatever the number of jobs (a call that both completes and fails is rare).
+-- The first write of a field also sets the hour's EXPIRE to throughput_hours + 1
+-- hours: at most two EXPIREs a minute, and nothing to trim.
 --
 -- Observations are gathered for the length of a script call and written once per
 -- (queue, day) with Chan's merge of the batch into the stored moments.
@@ -148,16 +148,20 @@ local function totals_of(e)
     ['total:retried'] = e.counts.retries }
 end
 
--- Counts `completed` and `failed` jobs in the minute of `now_us` (one HINCRBY).
+-- Counts `completed` and `failed` jobs in the minute of `now_us` (one HINCRBY
+-- for each that is not 0).
 local function count_minute(completed, failed, now_us)
   if completed + failed == 0 then
     return
   end
   local minute = math.floor(now_us / 60000000)
   local key = K.throughput(int(math.floor(minute / 60)))
-  local by = failed * LIMITS.throughput_failed_unit + completed
-  if redis.call('HINCRBY', key, int(minute % 60), int(by)) == by then
-    redis.call('EXPIRE', key, int((LIMITS.throughput_hours + 1) * 3600))
+  local of_hour = int(minute % 60)
+  for _, counted in ipairs({ { 'c:', completed }, { 'f:', failed } }) do
+    local n = counted[2]
+    if n > 0 and redis.call('HINCRBY', key, counted[1] .. of_hour, int(n)) == n then
+      redis.call('EXPIRE', key, int((LIMITS.throughput_hours + 1) * 3600))
+    end
   end
 end
 
