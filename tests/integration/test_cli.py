@@ -124,6 +124,43 @@ def test_bad_input_is_one_line_on_stderr_with_an_exit_code(
         assert "Traceback" not in err + out
 
 
+NOT_UTF8 = b'{"to": "\xff"}'
+TOO_DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [(NOT_UTF8, "is not UTF-8 text: byte 8 is invalid"), (TOO_DEEP, "is nested too deeply")],
+)
+def test_a_bad_data_file_is_one_line_naming_the_file_and_exit_2(
+    cli: Invoke, tmp_path: Path, content: bytes, fragment: str
+) -> None:
+    path = tmp_path / "data.json"
+    path.write_bytes(content)
+    for verb in (["put", "q", "a.b:c"], ["recur", "add", "q", "a.b:c", "--every", "60"]):
+        code, out, err = cli(*verb, f"@{path}")
+        assert (code, out) == (2, "")
+        assert err.startswith(f"runtime: error: DATA file {path} {fragment}")
+        assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [(NOT_UTF8, "is not UTF-8 text: byte 8 is invalid"),
+     (b"x = " + TOO_DEEP, "is nested too deeply")],
+)  # fmt: skip
+def test_a_bad_config_file_is_one_line_naming_the_file_and_exit_2(
+    cli: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes, fragment: str
+) -> None:
+    path = tmp_path / "runtime.toml"
+    path.write_bytes(content)
+    monkeypatch.setenv("RUNTIME_CONFIG", str(path))
+    code, out, err = cli("status")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"runtime: error: config file {path} {fragment}")
+    assert err.count("\n") == 1
+
+
 def test_a_duplicate_jid_is_refused(cli: Invoke) -> None:
     assert cli("put", "q", "a.b:c", "--jid", "dup")[0] == 0
     code, _, err = cli("put", "q", "a.b:c", "--jid", "dup")
