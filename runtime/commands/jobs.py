@@ -190,9 +190,14 @@ def job(ctx: click.Context, jid: str, as_json: bool) -> None:
 @click.argument("jids", nargs=-1, required=True)
 @click.pass_context
 def cancel(ctx: click.Context, jids: Sequence[str]) -> None:
-    """Cancel (delete) jobs."""
+    """Cancel (delete) jobs; exits 1 if one of them did not exist."""
     done = client_of(ctx).cancel(*jids)
     click.echo(f"cancelled {len(done)} of {len(jids)}")
+    missing = sorted(set(jids) - set(done))
+    if missing:
+        more = " ..." if len(missing) > RELATED_SHOWN else ""
+        shown = ", ".join(missing[:RELATED_SHOWN]) + more
+        raise click.exceptions.Exit(fail(f"no job{'s' * (len(missing) > 1)} {shown}"))
 
 
 @click.command("retry")

@@ -161,6 +161,31 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_exit_2(
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["frobnicate"], "runtime: error: No such command 'frobnicate'."),
+        (["status", "--bogus"], "runtime status: error: No such option '--bogus'."),
+        (["recur", "add", "q"], "runtime recur add: error: Missing argument 'KLASS'."),
+    ],
+)
+def test_a_usage_error_names_the_command_once(cli: Invoke, args: list[str], line: str) -> None:
+    assert cli(*args) == (2, "", line + "\n")
+
+
+def test_cancel_of_an_unknown_jid_cancels_the_others_and_exits_1(
+    cli: Invoke, plain_client: Client
+) -> None:
+    plain_client.queue("q").put("a.b:c", {}, jid="known")
+    assert cli("cancel", "known", "missing") == (
+        1, "cancelled 1 of 2\n", "runtime: error: no job missing\n"
+    )  # fmt: skip
+    assert plain_client.get_job("known") is None
+    assert cli("cancel", "gone-1", "gone-2") == (
+        1, "cancelled 0 of 2\n", "runtime: error: no jobs gone-1, gone-2\n"
+    )  # fmt: skip
+
+
 def test_a_duplicate_jid_is_refused(cli: Invoke) -> None:
     assert cli("put", "q", "a.b:c", "--jid", "dup")[0] == 0
     code, _, err = cli("put", "q", "a.b:c", "--jid", "dup")
