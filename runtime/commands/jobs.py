@@ -152,15 +152,6 @@ def _event(ev: HistoryEvent) -> str:
     return f"  {when(ev.at_ms)}  {ev.event:<10} {extra.strip()}".rstrip()
 
 
-def progress_lines(client: Client, queues: Sequence[str], count: int = 10) -> list[str]:
-    """`runtime status`: the running jobs that told their progress, latest first."""
-    jobs = client.progressing(*queues, count=count)[:count]
-    if not jobs:
-        return []
-    rows = [f"{j.jid}  {j.queue:<12} {progress_text(j.progress or {})}" for j in jobs]
-    return ["", "in progress (latest told first)", *("  " + row for row in rows)]
-
-
 def related_jobs(client: Client, job: Job) -> dict[str, Job | None]:
     """The jobs `job` waits on and that wait on it (the first RELATED_SHOWN of each)."""
     jids = sorted(job.depends)[:RELATED_SHOWN] + sorted(job.dependents)[:RELATED_SHOWN]
