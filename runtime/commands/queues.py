@@ -20,6 +20,7 @@ from runtime.errors import BadArgument
 from runtime.queue.client import Client
 from runtime.queue.job import Job
 from runtime.queue.ops import LISTED_STATES
+from runtime.units import duration
 
 STATE_COLUMNS = ("waiting", "throttled", "scheduled", "running", "stalled", "depends",
                  "complete", "failed")  # fmt: skip
@@ -308,19 +309,6 @@ def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -
             click.echo(f"      {cuts}")
         for lower_s, n in times.histogram:
             click.echo(f"      >= {duration(lower_s):>7}  {n}")
-
-
-def duration(seconds: float | None) -> str:
-    """A time as people read it: 7 ms, 0.25 s, 12.5 s, 3m, 2h, 1d."""
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            whole = seconds / size
-            return f"{whole:g}{unit}" if whole.is_integer() else f"{whole:.1f}{unit}"
-    if seconds >= 0.1:
-        return f"{seconds:.3g} s"
-    return f"{seconds * 1000:.3g} ms"
 
 
 @click.command()

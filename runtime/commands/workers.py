@@ -13,7 +13,8 @@ import click
 from runtime import config
 from runtime import demo as demo_jobs
 from runtime.commands.common import client_of, emit, fail, settings_of, when
-from runtime.commands.queues import duration, status
+from runtime.commands.queues import status
+from runtime.units import duration
 
 log = logging.getLogger(__name__)
 

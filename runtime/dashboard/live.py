@@ -29,9 +29,10 @@ from markupsafe import Markup
 
 from runtime.dashboard import plots
 from runtime.dashboard.reads import QUEUE_STATES, QueueRow
-from runtime.dashboard.render import duration, number, pretty
+from runtime.dashboard.render import number, pretty
 from runtime.errors import Error
 from runtime.queue.job import Job
+from runtime.units import duration
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +125,10 @@ def throughput_plot(rates: Rates, now_s: float | None = None) -> Markup:
     now_s = time.monotonic() if now_s is None else now_s
     done, failed = rates.series(now_s)
     ticks = [
-        (-3600.0, "-60 m"),
-        (-2700.0, "-45 m"),
-        (-1800.0, "-30 m"),
-        (-900.0, "-15 m"),
+        (-3600.0, "-60 min"),
+        (-2700.0, "-45 min"),
+        (-1800.0, "-30 min"),
+        (-900.0, "-15 min"),
         (0.0, "now"),
     ]
     return plots.line_chart(

@@ -21,6 +21,7 @@ from runtime import Client
 from runtime.cli import run
 from runtime.queue.embedded import find_server_binary
 from tests.integration.conftest import Invoke
+from tests.support.clock import FrozenClock
 from tests.support.redis_server import RedisServer
 
 
@@ -336,6 +337,25 @@ def test_stats_verb(cli: Invoke, plain_client: Client) -> None:
     code, out, _ = cli("stats", "q", "--json")
     assert json.loads(out)["run"]["count"] == 1
     assert cli("stats", "q", "--day", "yesterday")[0] == 2
+
+
+def test_stats_name_their_units_minutes_as_min_not_m(cli: Invoke, plain_client: Client) -> None:
+    clock = FrozenClock(plain_client.redis, plain_client.keys)
+    assert cli("config", "q-heartbeat", "10000")[0] == 0  # the lease outlasts the run
+    q = plain_client.queue("q")
+    q.put("a.b:c", {}, jid="a")
+    clock.advance(84)
+    [job] = q.pop(1, worker="w")
+    clock.advance(7500)
+    job.complete()
+    code, out, _ = cli("stats", "q", "--day", "2027-01-15")
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[1] == "wait  1 jobs, mean 1.4 min, stddev 0 ms"
+    assert lines[2] == "      p50 1.5 min, p95 1.9 min, p99 2 min"  # within the bucket
+    assert lines[3].split() == [">=", "1", "min", "1"]
+    assert lines[4] == "run   1 jobs, mean 2.1 h, stddev 0 ms"
+    assert lines[6].split() == [">=", "2", "h", "1"]
 
 
 def test_events_verb_stops_when_idle(cli: Invoke, plain_client: Client) -> None:
