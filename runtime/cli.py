@@ -75,7 +75,7 @@ def run(args: Sequence[str] | None = None, entry: click.Command = cli) -> int:
     except click.exceptions.Exit as done:
         return int(done.exit_code)
     except click.UsageError as err:
-        where = f"runtime {err.ctx.command.name}" if err.ctx and err.ctx.command.name else "runtime"
+        where = err.ctx.command_path if err.ctx else "runtime"  # "runtime", "runtime recur add"
         click.echo(f"{where}: error: {err.format_message()}", err=True)
         return EXIT_USAGE
     except (click.Abort, KeyboardInterrupt):

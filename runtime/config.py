@@ -110,6 +110,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text: byte {err.start} is invalid"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} is nested too deeply to decode") from None
     section = doc.get("runtime", {})
     if not isinstance(section, dict):
         raise ConfigError(f"config file {path}: [runtime] must be a table")

@@ -3,7 +3,9 @@
 `put_samples` puts one of each: two typed jobs that succeed with a result, one
 that asks for a retry once, one that always fails (and so ends `failed` after
 its retries), one that fails at once (`Fail`), and one delayed by a second;
-`run_worker_until_done` runs a real master over them.
+`run_worker_until_done` runs a real master over them. `clear_earlier` first
+deletes what an earlier demo left on its queue, so the queue's counts after a
+run are that run's.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import sys
 import time
 from typing import Any
 
+from runtime import config
 from runtime.children.context import JobContext
 from runtime.errors import Fail, Retry
 from runtime.queue.client import Client
 from runtime.queue.job import Job
+from runtime.queue.ops import LISTED_STATES
 from runtime.typed import job
 
 log = logging.getLogger(__name__)
@@ -74,6 +78,26 @@ def run_worker_until_done(client: Client, jids: list[str], timeout_s: float) -> 
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
     return [j for j in client.get_jobs(jids) if j is not None]
+
+
+def clear_earlier(client: Client) -> int:
+    """Deletes the jobs of this module's klasses on the demo queue, in any state
+    (what earlier demos left); returns how many. Other jobs on a queue that happens
+    to be called "demo" stay."""
+    ours, page_size = f"{__name__}:", config.LIMITS["get_max"]
+    doomed: list[str] = []
+    for state in LISTED_STATES:
+        start, total = 0, 1
+        while start < total:
+            total, page = client.jobs(QUEUE, state, start, page_size)
+            if not page:
+                break
+            doomed += [j.jid for j in page if j.klass.startswith(ours)]
+            start += len(page)
+    most = config.LIMITS["cancel_max"]
+    for at in range(0, len(doomed), most):
+        client.cancel(*doomed[at : at + most])
+    return len(doomed)
 
 
 def put_samples(client: Client) -> list[str]:

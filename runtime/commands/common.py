@@ -59,23 +59,35 @@ def emit(value: Any) -> None:
 
 
 def parse_data(text: str | None) -> dict[str, Any]:
-    """DATA given as JSON text, @file or - (stdin): a JSON object."""
+    """DATA given as JSON text, @file or - (stdin): a JSON object. Whatever is wrong
+    with it (unreadable, not UTF-8, not JSON, nested past what the decoder takes)
+    is one BadArgument naming where DATA came from."""
     if text is None:
         return {}
-    if text == "-":
-        text = sys.stdin.read()
-    elif text.startswith("@"):
-        try:
+    where = "DATA"
+    try:
+        if text == "-":
+            where = "DATA on stdin"
+            text = sys.stdin.read()
+        elif text.startswith("@"):
+            where = f"DATA file {text[1:]}"
             with open(text[1:], encoding="utf-8") as fh:
                 text = fh.read()
-        except OSError as err:
-            raise BadArgument(f"cannot read {text[1:]}: {err.strerror}") from None
+    except OSError as err:
+        raise BadArgument(f"cannot read {where}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise BadArgument(f"{where} is not UTF-8 text: byte {err.start} is invalid") from None
     try:
         data = json.loads(text)
+    except RecursionError:
+        depth_max = config.LIMITS["data_depth_max"]
+        raise BadArgument(
+            f"{where} is nested too deeply to decode (jobs take at most {depth_max} levels)"
+        ) from None
     except ValueError as err:
-        raise BadArgument(f"DATA is not JSON: {err}") from None
+        raise BadArgument(f"{where} is not JSON: {err}") from None
     if not isinstance(data, dict):
-        raise BadArgument('DATA must be a JSON object, like \'{"to": "a@b.c"}\'')
+        raise BadArgument(f'{where} must be a JSON object, like \'{{"to": "a@b.c"}}\'')
     return data
 
 

@@ -152,15 +152,6 @@ def _event(ev: HistoryEvent) -> str:
     return f"  {when(ev.at_ms)}  {ev.event:<10} {extra.strip()}".rstrip()
 
 
-def progress_lines(client: Client, queues: Sequence[str], count: int = 10) -> list[str]:
-    """`runtime status`: the running jobs that told their progress, latest first."""
-    jobs = client.progressing(*queues, count=count)[:count]
-    if not jobs:
-        return []
-    rows = [f"{j.jid}  {j.queue:<12} {progress_text(j.progress or {})}" for j in jobs]
-    return ["", "in progress (latest told first)", *("  " + row for row in rows)]
-
-
 def related_jobs(client: Client, job: Job) -> dict[str, Job | None]:
     """The jobs `job` waits on and that wait on it (the first RELATED_SHOWN of each)."""
     jids = sorted(job.depends)[:RELATED_SHOWN] + sorted(job.dependents)[:RELATED_SHOWN]
@@ -190,9 +181,14 @@ def job(ctx: click.Context, jid: str, as_json: bool) -> None:
 @click.argument("jids", nargs=-1, required=True)
 @click.pass_context
 def cancel(ctx: click.Context, jids: Sequence[str]) -> None:
-    """Cancel (delete) jobs."""
+    """Cancel (delete) jobs; exits 1 if one of them did not exist."""
     done = client_of(ctx).cancel(*jids)
     click.echo(f"cancelled {len(done)} of {len(jids)}")
+    missing = sorted(set(jids) - set(done))
+    if missing:
+        more = " ..." if len(missing) > RELATED_SHOWN else ""
+        shown = ", ".join(missing[:RELATED_SHOWN]) + more
+        raise click.exceptions.Exit(fail(f"no job{'s' * (len(missing) > 1)} {shown}"))
 
 
 @click.command("retry")

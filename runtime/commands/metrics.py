@@ -1,13 +1,20 @@
-"""The metrics verb: runtime's Prometheus metrics served alone, without the dashboard."""
+"""The metrics verb: runtime's Prometheus metrics served alone, without the dashboard.
+It serves whether or not Redis answers: while it does not, a scrape says
+runtime_redis_up 0 (as the dashboard's /metrics does), so an exporter started
+before Redis, or during an outage, needs no restart."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 
 import click
 
 from runtime.commands.common import client_of
+from runtime.errors import Error
+
+log = logging.getLogger(__name__)
 
 POLL_S = 0.5  # how soon a stop request (INT, TERM) ends the server
 
@@ -22,7 +29,11 @@ def metrics_cmd(ctx: click.Context, port: int, host: str) -> None:
     from runtime import metrics  # noqa: PLC0415 - only this verb needs prometheus_client
 
     client = client_of(ctx)
-    client.now_ms()  # Redis must answer before we say we serve
+    try:
+        client.now_ms()
+    except Error as err:  # served anyway: scrapes say runtime_redis_up 0 until it answers
+        reason = str(err).splitlines()[0].rstrip(".") if str(err) else type(err).__name__
+        log.warning("%s; serving runtime_redis_up 0 until Redis answers", reason)
     try:
         httpd = metrics.server(client, host, port)
     except OSError as err:

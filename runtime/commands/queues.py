@@ -15,15 +15,19 @@ import click
 
 from runtime import config
 from runtime.commands.common import client_of, emit, fail, number_text, stop_on_signals, when
-from runtime.commands.jobs import progress_lines
+from runtime.commands.jobs import progress_text
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
 from runtime.queue.job import Job
 from runtime.queue.ops import LISTED_STATES
+from runtime.units import duration
 
 STATE_COLUMNS = ("waiting", "throttled", "scheduled", "running", "stalled", "depends",
                  "complete", "failed")  # fmt: skip
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+PROGRESS_SHOWN = 10  # running jobs with their progress, per queue (JSON) and in all (text)
 
 
 @click.command()
@@ -35,44 +39,71 @@ CLEAR_SCREEN = "\x1b[H\x1b[2J"
 )  # fmt: skip
 @click.pass_context
 def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: float | None) -> None:
-    """Queues and their jobs by state (complete: still kept by retention)."""
+    """Queues and their jobs by state (complete: still kept by retention), and the
+    running jobs that told their progress."""
     client = client_of(ctx)
     if watch_s is None:
-        _show_status(client.status(*queues), as_json)
-        for line in [] if as_json else progress_lines(client, queues):
-            click.echo(line)
+        _show_status(status_of(client, queues), as_json)
         return
     stop_on_signals()
     try:
         while True:
-            counts = client.status(*queues)
+            rows = status_of(client, queues)
             if not as_json and sys.stdout.isatty():
                 click.echo(CLEAR_SCREEN, nl=False)
             if not as_json:
                 click.echo(f"{when(client.now_ms())}  every {watch_s:g} s, Ctrl-C to stop")
-            _show_status(counts, as_json, compact=True)
+            _show_status(rows, as_json, compact=True)
             time.sleep(watch_s)
     except KeyboardInterrupt:
         return
 
 
+def status_of(client: Client, queues: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """What `runtime status` shows, as text, JSON or watched: each queue's counts by
+    state (with its totals, pause and oldest waiting age), and under "in_progress"
+    its running jobs that told their progress, latest told first."""
+    rows: dict[str, dict[str, Any]] = {
+        name: {**counts, "in_progress": []} for name, counts in client.status(*queues).items()
+    }
+    for job in client.progressing(*queues, count=PROGRESS_SHOWN):
+        told = {"jid": job.jid, "klass": job.klass, "worker": job.worker, "progress": job.progress}
+        if job.queue in rows:
+            rows[job.queue]["in_progress"].append(told)
+    return rows
+
+
 def _show_status(
-    counts: Mapping[str, Mapping[str, Any]], as_json: bool, compact: bool = False
+    rows: Mapping[str, Mapping[str, Any]], as_json: bool, compact: bool = False
 ) -> None:
     if as_json and compact:
-        click.echo(json.dumps(counts, sort_keys=True))
+        click.echo(json.dumps(rows, sort_keys=True))
         return
     if as_json:
-        emit(counts)
+        emit(rows)
         return
-    if not counts:
+    if not rows:
         click.echo("no queues yet")
         return
-    width = max(len("queue"), *(len(q) for q in counts))
+    width = max(len("queue"), *(len(q) for q in rows))
     click.echo(f"{'queue':<{width}}  " + "  ".join(f"{c:>9}" for c in STATE_COLUMNS))
-    for name, row in sorted(counts.items()):
+    for name, row in sorted(rows.items()):
         cells = "  ".join(f"{row[c]:>9}" for c in STATE_COLUMNS)
         click.echo(f"{name:<{width}}  {cells}" + ("  (paused)" if row["paused"] else ""))
+    for line in _progress_lines(rows):
+        click.echo(line)
+
+
+def _progress_lines(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The running jobs that told their progress, latest told first, at most
+    PROGRESS_SHOWN of them."""
+    told = [(name, job) for name, row in rows.items() for job in row["in_progress"]]
+    if not told:
+        return []
+    told.sort(key=lambda item: -int(item[1]["progress"].get("at_ms") or 0))
+    lines = [f"  {job['jid']}  {name:<12} {progress_text(job['progress'])}"
+             for name, job in told[:PROGRESS_SHOWN]]  # fmt: skip
+    return ["", "in progress (latest told first)", *lines]
 
 
 # the time a listed job's state is about, by state
@@ -278,19 +309,6 @@ def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -
             click.echo(f"      {cuts}")
         for lower_s, n in times.histogram:
             click.echo(f"      >= {duration(lower_s):>7}  {n}")
-
-
-def duration(seconds: float | None) -> str:
-    """A time as people read it: 7 ms, 0.25 s, 12.5 s, 3m, 2h, 1d."""
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            whole = seconds / size
-            return f"{whole:g}{unit}" if whole.is_integer() else f"{whole:.1f}{unit}"
-    if seconds >= 0.1:
-        return f"{seconds:.3g} s"
-    return f"{seconds * 1000:.3g} ms"
 
 
 @click.command()

@@ -13,7 +13,8 @@ import click
 from runtime import config
 from runtime import demo as demo_jobs
 from runtime.commands.common import client_of, emit, fail, settings_of, when
-from runtime.commands.queues import duration, status
+from runtime.commands.queues import status
+from runtime.units import duration
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,9 @@ def workers(ctx: click.Context, as_json: bool) -> None:
 def demo(ctx: click.Context, timeout: float) -> None:
     """Put the sample jobs of runtime.demo, run a worker over them, show the outcome."""
     client = client_of(ctx)
+    cleared = demo_jobs.clear_earlier(client)
+    if cleared:
+        click.echo(f"deleted {cleared} jobs an earlier demo left on queue {demo_jobs.QUEUE!r}")
     jids = demo_jobs.put_samples(client)
     click.echo(f"put {len(jids)} sample jobs on queue {demo_jobs.QUEUE!r}; starting a worker")
     jobs = demo_jobs.run_worker_until_done(client, jids, timeout)
@@ -151,7 +155,7 @@ def demo(ctx: click.Context, timeout: float) -> None:
         outcome = demo_jobs.outcome(job)
         click.echo(f"{job.jid}  {name:<12} {job.state:<9} {job.attempt:>8}  {outcome}")
     click.echo("")
-    ctx.invoke(status)
+    ctx.invoke(status, queues=(demo_jobs.QUEUE,))
     states = [j.state for j in jobs]
     click.echo(f"\n{states.count('complete')} complete, {states.count('failed')} failed")
     if any(s not in ("complete", "failed") for s in states):

@@ -30,10 +30,11 @@ from markupsafe import Markup
 
 from runtime.dashboard import plots
 from runtime.dashboard.reads import QUEUE_STATES, QueueRow
-from runtime.dashboard.render import duration, number, pretty
+from runtime.dashboard.render import number, pretty
 from runtime.errors import Error
 from runtime.queue.job import Job
 from runtime.queue.stats import Throughput
+from runtime.units import duration
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +112,10 @@ def throughput_plot(seen: Throughput) -> Markup:
             done.extend(((start_s, completed), (end_s, completed)))
             failed.extend(((start_s, failures), (end_s, failures)))
     ticks = [
-        (-3600.0, "-60 m"),
-        (-2700.0, "-45 m"),
-        (-1800.0, "-30 m"),
-        (-900.0, "-15 m"),
+        (-3600.0, "-60 min"),
+        (-2700.0, "-45 min"),
+        (-1800.0, "-30 min"),
+        (-900.0, "-15 min"),
         (0.0, "now"),
     ]
     return plots.line_chart(

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
+from runtime import units
+
 LINE_SIZE = (1000, 230)  # viewBox of a line chart: a page wide
 BAR_SIZE = (560, 220)  # of a bar chart: half a page
 BAR_MAX_W = 48.0  # a bar is no wider than this (a few buckets do not fill the width)
@@ -45,13 +47,8 @@ def number_label(value: float) -> str:
 
 
 def seconds_label(value_s: float) -> str:
-    """A duration bucket's label: 0, 5ms, 250ms, 1s, 30s, 2m, 1h, 3d."""
-    if value_s <= 0:
-        return "0"
-    for unit_s, suffix in ((86400, "d"), (3600, "h"), (60, "m"), (1, "s")):
-        if value_s >= unit_s:
-            return f"{value_s / unit_s:g}{suffix}"
-    return f"{value_s * 1000:g}ms"
+    """A duration bucket's label: 0, 5 ms, 250 ms, 1 s, 30 s, 2 min, 1 h, 3 d."""
+    return "0" if value_s <= 0 else units.duration(value_s)
 
 
 def _frame(body: list[str], title: str, size: tuple[int, int]) -> Markup:

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from runtime.dashboard import tracebacks
+from runtime.units import duration
 
 HERE = Path(__file__).parent
 FLASH_COOKIE = "runtime_flash"
@@ -44,26 +45,8 @@ def when(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def duration(seconds: float | None) -> str:
-    """A duration a person reads at a glance: 850 ms, 4.2 s, 3 m 10 s, 2 h 5 m, 3 d 4 h."""
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    for unit_s, big, small, small_s in (
-        (86400, "d", "h", 3600),
-        (3600, "h", "m", 60),
-        (60, "m", "s", 1),
-    ):
-        if seconds >= unit_s:
-            whole, rest = divmod(int(seconds), unit_s)
-            return f"{whole} {big} {rest // small_s} {small}"
-    return f"{seconds:.0f} s"  # pragma: no cover - the loop always returns
-
-
 def ago(ms: int | None, now_ms: int) -> str:
+    """How long ago an epoch-ms time was: "1.4 min ago"."""
     return "-" if ms is None else f"{duration(max(0, now_ms - ms) / 1000)} ago"
 
 

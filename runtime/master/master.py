@@ -442,18 +442,22 @@ class Master:
         for sig, intent in SIGNALS.items():
             loop.add_signal_handler(sig, self.post, events.Signalled(intent))
         sentry.init(self.settings.sentry_dsn, server_name=self.worker_id)
+        started = False
         try:
             await self._start()
+            started = True
             log.info("master ready queues=%s children=%d worker=%s", ",".join(self.worker.queues),
                      len(self.book.slots), self.worker_id)  # fmt: skip
             self.notifier.ready(self.book.describe())
             await self._loop()
         finally:
             self.notifier.stopping("stopping")
-            await self._shut_down()
+            await self._shut_down(started)
         return 0
 
-    async def _shut_down(self) -> None:
+    async def _shut_down(self, started: bool) -> None:
+        """Stops everything; a master that never started says nothing of it (the
+        reason it did not start is the one line the CLI prints)."""
         for task in list(self.tasks.values()):
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -468,4 +472,5 @@ class Master:
         except (TimeoutError, Error) as err:
             log.warning("could not say goodbye to Redis: %s worker=%s", err, self.worker_id)
         await self.client.close()
-        log.info("master stopped worker=%s", self.worker_id)
+        log.log(logging.INFO if started else logging.DEBUG, "master stopped worker=%s",
+                self.worker_id)  # fmt: skip

@@ -21,6 +21,7 @@ from runtime import Client
 from runtime.cli import run
 from runtime.queue.embedded import find_server_binary
 from tests.integration.conftest import Invoke
+from tests.support.clock import FrozenClock
 from tests.support.redis_server import RedisServer
 
 
@@ -122,6 +123,68 @@ def test_bad_input_is_one_line_on_stderr_with_an_exit_code(
     if code:
         assert err.count("\n") == 1 and fragment in err and err.startswith("runtime"), err
         assert "Traceback" not in err + out
+
+
+NOT_UTF8 = b'{"to": "\xff"}'
+TOO_DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [(NOT_UTF8, "is not UTF-8 text: byte 8 is invalid"), (TOO_DEEP, "is nested too deeply")],
+)
+def test_a_bad_data_file_is_one_line_naming_the_file_and_exit_2(
+    cli: Invoke, tmp_path: Path, content: bytes, fragment: str
+) -> None:
+    path = tmp_path / "data.json"
+    path.write_bytes(content)
+    for verb in (["put", "q", "a.b:c"], ["recur", "add", "q", "a.b:c", "--every", "60"]):
+        code, out, err = cli(*verb, f"@{path}")
+        assert (code, out) == (2, "")
+        assert err.startswith(f"runtime: error: DATA file {path} {fragment}")
+        assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [(NOT_UTF8, "is not UTF-8 text: byte 8 is invalid"),
+     (b"x = " + TOO_DEEP, "is nested too deeply")],
+)  # fmt: skip
+def test_a_bad_config_file_is_one_line_naming_the_file_and_exit_2(
+    cli: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes, fragment: str
+) -> None:
+    path = tmp_path / "runtime.toml"
+    path.write_bytes(content)
+    monkeypatch.setenv("RUNTIME_CONFIG", str(path))
+    code, out, err = cli("status")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"runtime: error: config file {path} {fragment}")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["frobnicate"], "runtime: error: No such command 'frobnicate'."),
+        (["status", "--bogus"], "runtime status: error: No such option '--bogus'."),
+        (["recur", "add", "q"], "runtime recur add: error: Missing argument 'KLASS'."),
+    ],
+)
+def test_a_usage_error_names_the_command_once(cli: Invoke, args: list[str], line: str) -> None:
+    assert cli(*args) == (2, "", line + "\n")
+
+
+def test_cancel_of_an_unknown_jid_cancels_the_others_and_exits_1(
+    cli: Invoke, plain_client: Client
+) -> None:
+    plain_client.queue("q").put("a.b:c", {}, jid="known")
+    assert cli("cancel", "known", "missing") == (
+        1, "cancelled 1 of 2\n", "runtime: error: no job missing\n"
+    )  # fmt: skip
+    assert plain_client.get_job("known") is None
+    assert cli("cancel", "gone-1", "gone-2") == (
+        1, "cancelled 0 of 2\n", "runtime: error: no jobs gone-1, gone-2\n"
+    )  # fmt: skip
 
 
 def test_a_duplicate_jid_is_refused(cli: Invoke) -> None:
@@ -274,6 +337,25 @@ def test_stats_verb(cli: Invoke, plain_client: Client) -> None:
     code, out, _ = cli("stats", "q", "--json")
     assert json.loads(out)["run"]["count"] == 1
     assert cli("stats", "q", "--day", "yesterday")[0] == 2
+
+
+def test_stats_name_their_units_minutes_as_min_not_m(cli: Invoke, plain_client: Client) -> None:
+    clock = FrozenClock(plain_client.redis, plain_client.keys)
+    assert cli("config", "q-heartbeat", "10000")[0] == 0  # the lease outlasts the run
+    q = plain_client.queue("q")
+    q.put("a.b:c", {}, jid="a")
+    clock.advance(84)
+    [job] = q.pop(1, worker="w")
+    clock.advance(7500)
+    job.complete()
+    code, out, _ = cli("stats", "q", "--day", "2027-01-15")
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[1] == "wait  1 jobs, mean 1.4 min, stddev 0 ms"
+    assert lines[2] == "      p50 1.5 min, p95 1.9 min, p99 2 min"  # within the bucket
+    assert lines[3].split() == [">=", "1", "min", "1"]
+    assert lines[4] == "run   1 jobs, mean 2.1 h, stddev 0 ms"
+    assert lines[6].split() == [">=", "2", "h", "1"]
 
 
 def test_events_verb_stops_when_idle(cli: Invoke, plain_client: Client) -> None:

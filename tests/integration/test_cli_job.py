@@ -5,6 +5,10 @@ lists the running jobs that told their progress."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 
 from runtime import Client
 from tests.integration.conftest import Invoke
@@ -87,3 +91,47 @@ def test_status_lists_the_running_jobs_that_told_their_progress(
     jobs["p2"].complete()
     code, out, _ = cli("status")
     assert "in progress" not in out
+
+
+def watched(client: Client, *args: str, lines: int) -> list[str]:
+    """The first `lines` lines `runtime status --watch 0.2 ARGS` prints; then Ctrl-C."""
+    env = {**os.environ, "REDIS_URL": client.url, "RUNTIME_NAMESPACE": client.keys.namespace}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime", "status", "--watch", "0.2", *args],
+        env=env, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        out = [proc.stdout.readline().rstrip("\n") for _ in range(lines)]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+        return out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_status_json_and_watch_show_the_running_jobs_plain_status_shows(
+    cli: Invoke, plain_client: Client
+) -> None:
+    q = plain_client.queue("q")
+    for jid in ("p1", "p2", "quiet"):
+        q.put("app:a", {}, jid=jid)
+    jobs = {j.jid: j for j in q.pop(3, worker=W)}
+    plain_client.progress("p1", W, jobs["p1"].token or "", 1, 10, "first")
+    plain_client.progress("p2", W, jobs["p2"].token or "", 5, None, None)
+    _, plain, _ = cli("status")
+    drawn = plain.splitlines()
+    assert "in progress (latest told first)" in drawn
+    header, *draw = watched(plain_client, lines=1 + len(drawn))
+    assert header.endswith("every 0.2 s, Ctrl-C to stop")
+    assert draw == drawn, "a redraw is what plain status prints"
+    _, out, _ = cli("status", "--json")
+    told = json.loads(out)["q"]["in_progress"]
+    assert sorted((j["jid"], j["klass"], j["worker"], j["progress"]["done"],
+                   j["progress"]["total"], j["progress"]["message"]) for j in told) == [
+        ("p1", "app:a", W, 1, 10, "first"), ("p2", "app:a", W, 5, None, None)
+    ]  # fmt: skip
+    [line] = watched(plain_client, "--json", lines=1)
+    assert json.loads(line) == json.loads(out), "a JSON redraw is what --json prints"

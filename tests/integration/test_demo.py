@@ -1,4 +1,5 @@
-"""The README's main command: `runtime demo` runs the sample jobs with a real worker."""
+"""The README's main command: `runtime demo` runs the sample jobs with a real worker;
+run again, it shows that run's jobs (the summary line and the table agree)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import uuid
 from pathlib import Path
 
 
-def test_the_demo_runs_its_jobs_on_the_embedded_redis() -> None:
+def demo_row(stdout: str) -> list[str]:
+    """The demo queue's row of the status table the demo prints."""
+    [row] = [line.split() for line in stdout.splitlines() if line.startswith("demo ")]
+    return row
+
+
+def test_the_demo_runs_its_jobs_on_the_embedded_redis_again_and_again() -> None:
     state = Path(f"/tmp/rt-demo-{uuid.uuid4().hex[:8]}")
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "RUNTIME_NAMESPACE")}
     env["RUNTIME_STATE_DIR"] = str(state)
@@ -28,7 +35,18 @@ def test_the_demo_runs_its_jobs_on_the_embedded_redis() -> None:
         assert rows["look_up"][2:4] == ["failed", "1"], "Fail spends no retry"
         assert '-> {"sum": 6, "count": 3}' in " ".join(rows["add"]), "results are shown"
         assert done.stdout.rstrip().endswith("4 complete, 2 failed")
+        assert demo_row(done.stdout) == ["demo", "0", "0", "0", "0", "0", "0", "4", "2"]
         assert "Traceback" not in done.stderr
+        again = subprocess.run(
+            [sys.executable, "-m", "runtime", "demo"], env=env, capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert again.stdout.rstrip().endswith("4 complete, 2 failed")
+        assert demo_row(again.stdout) == ["demo", "0", "0", "0", "0", "0", "0", "4", "2"], (
+            "the table agrees with the summary line"
+        )
+        assert again.stdout.startswith("deleted 6 jobs an earlier demo left on queue 'demo'\n")
     finally:
         pid = state / "redis.pid"
         if pid.exists():

@@ -19,6 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from runtime import Client
 from runtime.metrics import make_registry
+from tests.support import redis_faults
+from tests.support.waiting import wait_for
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -134,6 +136,38 @@ def test_runtime_metrics_serves_metrics_alone(serving: Any, plain_client: Client
     assert missing.value.code == 404
     serving.send_signal(signal.SIGINT)
     assert serving.wait(timeout=30) == 0
+
+
+def test_runtime_metrics_serves_redis_down_until_redis_answers() -> None:
+    with redis_faults.private_server() as server:
+        server.kill(signal.SIGKILL)
+        server.socket.unlink(missing_ok=True)  # refused until it is up again
+        env = {**os.environ, "REDIS_URL": server.url}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from runtime.cli import main; main()", "metrics", "--port",
+             "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            warning = proc.stderr.readline()  # type: ignore[union-attr]
+            assert "WARNING" in warning and "cannot reach Redis" in warning, warning
+            assert warning.endswith("; serving runtime_redis_up 0 until Redis answers\n")
+            line = proc.stderr.readline()  # type: ignore[union-attr]
+            assert line.startswith("serving metrics on http://127.0.0.1:"), line
+            url = line.split()[-1]
+            assert redis_up(url) == 0.0
+            server.start()
+            wait_for(lambda: redis_up(url) == 1.0, 30, what="runtime_redis_up 1")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def redis_up(url: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return samples_of(reply.read().decode())[("runtime_redis_up", ())]
 
 
 def test_a_port_in_use_is_a_one_line_error(plain_client: Client) -> None:

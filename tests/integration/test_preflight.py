@@ -60,6 +60,18 @@ def test_an_unknown_user_or_group_is_one_line_and_exit_2_before_any_child(
     assert master.notifications() == [], "never said ready"
 
 
+def test_a_module_that_cannot_be_imported_is_one_line_and_exit_2(
+    start_master: StartMaster,
+) -> None:
+    master = start_master(
+        "q", "-c", "1", "--allow-no-aof", ready=False, modules=("tests.integration.nosuchmod",)
+    )
+    line = refused(master, 2)
+    assert line.startswith("runtime: error: cannot import tests.integration.nosuchmod: ")
+    assert "No module named 'tests.integration.nosuchmod'" in line
+    assert "READY=1" not in master.notifications()
+
+
 def test_an_unreachable_redis_is_one_line_and_exit_3(start_master: StartMaster) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
     master = start_master("q", "-c", "1", ready=False, env={"REDIS_URL": url})

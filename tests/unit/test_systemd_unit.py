@@ -1,17 +1,19 @@
-"""The systemd unit: the directives the worker host relies on, and a clean
-`systemd-analyze verify`."""
+"""The systemd unit: the directives the worker host relies on, the install the
+README describes for it, and a clean `systemd-analyze verify` of the unit as
+shipped."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-UNIT = Path(__file__).resolve().parents[2] / "systemd" / "runtime-worker@.service"
+REPO = Path(__file__).resolve().parents[2]
+UNIT = REPO / "systemd" / "runtime-worker@.service"
 ENV = UNIT.with_name("runtime-worker.env.example")
+README = REPO / "README.md"
 
 
 def directives() -> dict[str, str]:
@@ -32,7 +34,39 @@ def test_the_unit_has_what_the_master_relies_on() -> None:
     assert {k: d.get(k) for k in expected} == expected
     assert int(d["WatchdogSec"]) > 0
     assert "/var/lib/runtime" in d["ReadWritePaths"]
-    assert d["ExecStart"].startswith("/usr/local/bin/runtime worker "), "no shell wrapper"
+    assert d["ExecStart"].startswith("/usr/bin/env runtime worker "), "no shell wrapper"
+
+
+def section(title: str) -> str:
+    """The README's section under `title`, up to the next heading."""
+    text = README.read_text()
+    start = text.index(f"\n{title}\n")
+    ends = (text.find(mark, start + len(title) + 2) for mark in ("\n## ", "\n### "))
+    return text[start : min(end for end in ends if end > 0)]
+
+
+def test_the_unit_finds_runtime_in_the_venv_the_readme_installs() -> None:
+    d = directives()
+    [path] = [
+        line for line in UNIT.read_text().splitlines() if line.startswith("Environment=PATH=")
+    ]
+    venv_bin = path.removeprefix("Environment=PATH=").split(":")[0]
+    assert venv_bin == f"{d['WorkingDirectory']}/.venv/bin"
+    under_systemd = section("### Under systemd")
+    assert f"cd {d['WorkingDirectory']} && sudo python3 -m venv .venv" in under_systemd
+    assert "python3 -m venv .venv" in section("### Install")
+    assert UNIT.read_text().count(venv_bin) == 1
+
+
+def test_the_readme_creates_the_user_the_unit_runs_as() -> None:
+    d = directives()
+    assert (d["User"], d["Group"]) == ("runtime", "runtime")
+    assert "sudo useradd --system --user-group " in section("### Under systemd")
+    assert section("### Under systemd").split("useradd", 1)[1].split("\n")[0].endswith(" runtime")
+
+
+def test_the_install_section_names_the_dashboard_extra() -> None:
+    assert "pip install 'runtime-worker[dashboard]'" in section("### Install")
 
 
 def test_the_stop_timeout_is_above_the_grace_period() -> None:
@@ -44,10 +78,9 @@ def test_the_stop_timeout_is_above_the_grace_period() -> None:
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
-def test_systemd_analyze_verify_is_clean(tmp_path: Path) -> None:
-    runtime_exe = Path(sys.executable).with_name("runtime")
+def test_systemd_analyze_verify_is_clean_on_the_unit_as_shipped(tmp_path: Path) -> None:
     unit = tmp_path / "runtime-worker@emails.service"
-    unit.write_text(UNIT.read_text().replace("/usr/local/bin/runtime", str(runtime_exe)))
+    unit.write_bytes(UNIT.read_bytes())  # an instance of the template, byte for byte
     done = subprocess.run(
         ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60
     )
