@@ -41,6 +41,9 @@ LINES = """el => {
   return tops.size;
 }"""
 OVERFLOW = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+# how far the widest table of failure groups or jobs runs past its scrolling box
+CLIPPED = """() => Math.max(0, ...Array.from(document.querySelectorAll('table.groups, table.jobs'))
+  .map(t => t.scrollWidth - t.parentElement.clientWidth))"""
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,8 @@ def test_no_page_overflows_sideways_and_times_and_worker_ids_stay_on_one_line(
         dashboard.shot(page, f"{name}-{width}")
         if (over := page.evaluate(OVERFLOW)) > 0:
             problems.append(f"{name} overflows the page by {over} px")
+        if (clipped := page.evaluate(CLIPPED)) > 0:
+            problems.append(f"{name}: a table of groups or jobs runs {clipped} px past its box")
         if page.locator("table.jobs").count():
             for cell in column(page, "put").all():
                 if cell.evaluate(LINES) > 1:
