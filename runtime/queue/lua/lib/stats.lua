@@ -24,7 +24,9 @@
 -- job on to another queue), total:failed (jobs failed for good), total:retried.
 --
 -- Observations are gathered for the length of a script call and written once per
--- (queue, day) with Chan's merge of the batch into the stored moments.
+-- (queue, day) with Chan's merge of the batch into the stored moments (and once
+-- more for the waits of the jobs handed to idle masters at the call's end:
+-- handoff.lua). Every job that starts counts one wait, popped or handed.
 --
 -- The indexes K.complete_index(queue) and K.failed_index(queue) (jid -> time,
 -- ms) list a queue's complete and failed jobs; the scripts that move a job into
