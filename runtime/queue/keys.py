@@ -38,6 +38,9 @@ Key schema (the kind of each key in brackets):
     tag:<tag>                [zset]  jid -> put time (ms)
     stats:<queue>:<day>      [hash]  wait and run times, histograms, counts (day: UTC days)
     unique:<key>             [string] jid of the job holding a unique key (TTL: unique_for)
+    folded:<jid>             [string] the jid of the job that a running job's duplicate put
+                                     (unique key) was folded into, under the jid that put
+                                     was given (TTL: jobs-history; lua/lib/unique.lua)
     recur                    [hash]  recurrence id -> definition (JSON)
     q:<queue>:recur          [zset]  recurrence id -> its next tick (us)
     recur-ticks:<id>         [zset]  a cron recurrence's upcoming ticks (ms)
@@ -91,6 +94,7 @@ TEMPLATES: dict[str, str] = {
     "tag": "tag:{tag}",
     "stats": "stats:{queue}:{day}",
     "unique": "unique:{key}",
+    "folded": "folded:{jid}",
     "recur": "recur",
     "recurring": "q:{queue}:recur",
     "recur_ticks": "recur-ticks:{id}",

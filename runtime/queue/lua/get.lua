@@ -9,7 +9,9 @@
 --          output tail, when it has one), "progress" ({"done", "total",
 --          "message", "at_ms"}, when it told one: lib/attempt.lua)}
 --          state is meta.s except "throttled" for a waiting job whose domain
---          is over its limit right now. A record that does not decode is
+--          is over its limit right now. A jid that a running job's duplicate
+--          put was given answers the job it was folded into (its own jid in
+--          "jid"; lib/unique.lua). A record that does not decode is
 --          failed first (runtime.CorruptJob, lib/job.lua): its entry is the
 --          failed record.
 -- Errors   BAD_ARG for more than get_max jids
@@ -20,6 +22,10 @@ end
 local out = {}
 for i, jid in ipairs(ARGV) do
   local meta, data = Job.load(jid, true)
+  if not meta then
+    jid = Unique.folded_into(jid) or jid
+    meta, data = Job.load(jid, true)
+  end
   if meta then
     local expiry = meta.s == 'running' and Lease.expiry(jid, meta)
     local extra = {
