@@ -530,6 +530,11 @@ def queue_forget(queue: str) -> Call[bool]:
     return _op("queue_forget", queue, decode=bool, repeatable=True)
 
 
+def retention(batch: int) -> Call[int]:
+    """Deletes up to `batch` completed jobs past retention; how many (runs while Redis is full)."""
+    return _op("retention", batch, decode=int, repeatable=True)
+
+
 def queue_known(keys: Keys, queue: str) -> Call[bool]:
     """Whether the queue was ever used (it is in the list of queues)."""
     return _cmd("ZSCORE", keys.key("queues"), queue, decode=lambda r: r is not None)
