@@ -34,7 +34,7 @@ FROM_CLIENTS = (
     "ping", "blpop", "rpush", "ltrim", "del", "hget", "hgetall", "hset", "hdel",
     "zrange", "zrevrange", "zcard", "subscribe", "unsubscribe",
 )  # fmt: skip
-FUNCTIONS = ("fcall", "function|load")  # Redis 7
+FUNCTIONS = ("fcall", "fcall_ro", "function|load")  # Redis 7
 SCRIPTS = ("evalsha", "script|load")  # Redis 6.2, or users without FUNCTION
 OPTIONAL = ("info",)  # a master's start-up check of the eviction policy and AOF
 

@@ -97,11 +97,13 @@ class Client(Scheduling):
         after `timeout` seconds (None: no limit), NoSuchJob if there is no such
         job or it was cancelled. No polling: the script that ends the job wakes
         the waiters (lua/lib/wait.lua); each wake-up and the read of the job go
-        in one round trip."""
+        in one round trip. The jid a job's duplicate put was given (ctx.put under
+        a unique key) waits for the job it was folded into."""
         limit_s = None if timeout is None else wire.check_seconds("timeout", timeout)
         deadline = None if limit_s is None else time.monotonic() + limit_s
-        key = self.keys.waited(jid)
         ending = self.call(ops.wait(jid, _ms(_slice_s(deadline))))
+        jid = ending.jid or jid
+        key = self.keys.waited(jid)
         while not ending.ended:
             block_s = _slice_s(deadline)
             if block_s <= 0:

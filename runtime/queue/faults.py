@@ -51,6 +51,10 @@ _TRANSIENT_CODES = {
 _DENIED_CODES = ("NOPERM", "NOAUTH", "WRONGPASS")
 # a command inside a script that the user may not run, as Redis 6.2 and 7 say it
 _DENIED_IN_SCRIPTS = ("can't run this command", "no permissions to")
+# a script run by EVALSHA (no flags) whose first write Redis refused (full: OOM; a
+# replica: READONLY) fails with the command's error inside its own; it wrote
+# nothing (Redis lets a script that has written go on): as that reply
+_REFUSED_IN_SCRIPTS = re.compile(r"@user_script: ?\d+: -(OOM|READONLY)\b")
 
 # --- passwords out of every text ------------------------------------------------------
 
@@ -182,6 +186,10 @@ def _by_code(code: str, detail: str, where: str, url: str, operation: str | None
     cls = LUA_ERROR_CODES.get(code)
     if cls is not None:
         return cls(detail.split(" ", 1)[1] if detail.startswith(code + " ") else detail)
+    refused = _REFUSED_IN_SCRIPTS.search(detail)
+    if refused:
+        condition = _TRANSIENT_CODES[refused.group(1)]
+        return RedisTransient(condition, f"Redis at {where} is unavailable ({condition}): {detail}")
     if any(sign in detail for sign in _DENIED_IN_SCRIPTS):
         return denied("NOPERM", detail, where, url)
     return None

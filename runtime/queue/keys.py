@@ -43,6 +43,9 @@ Key schema (the kind of each key in brackets):
                                      expires throughput_hours + 1 after its last new
                                      minute (lua/lib/stats.lua)
     unique:<key>             [string] jid of the job holding a unique key (TTL: unique_for)
+    folded:<jid>             [string] the jid of the job that a running job's duplicate put
+                                     (unique key) was folded into, under the jid that put
+                                     was given (TTL: jobs-history; lua/lib/unique.lua)
     recur                    [hash]  recurrence id -> definition (JSON)
     q:<queue>:recur          [zset]  recurrence id -> its next tick (us)
     recur-ticks:<id>         [zset]  a cron recurrence's upcoming ticks (ms)
@@ -97,6 +100,7 @@ TEMPLATES: dict[str, str] = {
     "stats": "stats:{queue}:{day}",
     "throughput": "throughput:{hour}",
     "unique": "unique:{key}",
+    "folded": "folded:{jid}",
     "recur": "recur",
     "recurring": "q:{queue}:recur",
     "recur_ticks": "recur-ticks:{id}",

@@ -54,6 +54,16 @@ class Operating(Connection):
         was not known."""
         return self.call(ops.queue_forget(wire.check_queue(queue)))
 
+    def trim_retention(self, batch: int | None = None) -> int:
+        """Deletes completed jobs past retention (jobs-history, jobs-history-count), at
+        most `batch` (default and most: retention_batch); returns how many. Pops and
+        completions do this as they go; this runs while Redis is full, where they
+        are refused."""
+        most = config.LIMITS["retention_batch"]
+        if batch is not None and not 1 <= batch <= most:
+            raise BadArgument(f"batch must be in [1, {most}], got {batch!r}")
+        return self.call(ops.retention(most if batch is None else batch))
+
     def unfail_own(self, group: str, count: int | None = None) -> int:
         """Moves up to `count` (default: all) failed jobs of `group` back to their own
         queues, oldest first, at most unfail_max per call; returns how many moved."""

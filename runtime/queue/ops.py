@@ -163,12 +163,15 @@ def _object(reply: Any) -> Any:
 @dataclass(frozen=True)
 class Ending:
     """How a job ended, as wait.lua answers: state "complete" (with its result),
-    "failed" (with group and message), or another state while it has not ended."""
+    "failed" (with group and message), or another state while it has not ended.
+    `jid`: the job's own jid when the one asked for was folded into it (a running
+    job's duplicate put under a unique key), else "" ."""
 
     state: str
     result: Any = None
     group: str = ""
     message: str = ""
+    jid: str = ""
 
     @property
     def ended(self) -> bool:
@@ -181,10 +184,11 @@ def wait(jid: str, for_ms: int) -> Call[Ending]:
 
     def decode(reply: Any) -> Ending:
         value = _object(reply)
-        state = str(value["state"])
+        state, folded = str(value["state"]), str(value.get("jid") or "")
         if state == "failed":
-            return Ending(state, group=str(value["group"]), message=str(value["message"]))
-        return Ending(state, result=value.get("result"))
+            group, message = str(value["group"]), str(value["message"])
+            return Ending(state, group=group, message=message, jid=folded)
+        return Ending(state, result=value.get("result"), jid=folded)
 
     return _op("wait", jid, for_ms, decode=decode, repeatable=True)
 
@@ -531,6 +535,11 @@ def jobs(
 def queue_forget(queue: str) -> Call[bool]:
     """Forgets an empty queue (WrongState if it is not); False if it was not known."""
     return _op("queue_forget", queue, decode=bool, repeatable=True)
+
+
+def retention(batch: int) -> Call[int]:
+    """Deletes up to `batch` completed jobs past retention; how many (runs while Redis is full)."""
+    return _op("retention", batch, decode=int, repeatable=True)
 
 
 def queue_known(keys: Keys, queue: str) -> Call[bool]:

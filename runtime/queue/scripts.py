@@ -19,6 +19,15 @@ Two ways to run them, the same Lua either way:
 * EVALSHA of one script per operation: Redis 6.2, and users whose ACL lacks
   FUNCTION. A server that lost its scripts or functions gets them loaded again.
 
+Redis full (maxmemory, noeviction) or a replica: the operations that only read
+(READ_ONLY) are registered `no-writes` and called with FCALL_RO, so they run
+on replicas and while Redis is full; those that only free memory (FREEING:
+cancel, forgetting a queue, retention) are registered `allow-oom`. Every other
+function is refused while Redis is full (OOM, before it runs: a put fails with
+the typed `oom` condition). Scripts run by EVALSHA carry no flags (a shebang
+would not compile on 6.2): Redis refuses their first write that may grow
+memory while it is full, so the reads run and a cancel frees what it can.
+
 Which one a client uses is found out on its first call and remembered in its
 `Session`. How Calls (runtime.queue.ops) are run, the reloads included, is one
 plan (`run`): a generator that yields the round trips to make and receives
@@ -67,6 +76,14 @@ LIBRARY = (
     "recur",
     "retention",
 )
+
+# Operations that never write: `no-writes` functions, called with FCALL_RO.
+READ_ONLY = frozenset(
+    ("counts", "domains", "failed", "get", "jobs", "message_status", "metrics", "now", "peek",
+     "workers")
+)  # fmt: skip
+# Operations that only free memory: `allow-oom` functions, run while Redis is full.
+FREEING = frozenset(("cancel", "queue_forget", "retention"))
 
 _RUNNER = """
 local function __operation()
@@ -212,10 +229,20 @@ def library() -> str:
     for op in operations():
         body = _RUNNER.format(body=_read(f"{op}.lua"))
         parts.append(
-            f"redis.register_function('{function_name(op)}', function(KEYS, ARGV)\n"
-            f"__begin(KEYS[1])\n{body}\nend)"
+            f"redis.register_function{{function_name = '{function_name(op)}', "
+            f"flags = {{{_flags(op)}}}, callback = function(KEYS, ARGV)\n"
+            f"__begin(KEYS[1])\n{body}\nend}}"
         )
     return "\n".join(parts)
+
+
+def _flags(op: str) -> str:
+    """The function flags of an operation, as Lua table items."""
+    if op in READ_ONLY:
+        return "'no-writes'"
+    if op in FREEING:
+        return "'allow-oom'"
+    return ""
 
 
 def operations() -> list[str]:
@@ -254,7 +281,8 @@ def command(session: Session, call: Call[Any]) -> Command:
     if not call.script:
         return (call.name, *call.args)
     if session.functions:
-        return ("FCALL", function_name(call.name), 1, session.root, *call.args)
+        verb = "FCALL_RO" if call.name in READ_ONLY else "FCALL"
+        return (verb, function_name(call.name), 1, session.root, *call.args)
     return ("EVALSHA", load(call.name).sha, 1, session.root, *call.args)
 
 

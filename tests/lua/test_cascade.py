@@ -32,7 +32,7 @@ def fail_a(client: Client, clock: FrozenClock, how: str) -> str:
     """Fails job a for good, `how`; returns its failure group."""
     if how == "corrupt":
         corrupt(client, "a", RECORD_KINDS["pickle"])
-        client.get_job("a")  # read: failed as runtime.CorruptJob
+        client.queue("q").pop(1, worker=W)  # meets it: failed as runtime.CorruptJob
         return "runtime.CorruptJob"
     [job] = client.queue("q").pop(1, worker=W)
     assert job.jid == "a"

@@ -28,7 +28,6 @@ SCRIPTS: dict[str, tuple[Callable[[Client], Any], type[Error] | Any]] = {
     "release": (lambda c: c.release("bad", "w", "token"), LeaseLost),
     "fail": (lambda c: c.fail("bad", "w", "token", "g", "m"), LeaseLost),
     "retry": (lambda c: c.retry("bad", "w", "token", "g", "m", delay=0), LeaseLost),
-    "message_status": (lambda c: c.message_status("bad"), "done-awaiting-gc"),
     "put-depending-on-it": (
         lambda c: c.queue("q").put("a.b:c", {}, jid="new", depends=["bad"]),
         "new",
@@ -73,7 +72,7 @@ def test_a_corrupt_record_can_neither_be_unfailed_nor_requeued(
     assert client.failed() == {}
 
 
-def test_a_failed_job_found_corrupt_moves_to_the_corrupt_group(
+def test_a_failed_job_found_corrupt_is_listed_as_corrupt_and_moved_by_the_next_write(
     client: Client, clock: FrozenClock
 ) -> None:
     for jid in ("bad", "other"):
@@ -83,9 +82,11 @@ def test_a_failed_job_found_corrupt_moves_to_the_corrupt_group(
     corrupt(client, "bad", RECORD_KINDS["meta-not-json"])
     total, jobs = client.failed_jobs("app.Error")
     assert (total, [(j.jid, j.failure.group) for j in jobs]) == (  # type: ignore[union-attr]
-        1, [("other", "app.Error"), ("bad", GROUP)],
+        2, [("other", "app.Error"), ("bad", GROUP)],
     )  # fmt: skip
-    assert client.failed() == {"app.Error": 1, GROUP: 1}
+    assert client.failed() == {"app.Error": 2}, "the listing (no-writes) moves nothing"
+    assert client.unfail("app.Error", "q") == 1, "unfail moves it to its group (as below)"
+    assert client.failed() == {GROUP: 1}
 
 
 def test_unfail_fails_a_corrupt_job_as_corrupt_and_moves_the_others(
@@ -101,7 +102,7 @@ def test_unfail_fails_a_corrupt_job_as_corrupt_and_moves_the_others(
     assert [j.jid for j in client.queue("q").pop(5, worker="w")] == ["other"]
 
 
-def test_a_job_whose_data_turned_deep_is_failed_by_the_failed_listing(
+def test_a_job_whose_data_turned_deep_is_listed_failed_as_corrupt(
     client: Client, clock: FrozenClock
 ) -> None:
     queued(client, "bad")
@@ -111,7 +112,7 @@ def test_a_job_whose_data_turned_deep_is_failed_by_the_failed_listing(
     deep = '{"a":' * 100 + "{}" + "}" * 100
     client.redis.hset(client.keys.key("jobs"), "bad", meta_text + "\n" + deep)
     total, jobs = client.failed_jobs("app.Error")
-    assert (total, [j.failure.group for j in jobs]) == (0, [GROUP])  # type: ignore[union-attr]
+    assert (total, [j.failure.group for j in jobs]) == (1, [GROUP])  # type: ignore[union-attr]
 
 
 def test_a_recurrence_that_does_not_decode_leaves_the_schedule_and_pops_go_on(

@@ -98,3 +98,19 @@ def test_days_are_kept_apart(client: Client, clock: FrozenClock) -> None:
         client.keys.key("stats", queue="q", day=(clock.now_us // 86_400_000_000))
     )
     assert 29 * 86400 < ttl <= 30 * 86400
+
+
+def test_a_job_handed_to_an_idle_master_counts_its_wait_like_a_popped_one(
+    client: Client, clock: FrozenClock
+) -> None:
+    q = client.queue("q")
+    client.run_json("pop", "m1", 1, "seed", "ordered", 0, 1, "q")  # m1 waits for work
+    handed = q.put("a.b:c", {}, jid="handed")  # straight to m1: waited 0 s
+    q.put("a.b:c", {}, jid="popped")
+    clock.advance(4)
+    jobs = q.pop(2, worker="m1")
+    assert sorted(j.jid for j in jobs) == [handed, "popped"]
+    client.complete_many("m1", {j.jid: j.token or "" for j in jobs})
+    s = client.stats("q", day_of(clock))
+    assert (s.wait.count, s.run.count) == (2, 2), "every started job: one wait, one run"
+    assert math.isclose(s.wait.mean, 2) and s.wait.histogram == ((0, 1), (4, 1))

@@ -3,8 +3,17 @@ and message_status's seven answers."""
 
 from __future__ import annotations
 
+import json
+import threading
+from typing import Any
+
 from runtime import Client
+from runtime.queue import ops
+from runtime.queue.client import WAIT_SLICE_S
+from runtime.queue.leases import Outcomes
+from tests.conftest import record
 from tests.support.clock import FrozenClock
+from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_for
 
 
@@ -95,3 +104,56 @@ def test_message_status_answers(client: Client, clock: FrozenClock) -> None:
     for popped in q.pop(5, worker="w"):
         popped.complete()
     assert client.message_status(delayed) == "done-awaiting-gc"
+
+
+def test_the_jid_a_job_s_duplicate_put_returned_names_the_job_it_was_folded_into(
+    client: Client, clock: FrozenClock, redis_server: RedisServer
+) -> None:
+    pages = client.queue("pages")
+    held = pages.put("app.jobs:crawl", {"url": "a"}, unique_key="page:a")
+    client.queue("q").put("app.jobs:crawl", {"url": "index"}, jid="index")
+    [index] = client.queue("q").pop(1, worker="w")
+    # what the index job's ctx.put calls returned: "dup" (page a is queued already),
+    # "new" (page b), and "after" depending on the duplicate
+    puts = [pages.spec("app.jobs:crawl", {"url": "a"}, unique_key="page:a", jid="dup"),
+            pages.spec("app.jobs:crawl", {"url": "b"}, unique_key="page:b", jid="new"),
+            pages.spec("app.jobs:report", {}, jid="after", depends=["dup"])]  # fmt: skip
+    out = Outcomes()
+    out.add_complete("index", index.token or "", puts=[p.to_wire() for p in puts])
+    assert [client.call(call) for _, call in ops.reports("w", out)] == [{"index": "complete"}]
+    dup = client.get_job("dup")
+    assert dup is not None and (dup.jid, dup.state) == (held, "waiting")
+    assert client.get_job("new").jid == "new"  # type: ignore[union-attr]
+    after = client.get_job("after")
+    assert after is not None and (after.state, after.depends) == ("depends", (held,))
+    ttl_ms = client.redis.pttl(client.keys.key("folded", jid="dup"))
+    assert 7 * 86400_000 - 60_000 < ttl_ms <= 7 * 86400_000, "kept as long as completed jobs"
+
+    waiter = Client.from_url(redis_server.url, namespace=client.keys.namespace)
+    got: list[Any] = []
+    thread = threading.Thread(target=lambda: got.append(waiter.wait("dup", timeout=10)))
+    thread.start()
+    wait_for(lambda: (record(client, held) or ({}, ""))[0].get("wn"), 10, what="a waiter")
+    [job] = pages.pop(1, worker="w")
+    assert job.jid == held
+    job.complete(result={"links": 3})
+    woken = wait_for(lambda: not thread.is_alive(), WAIT_SLICE_S / 2, what="woken, not timed out")
+    waiter.close()
+    assert woken and client.redis.llen(client.keys.waited(held)) == 0, "it took its wake-up"
+    assert got == [{"links": 3}], "wait of the returned jid ends with the job it names"
+    assert client.wait("dup", timeout=1) == {"links": 3}
+    assert client.get_job("after").state == "waiting"  # type: ignore[union-attr]
+
+
+def test_a_job_s_put_at_once_folds_too_and_a_client_s_duplicate_leaves_nothing(
+    client: Client, clock: FrozenClock
+) -> None:
+    q = client.queue("q")
+    held = q.put("app.jobs:crawl", {}, unique_key="page:a")
+    spec, data = q.spec("app.jobs:crawl", {}, unique_key="page:a", jid="now").to_wire()
+    by_job = json.dumps({**json.loads(spec), "by": "parent"})  # as a master sends ctx.put(now=True)
+    assert client.run_json("put", by_job, data) == [held]
+    assert client.get_job("now").jid == held  # type: ignore[union-attr]
+    assert q.put("app.jobs:crawl", {}, unique_key="page:a", jid="mine") == held
+    assert client.get_job("mine") is None, "the client was answered the holder's jid"
+    assert not client.redis.exists(client.keys.key("folded", jid="mine"))

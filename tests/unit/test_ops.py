@@ -201,11 +201,13 @@ def drive(plan: scripts.Plan[Any], answers: list[list[Any]]) -> tuple[Any, list[
 
 def test_calls_go_out_as_fcall_with_the_root_as_their_only_key() -> None:
     session = scripts.Session(URL, "{ns}")
-    calls: list[ops.Call[Any]] = [ops.counts(["q"]), ops.ping()]
-    results, sent = drive(scripts.run(session, calls), [[b'{"q": {}}', b"PONG"]])
-    assert results == [{"q": {}}, None]
-    assert sent[0][0][:4] == ("FCALL", scripts.function_name("counts"), 1, "{ns}")
+    calls: list[ops.Call[Any]] = [ops.counts(["q"]), ops.ping(), ops.cancel(["j"])]
+    results, sent = drive(scripts.run(session, calls), [[b'{"q": {}}', b"PONG", b'["j"]']])
+    assert results == [{"q": {}}, None, ["j"]]
+    # a read (no-writes) goes as FCALL_RO: it runs on replicas
+    assert sent[0][0][:4] == ("FCALL_RO", scripts.function_name("counts"), 1, "{ns}")
     assert sent[0][1] == ("PING",)
+    assert sent[0][2][:4] == ("FCALL", scripts.function_name("cancel"), 1, "{ns}")
 
 
 def test_a_server_that_lost_the_library_gets_it_and_only_the_lost_calls_go_again() -> None:
@@ -215,7 +217,7 @@ def test_a_server_that_lost_the_library_gets_it_and_only_the_lost_calls_go_again
     results, sent = drive(scripts.run(session, calls), [[b"PONG", lost], [b"OK"], [b"{}"]])
     assert results == [None, {}]
     assert sent[1] == [("FUNCTION", "LOAD", "REPLACE", scripts.library())]
-    assert [c[0] for c in sent[2]] == ["FCALL"]
+    assert [c[0] for c in sent[2]] == ["FCALL_RO"]
 
 
 def test_a_server_without_fcall_runs_the_operations_by_evalsha_from_then_on() -> None:

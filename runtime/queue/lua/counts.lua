@@ -15,6 +15,7 @@
 --          queue was first used (never reset);
 --          oldest_waiting_ms: how long the oldest waiting job has waited since
 --          it became eligible (0: none waits).
+-- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   BAD_ARG
 
 local queues = ARGV

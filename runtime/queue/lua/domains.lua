@@ -7,6 +7,7 @@
 --          applies), "throttled": n (jobs in throttled lanes, every queue and
 --          priority, at most release_batch lanes looked at), "next_start_ms": n |
 --          null (null: it may start a job now)}, ...}. Reads only.
+-- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   BAD_ARG
 
 local count = Check.int('count', ARGV[1], 1, LIMITS.get_max)

@@ -5,8 +5,10 @@
 --          group '' : the groups and how many failed jobs each holds
 --          else     : that group's jobs, newest first, from start, at most count
 -- Reply    {"groups": {"<group>": n, ...}} or {"total": n, "jobs": [job, ...]}
---          A listed job whose record does not decode is failed again, as
---          runtime.CorruptJob (lib/job.lua), and listed as that record.
+--          A listed job whose record does not decode is listed as the
+--          record it becomes, failed as runtime.CorruptJob (lib/job.lua),
+--          where it is (unfail, cancel or requeue of it fail it for good).
+-- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   BAD_ARG
 
 local group = ARGV[1] or ''
@@ -26,11 +28,7 @@ if count > 0 then
   for _, jid in ipairs(redis.call('LRANGE', key, start, start + count - 1)) do
     local meta, data, raw, sound_meta = Job.read(jid, true)
     if meta == false then
-      redis.call('LREM', key, 1, jid)
-      if redis.call('ZINCRBY', K.failed_groups, -1, group) + 0 <= 0 then
-        redis.call('ZREM', K.failed_groups, group)
-      end
-      meta, data = Job.corrupt(jid, data, raw, sound_meta, '')
+      meta, data = Job.corrupt_view(jid, data, raw, sound_meta, '')
     end
     if meta then
       jobs[#jobs + 1] = Job.reply(jid, meta, data, { { 'state', cjson.encode(meta.s) } })

@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  the namespace root
 -- ARGV     jid_1, jid_2, ...
+-- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Reply    JSON list, per jid: null, or {"jid", "meta", "data", "state",
 --          "lease_expires_ms" (running jobs), "depends" [jids it waits on],
 --          "dependents" [jids waiting on it], "result" (complete jobs with
@@ -9,9 +10,11 @@
 --          output tail, when it has one), "progress" ({"done", "total",
 --          "message", "at_ms"}, when it told one: lib/attempt.lua)}
 --          state is meta.s except "throttled" for a waiting job whose domain
---          is over its limit right now. A record that does not decode is
---          failed first (runtime.CorruptJob, lib/job.lua): its entry is the
---          failed record.
+--          is over its limit right now. A jid that a running job's duplicate
+--          put was given answers the job it was folded into (its own jid in
+--          "jid"; lib/unique.lua). A record that does not decode answers as
+--          the failed record it becomes (runtime.CorruptJob; the next
+--          operation that writes and meets it fails it: lib/job.lua).
 -- Errors   BAD_ARG for more than get_max jids
 
 if #ARGV > LIMITS.get_max then
@@ -19,7 +22,11 @@ if #ARGV > LIMITS.get_max then
 end
 local out = {}
 for i, jid in ipairs(ARGV) do
-  local meta, data = Job.load(jid, true)
+  local meta, data = Job.view(jid, true)
+  if not meta then
+    jid = Unique.folded_into(jid) or jid
+    meta, data = Job.view(jid, true)
+  end
   if meta then
     local expiry = meta.s == 'running' and Lease.expiry(jid, meta)
     local extra = {

@@ -18,6 +18,7 @@
 --          several domains) is a merge of at most lanes_looked lanes by ticket,
 --          as deep as start + count, at most depth_max; so is a page of depends
 --          jobs. Other pages cost O(count + log n).
+-- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   BAD_ARG (also for a merged page deeper than depth_max)
 
 local DEPTH_MAX = 10000 -- deepest merged page (start + count)

@@ -9,12 +9,13 @@
 --          "done-with-backoff" (complete, its unique key still taken),
 --          "done-awaiting-gc" (complete or failed, until retention removes it),
 --          or nil (no such job)
---          (a job whose record does not decode is failed first, lib/job.lua:
---          done-awaiting-gc)
+--          (a job whose record does not decode answers as the failed job it
+--          becomes, lib/job.lua: done-awaiting-gc)
+-- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   BAD_ARG
 
 local jid = Check.token('jid', ARGV[1], LIMITS.jid_max)
-local meta = Job.load(jid)
+local meta = Job.view(jid, true) -- as get sees it: data Python cannot read is corrupt
 if not meta then
   return nil
 end

@@ -9,6 +9,7 @@
 --           "groups": {"<failure group>": n, ...},
 --           "workers": {"<worker>": {"seen_ms": n, "running": n}, ...} (those up)}
 --          Every known queue, at most counts_max; workers at most workers_max.
+-- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   BAD_ARG
 
 local up_ms = Check.int('up_ms', ARGV[1], 0, 1e12)

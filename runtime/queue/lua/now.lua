@@ -4,6 +4,7 @@
 -- KEYS[1]  the namespace root
 -- ARGV     (none)
 -- Reply    the time in milliseconds since the epoch (integer)
+-- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   none
 
 return Clock.ms(Clock.now_us())

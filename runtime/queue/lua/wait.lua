@@ -7,6 +7,9 @@
 -- Reply    {"state": "complete", "result": <its result, null for none>}
 --          {"state": "failed", "group": .., "message": ..}
 --          {"state": <waiting, running, ...>} when it has not ended
+--          plus "jid": the job's jid, when the one asked for names the job a
+--          running job's duplicate put was folded into (lib/unique.lua): the
+--          caller waits on that job's K.waited
 -- Errors   NO_SUCH_JOB (never put, cancelled, or removed by retention);
 --          BAD_ARG. A job whose record does not decode is failed first
 --          (runtime.CorruptJob, lib/job.lua): it answers failed.
@@ -14,17 +17,26 @@
 local jid = Check.token('jid', ARGV[1], LIMITS.jid_max)
 local for_ms = Check.int('for_ms', ARGV[2], 0, LIMITS.wait_max_ms)
 local meta, data = Job.load(jid, true)
+local folded -- the jid of the job that `jid` was folded into
+if not meta then
+  folded = Unique.folded_into(jid)
+  if folded then
+    jid = folded
+    meta, data = Job.load(jid, true)
+  end
+end
 if not meta then
   E.raise('NO_SUCH_JOB', 'no job ' .. jid)
 end
+local named = folded and { { 'jid', cjson.encode(folded) } } or {}
 if meta.s == 'complete' then
   local _, result = Job.split(meta, data)
-  return Json.object({ { 'state', '"complete"' }, { 'result', result or 'null' } })
+  return Json.object({ { 'state', '"complete"' }, { 'result', result or 'null' }, unpack(named) })
 elseif meta.s == 'failed' then
-  return cjson.encode({ state = 'failed', group = meta.f.g, message = meta.f.m })
+  return cjson.encode({ state = 'failed', group = meta.f.g, message = meta.f.m, jid = folded })
 end
 if for_ms > 0 then
   Wait.register(meta, Clock.ms(Clock.now_us()), for_ms)
   Job.save(jid, meta, data)
 end
-return cjson.encode({ state = Job.visible_state(meta) })
+return cjson.encode({ state = Job.visible_state(meta), jid = folded })

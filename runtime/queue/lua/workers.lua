@@ -12,6 +12,7 @@
 --          another id), queues are those of the jobs it holds, concurrency is
 --          null. running: the jobs it holds, oldest first; started_ms is when
 --          it popped the job, elapsed_ms how long ago that was (Redis time).
+-- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   none
 
 local now_ms = Clock.ms(Clock.now_us())

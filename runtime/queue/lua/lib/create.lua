@@ -85,7 +85,7 @@ function Create.check(args, first, now_ms, by)
         E.bad('a job cannot depend on itself (' .. dep .. ')')
       end
       if not in_call[dep] and redis.call('HEXISTS', K.jobs, dep) == 0 then
-        E.bad('unknown dependency ' .. dep)
+        dep = Unique.folded_into(dep) or E.bad('unknown dependency ' .. dep)
       end
       adding[dep] = (adding[dep] or 0) + 1
       Deps.check_dependents(dep, adding[dep])
@@ -120,11 +120,15 @@ function Create.puts_event(jids)
   return { c = #jids, j = kept }
 end
 
--- Writes a checked job; returns its jid, or the jid of the job holding its unique key.
+-- Writes a checked job; returns its jid, or the jid of the job holding its unique key
+-- (a running job's put, whose jid that job already has, is folded into it: unique.lua).
 function Create.job(job, now_us)
   if job.unique_key then
     local holder = Unique.holder(job.unique_key, job.requeue)
     if holder then
+      if job.by and holder ~= job.jid then
+        Unique.fold(job.jid, holder)
+      end
       return holder
     end
   end
@@ -167,6 +171,10 @@ function Create.job(job, now_us)
   end
   for _, dep in ipairs(job.depends) do -- jobs of the same put may not exist yet
     local dep_meta = Job.load(dep)
+    if not dep_meta then -- or it was folded into the holder of its unique key
+      dep = Unique.folded_into(dep) or dep
+      dep_meta = Job.load(dep)
+    end
     if not dep_meta or dep_meta.s ~= 'complete' then
       redis.call('SADD', K.deps(jid), dep)
       redis.call('SADD', K.dependents(dep), jid)

@@ -96,7 +96,9 @@ local function offer(queue, now_us)
 end
 
 -- At the end of every call: the queues Place.wake marked get their handoffs and,
--- if work is left (or Place.nudge asked), the queue's wake-up token.
+-- if work is left (or Place.nudge asked), the queue's wake-up token. The waits
+-- of the jobs handed (Lease.hand records them) are written once for the call,
+-- as a pop writes its own: the operation's Stats.flush has run by now.
 at_end(function()
   local woken = Place.woken()
   if next(woken) == nil then
@@ -112,4 +114,5 @@ at_end(function()
       redis.call('RPUSH', K.wake(queue), '1')
     end
   end
+  Stats.flush()
 end)

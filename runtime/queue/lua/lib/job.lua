@@ -184,7 +184,8 @@ function Job.ticket(jid)
 end
 
 -- Job.corrupt(jid, problem, raw, sound_meta, out): fails a corrupt record and
--- returns its new meta and data (Place.corrupt in place.lua, bound there).
+-- returns its new meta and data (Place.corrupt in place.lua, bound there);
+-- Job.corrupt_view(...) the same meta and data, writing nothing.
 
 -- The record of `jid`: meta, data, or nil. A corrupt one is failed first
 -- (Job.corrupt): the caller gets the failed record.
@@ -192,6 +193,17 @@ function Job.load(jid, for_reply)
   local meta, data, raw, sound_meta = Job.read(jid, for_reply)
   if meta == false then
     return Job.corrupt(jid, data, raw, sound_meta)
+  end
+  return meta, data
+end
+
+-- The record of `jid` for a read-only operation (no-writes): meta, data, or nil.
+-- A corrupt one answers as the failed record it becomes (Job.corrupt_view),
+-- left for the next operation that writes to fail for good.
+function Job.view(jid, for_reply)
+  local meta, data, raw, sound_meta = Job.read(jid, for_reply)
+  if meta == false then
+    return Job.corrupt_view(jid, data, raw, sound_meta)
   end
   return meta, data
 end
@@ -239,8 +251,8 @@ function Job.publish(jid, meta, ev)
   end
 end
 
--- Appends an event; the history keeps its first event and the newest ones.
-function Job.event(jid, meta, now_ms, event, fields)
+-- Appends an event, unpublished; the history keeps its first event and the newest ones.
+function Job.append(meta, now_ms, event, fields)
   local ev = fields or {}
   ev.e = event
   ev.t = now_ms
@@ -249,7 +261,12 @@ function Job.event(jid, meta, now_ms, event, fields)
   if #h > LIMITS.history_max then
     table.remove(h, 2)
   end
-  Job.publish(jid, meta, ev)
+  return ev
+end
+
+-- Appends an event and publishes it (a tracked job).
+function Job.event(jid, meta, now_ms, event, fields)
+  Job.publish(jid, meta, Job.append(meta, now_ms, event, fields))
 end
 
 -- The state a reader sees: a waiting job whose lane is over its limit is throttled.

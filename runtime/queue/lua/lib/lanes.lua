@@ -372,10 +372,23 @@ end
 -- Up to `count` waiting jobs in pop order, without taking them: {jid, ...},
 -- and {jid = {prio, domain}} (their lanes). A merge over the ready lanes of
 -- the lowest priorities, one record read per job. Entries a pop would drop
--- (ticket 0) come first: the caller sees what they are.
-function Lanes.peek(queue, count)
+-- (ticket 0) come first: the caller sees what they are. `due` ({prio -> {jid,
+-- ...}}): jobs a pop would promote first; each follows the lanes of its
+-- priority (a promoted job gets a new ticket), with no entry in `from`.
+function Lanes.peek(queue, count, due)
   local out, from = {}, {}
+  local prios, seen = {}, {}
   for _, prio in ipairs(redis.call('ZRANGE', K.prios(queue), 0, count - 1)) do
+    seen[tonumber(prio)] = true
+    prios[#prios + 1] = tonumber(prio)
+  end
+  for prio in pairs(due) do
+    if not seen[prio] then
+      prios[#prios + 1] = prio
+    end
+  end
+  table.sort(prios)
+  for _, prio in ipairs(prios) do
     local cursors = {}
     for _, domain in ipairs(redis.call('ZRANGE', K.ready(queue, prio), 0, count - 1)) do
       local lane = K.lane(queue, prio, domain)
@@ -402,6 +415,12 @@ function Lanes.peek(queue, count)
       else
         table.remove(cursors, best)
       end
+    end
+    for _, jid in ipairs(due[prio] or {}) do
+      if #out >= count then
+        break
+      end
+      out[#out + 1] = jid
     end
     if #out >= count then
       break

@@ -38,6 +38,7 @@ local function scheduled_jid(member)
   local digits = tonumber(string.sub(member, 1, 1), 16)
   return digits and string.sub(member, digits + 2) or member
 end
+Place.scheduled_jid = scheduled_jid
 
 -- True for a record read as (meta, data, ...) by Job.read that is sound and in
 -- `state` in `queue`; else a corrupt one is failed (taken out of `queue`'s
@@ -310,6 +311,28 @@ local function corrupt_meta(sound_meta, queue)
   return { k = '', q = queue or '', r = 0, m = 0, h = {} }
 end
 
+-- The failed record that replaces a corrupt one (see Place.corrupt), and its
+-- failed event: meta, event. Writes nothing.
+local function corrupt_record(jid, problem, raw, sound_meta, out, now_ms)
+  local meta = corrupt_meta(sound_meta, out)
+  meta.s, meta.cr = 'failed', 1
+  local kept = string.sub(raw, 1, LIMITS.corrupt_kept_bytes)
+  local message = 'the stored record of ' .. Text.escape(jid) .. ' does not decode ('
+    .. problem .. '); it was taken out of its queue. The record, ' .. #raw .. ' bytes'
+    .. (#kept < #raw and (', the first ' .. #kept) or '')
+    .. ', other than printable ASCII as \\xHH:\n' .. Text.escape(kept)
+  meta.f = { g = CORRUPT_GROUP, m = message, t = now_ms }
+  return meta, Job.append(meta, now_ms, 'failed', { g = CORRUPT_GROUP })
+end
+
+-- What a read-only operation answers for a corrupt record: the failed record
+-- Place.corrupt would make of it now (meta, '{}'), without writing it. The
+-- next operation that writes and meets the record fails it for good.
+function Place.corrupt_view(jid, problem, raw, sound_meta, out)
+  local meta = corrupt_record(jid, problem, raw, sound_meta, out, Clock.ms(Clock.now_us()))
+  return meta, '{}'
+end
+
 -- A record that does not decode (Job.read: `problem`, the `raw` bytes, the
 -- meta if that part is sound) becomes a failed job of group runtime.CorruptJob:
 -- data '{}', meta the sound one (or a minimal one: klass '', queue `out` or
@@ -333,19 +356,10 @@ function Place.corrupt(jid, problem, raw, sound_meta, out)
   end
   redis.call('HDEL', K.output, jid)
   redis.call('HDEL', K.progress, jid)
-  local meta = corrupt_meta(sound_meta, out)
-  meta.s, meta.cr = 'failed', 1
+  local meta, event = corrupt_record(jid, problem, raw, sound_meta, out, now_ms)
+  Job.publish(jid, meta, event)
   if meta.q ~= '' then
     Stats.enter(jid, meta, now_us)
-  end
-  local kept = string.sub(raw, 1, LIMITS.corrupt_kept_bytes)
-  local message = 'the stored record of ' .. Text.escape(jid) .. ' does not decode ('
-    .. problem .. '); it was taken out of its queue. The record, ' .. #raw .. ' bytes'
-    .. (#kept < #raw and (', the first ' .. #kept) or '')
-    .. ', other than printable ASCII as \\xHH:\n' .. Text.escape(kept)
-  meta.f = { g = CORRUPT_GROUP, m = message, t = now_ms }
-  Job.event(jid, meta, now_ms, 'failed', { g = CORRUPT_GROUP })
-  if meta.q ~= '' then
     Stats.count(meta.q, 'failed', now_us)
   end
   redis.call('LPUSH', K.failed(CORRUPT_GROUP), jid)
@@ -356,3 +370,4 @@ function Place.corrupt(jid, problem, raw, sound_meta, out)
   return meta, '{}'
 end
 Job.corrupt = Place.corrupt
+Job.corrupt_view = Place.corrupt_view

@@ -32,7 +32,9 @@
 -- hours: at most two EXPIREs a minute, and nothing to trim.
 --
 -- Observations are gathered for the length of a script call and written once per
--- (queue, day) with Chan's merge of the batch into the stored moments.
+-- (queue, day) with Chan's merge of the batch into the stored moments (and once
+-- more for the waits of the jobs handed to idle masters at the call's end:
+-- handoff.lua). Every job that starts counts one wait, popped or handed.
 --
 -- The indexes K.complete_index(queue) and K.failed_index(queue) (jid -> time,
 -- ms) list a queue's complete and failed jobs; the scripts that move a job into

@@ -3,6 +3,13 @@
 -- unique_for seconds after it completes (the key's TTL); a put with a held key
 -- creates nothing and answers the holder's jid. With requeue_if_running, a
 -- duplicate put while the holder runs marks it (rq) for exactly one more run.
+--
+-- A running job's put (ctx.put: with its completion, or at once) hands its jid
+-- back to the job before the put happens. When that put is a duplicate, the jid
+-- it was given is folded into the holder: K.folded(jid) names the holder for
+-- jobs-history seconds, and reads of the jid (get.lua, wait.lua, dependencies
+-- of later puts) answer for the holder. Other puts answer the holder's jid
+-- themselves and leave nothing behind.
 
 local Unique = {}
 local ACTIVE = { waiting = true, scheduled = true, running = true, depends = true }
@@ -45,4 +52,16 @@ function Unique.release(jid, meta, keep_s)
   else
     redis.call('DEL', key)
   end
+end
+
+-- A running job's duplicate put, given `jid`, was folded into `holder`.
+function Unique.fold(jid, holder)
+  local keep_ms = math.max(1, math.floor(Config.get('jobs-history') * 1000))
+  redis.call('SET', K.folded(jid), holder, 'PX', keep_ms)
+end
+
+-- The jid of the job that `jid` was folded into, or nil (callers ask when there
+-- is no job `jid`).
+function Unique.folded_into(jid)
+  return redis.call('GET', K.folded(jid)) or nil
 end
