@@ -107,9 +107,7 @@ class Failover:
 
     def __init__(self, topology: SentinelSet, workdir: Path) -> None:
         self.topology = topology
-        self.run = FaultRun(topology.nodes[0].process, workdir, namespace="ha")
-        self.run.client.close()
-        self.run.client = Client.from_url(topology.url(), namespace="ha")
+        self.run = FaultRun(topology.nodes[0].process, workdir, namespace="ha", url=topology.url())
         self.putter = Putter(Client.from_url(topology.url(), namespace="ha"),
                              str(self.run.ledger.path))  # fmt: skip
         self.old = topology.primary_port()

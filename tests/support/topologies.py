@@ -6,6 +6,7 @@ create). Every process is a child of the test and is stopped by `close`.
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import signal
 import socket
@@ -34,6 +35,24 @@ def free_port() -> int:
         probe.bind((HOST, 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def cluster_port() -> int:
+    """A loopback port for a cluster node: at most 55535, its bus port (+10000) free too."""
+    for _ in range(1000):
+        port = random.randint(20000, 55535)
+        if _free(port) and _free(port + 10000):
+            return port
+    raise AssertionError("no free pair of ports for a cluster node")
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            return False
+        return True
 
 
 def short_dir(name: str) -> Path:
@@ -187,7 +206,9 @@ class Cluster:
         self.root = short_dir("cluster")
         extra = (f"cluster-enabled yes\ncluster-config-file nodes.conf\n"
                  f"cluster-node-timeout {node_timeout_ms}")  # fmt: skip
-        self.nodes = [Node(binary, self.root / f"n{i}", free_port(), extra) for i in range(count)]
+        self.nodes = [
+            Node(binary, self.root / f"n{i}", cluster_port(), extra) for i in range(count)
+        ]
         self.cli = str(Path(binary).with_name("redis-cli"))
         if not Path(self.cli).exists():
             self.cli = shutil.which("redis-cli") or "redis-cli"
