@@ -60,6 +60,8 @@ class RedisCondition(StrEnum):
     MASTERDOWN = "masterdown"  # a replica that lost its master, serving no stale data
     TRYAGAIN = "tryagain"  # cluster: keys of the slot are moving
     CLUSTERDOWN = "clusterdown"  # cluster: the slot is not served
+    MOVED = "moved"  # cluster: the slot's owner changed again and again within one call
+    NOREPLICAS = "noreplicas"  # writes refused: too few replicas (min-replicas-to-write)
     OOM = "oom"  # writes refused above maxmemory (noeviction)
     SCRIPTS = "scripts"  # our functions or scripts are gone and cannot be loaded now
 

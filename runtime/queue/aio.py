@@ -26,12 +26,13 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
+import redis.asyncio.sentinel
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from runtime import config
 from runtime.errors import BadArgument, Error, RedisTransient
-from runtime.queue import ops, recur, scripts
+from runtime.queue import ops, recur, routing, scripts, urls
 from runtime.queue.faults import classify
 from runtime.queue.keys import Keys
 from runtime.queue.leases import Exchanged, Leased, Outcomes, Popped, Renewed
@@ -58,8 +59,10 @@ class AsyncClient:
         self.worker = worker
         self.command_timeout_s = command_timeout_s
         self.session = scripts.Session(url, keys.root)
-        self.redis: redis.asyncio.Redis = _connect(url, command_timeout_s)
-        self.blocking: redis.asyncio.Redis = _connect(url, command_timeout_s)
+        self.route = routing.Route.of(url)
+        self.redis: redis.asyncio.Redis = _connect(self.route.url, command_timeout_s)
+        self.blocking: redis.asyncio.Redis = _connect(self.route.url, command_timeout_s)
+        self.retired: list[redis.asyncio.Redis] = []  # clients of nodes left (cluster)
 
     def set_command_timeout(self, timeout_s: float) -> None:
         """From now on, a command not answered within `timeout_s` fails (RedisTransient
@@ -78,6 +81,28 @@ class AsyncClient:
     async def close(self) -> None:
         await self.redis.aclose()
         await self.blocking.aclose()
+        await self._close_retired()
+
+    async def _close_retired(self) -> None:
+        if not self.retired:
+            return
+        retired, self.retired = self.retired, []
+        for client in retired:
+            with contextlib.suppress(redis.RedisError, OSError):
+                await client.aclose()
+
+    def _reroute(self) -> None:
+        """From now on, calls go to the node the route names (a cluster's slot owner);
+        the clients of the node left are closed once no call uses them."""
+        self.retired += [self.redis, self.blocking]
+        self.redis = _connect(self.route.url, self.command_timeout_s)
+        self.blocking = _connect(self.route.url, self.command_timeout_s)
+
+    def _lost(self, err: BaseException) -> None:
+        """A cluster node out of reach: the next call starts from the next seed."""
+        link = redis.ConnectionError | redis.TimeoutError | OSError
+        if isinstance(err, link) and self.route.lost():
+            self._reroute()
 
     # --- running calls ----------------------------------------------------------
 
@@ -86,27 +111,55 @@ class AsyncClient:
         one when replies may wait `blocks_s`); returns its result and
         time.monotonic() taken once the connection was up, just before the first
         request was written."""
+        await self._close_retired()
         pool = (self.blocking if blocks_s > 0 else self.redis).connection_pool
         try:
             conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # connected here
         except (redis.RedisError, OSError) as err:
+            self._lost(err)
             raise classify(err, self.url) from err
         sent_at = time.monotonic()
         try:
             request = next(plan)
             while True:
                 replies = await self._round_trip(conn, request, blocks_s)
+                for _ in range(routing.MAX_REDIRECTS):
+                    if not routing.follows(self.route, replies):
+                        break
+                    await pool.release(conn)
+                    conn = None
+                    pool, conn = await self._moved(request, replies, blocks_s)
+                if routing.stale(self.route.target, replies):
+                    await conn.disconnect(nowait=True)  # ask the sentinels again
                 request = plan.send(replies)
         except StopIteration as done:
             return done.value, sent_at
         except BaseException as err:
-            if not isinstance(err, Error):  # the stream may hold unread replies
+            if conn is not None and not isinstance(err, Error):  # replies may be unread
                 await conn.disconnect(nowait=True)
             if isinstance(err, redis.RedisError | OSError):
+                self._lost(err)
                 raise classify(err, self.url) from err
             raise
         finally:
-            await pool.release(conn)
+            if conn is not None:
+                await pool.release(conn)
+
+    async def _moved(
+        self, request: list[Any], replies: list[Any], blocks_s: float
+    ) -> tuple[Any, Any]:
+        """After a MOVED the route followed: sends the redirected commands again to
+        the node it names (their replies replace the MOVED ones in `replies`);
+        returns the pool and connection used. A slot still moving after
+        MAX_REDIRECTS leaves its MOVED replies (RedisTransient moved)."""
+        self._reroute()
+        pool = (self.blocking if blocks_s > 0 else self.redis).connection_pool
+        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        redo = routing.redirected(replies)
+        again = await self._round_trip(conn, [request[i] for i in redo], blocks_s)
+        for i, reply in zip(redo, again, strict=True):
+            replies[i] = reply
+        return pool, conn
 
     async def _round_trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
         conn.socket_timeout = self.command_timeout_s
@@ -238,7 +291,7 @@ class AsyncClient:
         (RedisTransient, RedisUnavailable), and ends it; each call connects and
         subscribes afresh. Cancels published while no one listened are missed:
         their holder learns at its next lease renewal instead."""
-        listener = _connect(self.url, self.command_timeout_s)
+        listener = _connect(self.route.url, self.command_timeout_s)
         pubsub = listener.pubsub()
         try:
             await pubsub.subscribe(self.keys.cancels(self.worker))
@@ -272,14 +325,34 @@ class AsyncClient:
 def _connect(url: str, command_timeout_s: float) -> redis.asyncio.Redis:
     """A redis-py client that never retries on its own and never waits longer than
     the command timeout; over TCP with keepalive on (probes after KEEPALIVE_IDLE_S
-    idle), which unix sockets do not take."""
-    tcp: dict[str, Any] = {}
-    if url.split("://", 1)[0].lower() in ("redis", "rediss"):
-        tcp = {"socket_keepalive": True, "socket_keepalive_options": _keepalive()}
-    return redis.asyncio.Redis.from_url(
-        url, socket_timeout=command_timeout_s, socket_connect_timeout=command_timeout_s,
-        retry=Retry(NoBackoff(), 0), **tcp,
-    )  # fmt: skip
+    idle), which unix sockets do not take. For a Sentinel URL, a client of the
+    service's primary (redis-py's Sentinel: asked again on every new connection)."""
+    options: dict[str, Any] = {"socket_timeout": command_timeout_s,
+                               "socket_connect_timeout": command_timeout_s,
+                               "retry": Retry(NoBackoff(), 0)}  # fmt: skip
+    if url.split("://", 1)[0].lower() in ("redis", "rediss", urls.SENTINEL_SCHEME):
+        options |= {"socket_keepalive": True, "socket_keepalive_options": _keepalive()}
+    target = urls.parse(url)
+    if target.kind == "sentinel":
+        sentinels = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            list(target.seeds), sentinel_kwargs=_sentinel_options(target, options)
+        )
+        primary: redis.asyncio.Redis = sentinels.master_for(
+            target.service, db=target.db, username=target.username,
+            password=target.password, **options,
+        )  # fmt: skip
+        return primary
+    if target.kind == "cluster":
+        url = target.node_url(target.seeds[0])
+    return redis.asyncio.Redis.from_url(url, **options)
+
+
+def _sentinel_options(target: urls.Target, options: dict[str, Any]) -> dict[str, Any]:
+    """The sentinels' own connections: the same timeouts, their own credentials."""
+    mine = {k: v for k, v in options.items() if k.startswith("socket_") or k == "retry"}
+    if target.sentinel_password:
+        mine |= {"username": target.sentinel_username, "password": target.sentinel_password}
+    return mine
 
 
 def _keepalive() -> dict[int, int]:

@@ -20,12 +20,13 @@ from contextlib import contextmanager
 from typing import Any, Self, TypeVar
 
 import redis
+import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from runtime import config
 from runtime.errors import ConfigError, Error, RedisTransient, WrongState
-from runtime.queue import embedded, ops, scripts
+from runtime.queue import embedded, ops, routing, scripts, urls
 from runtime.queue.faults import classify, redact
 from runtime.queue.keys import Keys
 from runtime.queue.ops import Call, text
@@ -64,13 +65,43 @@ def resolve_url(settings: config.Settings) -> str:
 
 def connect(url: str, **kwargs: Any) -> redis.Redis:
     """A redis-py client that never retries on its own (retries are ours, and only
-    for calls safe to repeat) and never waits forever for an answer."""
+    for calls safe to repeat) and never waits forever for an answer. For a
+    Sentinel URL, a client of the service's primary (found again on every new
+    connection); for a Cluster URL, of its first node (see runtime.queue.routing)."""
     options = {"socket_timeout": SOCKET_TIMEOUT_S, "socket_connect_timeout": CONNECT_TIMEOUT_S,
                "retry": Retry(NoBackoff(), 0), **kwargs}  # fmt: skip
+    target = urls.parse(url)
     try:
+        if target.kind == "sentinel":
+            return _sentinel_primary(target, options)
+        if target.kind == "cluster":
+            url = target.node_url(target.seeds[0])
         return redis.Redis.from_url(url, **options)
     except ValueError as err:
         raise ConfigError(f"bad Redis URL {redact(url)}: {redact(str(err))}") from err
+
+
+def _sentinel_primary(target: urls.Target, options: dict[str, Any]) -> redis.Redis:
+    """A client whose pool asks the sentinels where the primary is (redis-py's
+    Sentinel, SentinelConnectionPool)."""
+    sentinels = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(target.seeds), sentinel_kwargs=sentinel_options(target, options)
+    )
+    primary: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
+        target.service, db=target.db, username=target.username, password=target.password,
+        **options,
+    )  # fmt: skip
+    return primary
+
+
+def sentinel_options(target: urls.Target, options: dict[str, Any]) -> dict[str, Any]:
+    """How to talk to the sentinels themselves: the same timeouts, their own
+    credentials, no retries (the next sentinel is asked instead)."""
+    mine = {k: v for k, v in options.items() if k.startswith("socket_") or k == "retry"}
+    if target.sentinel_password:
+        mine["password"] = target.sentinel_password
+        mine["username"] = target.sentinel_username
+    return mine
 
 
 def backoff_s(attempt: int) -> float:
@@ -99,14 +130,19 @@ class Connection:
         self.keys = Keys(settings.namespace)
         self.retry_for_s = retry_for_s
         self.session = scripts.Session(self.url, self.keys.root)
-        self.redis = connect(self.url, **redis_kwargs)
+        self.route = routing.Route.of(self.url)
+        self.redis_kwargs = redis_kwargs
+        self.nodes: dict[str, redis.Redis] = {}  # a cluster's nodes reached so far, by URL
+        self.redis = connect(self.route.url, **redis_kwargs)
+        self.nodes[self.route.url] = self.redis
 
     @classmethod
     def from_url(cls, url: str, namespace: str | None = None, **redis_kwargs: Any) -> Self:
         return cls(url, namespace=namespace, **redis_kwargs)
 
     def close(self) -> None:
-        self.redis.close()
+        for node in {id(c): c for c in [self.redis, *self.nodes.values()]}.values():
+            node.close()
 
     def __enter__(self) -> Self:
         return self
@@ -147,29 +183,59 @@ class Connection:
             attempt += 1
 
     def _drive(self, plan: scripts.Plan[T]) -> T:
-        """Carries out a plan's round trips on one pooled connection."""
+        """Carries out a plan's round trips on one pooled connection (of the node
+        that owns the namespace's slot, for a cluster: MOVED is followed)."""
         pool = self.redis.connection_pool
+        conn: redis.connection.AbstractConnection | None
         try:
             conn = pool.get_connection()
         except (redis.RedisError, OSError) as err:
+            self._lost(err)
             raise classify(err, self.url) from err
         try:
             request = next(plan)
             while True:
-                packed = [scripts.pack(request)]
-                conn.send_packed_command(packed, check_health=False)  # type: ignore[no-untyped-call]
-                request = plan.send([_read(conn) for _ in request])
+                replies = _round_trip(conn, request)
+                for _ in range(routing.MAX_REDIRECTS):
+                    if not routing.follows(self.route, replies):
+                        break
+                    pool.release(conn)
+                    conn = None
+                    pool = self._reroute().connection_pool
+                    conn = pool.get_connection()
+                    redo = routing.redirected(replies)
+                    again = _round_trip(conn, [request[i] for i in redo])
+                    for i, reply in zip(redo, again, strict=True):
+                        replies[i] = reply
+                if routing.stale(self.route.target, replies):
+                    conn.disconnect()  # type: ignore[no-untyped-call]  # ask the sentinels again
+                request = plan.send(replies)
         except StopIteration as done:
             value: T = done.value
             return value
         except BaseException as err:
-            if not isinstance(err, Error):  # the stream may hold unread replies
+            if conn is not None and not isinstance(err, Error):  # replies may be unread
                 conn.disconnect()  # type: ignore[no-untyped-call]
             if isinstance(err, redis.RedisError | OSError):
+                self._lost(err)
                 raise classify(err, self.url) from err
             raise
         finally:
-            pool.release(conn)
+            if conn is not None:
+                pool.release(conn)
+
+    def _reroute(self) -> redis.Redis:
+        """The client of the node the route names now (made on first use)."""
+        if self.route.url not in self.nodes:
+            self.nodes[self.route.url] = connect(self.route.url, **self.redis_kwargs)
+        self.redis = self.nodes[self.route.url]
+        return self.redis
+
+    def _lost(self, err: BaseException) -> None:
+        """A cluster node out of reach: the next call starts from the next seed."""
+        link = redis.ConnectionError | redis.TimeoutError | OSError
+        if isinstance(err, link) and self.route.lost():
+            self._reroute()
 
     @contextmanager
     def _reaching(self) -> Iterator[None]:
@@ -189,6 +255,12 @@ class Connection:
     def now_ms(self) -> int:
         """The deployment's time (Redis TIME), in ms: schedules never use ours."""
         return self.call(ops.now())
+
+
+def _round_trip(conn: redis.connection.AbstractConnection, request: list[Any]) -> list[Any]:
+    """Sends a round trip's commands; their replies (error replies as exceptions)."""
+    conn.send_packed_command([scripts.pack(request)], check_health=False)  # type: ignore[no-untyped-call]
+    return [_read(conn) for _ in request]
 
 
 def _read(conn: redis.connection.AbstractConnection) -> Any:

@@ -5,7 +5,8 @@ runtime.errors, so nothing outside runtime/queue/ sees a redis-py exception:
 
 * `RedisTransient` (a `RedisUnavailable`) with its `condition`: the connection
   was refused, reset or timed out, or the server says BUSY, LOADING, READONLY,
-  MASTERDOWN, TRYAGAIN, CLUSTERDOWN or OOM. It passes: back off and resume.
+  MASTERDOWN, TRYAGAIN, ASK, MOVED, CLUSTERDOWN, NOREPLICAS or OOM. It passes:
+  back off and resume.
 * `RedisUnavailable`: credentials refused, a right missing (ACL), a server that
   does not speak Redis. It does not pass by waiting.
 * the class of a script's error code (`LUA_ERROR_CODES`): the operation refused.
@@ -44,6 +45,9 @@ _TRANSIENT_CODES = {
     "READONLY": RedisCondition.READONLY,
     "MASTERDOWN": RedisCondition.MASTERDOWN,
     "TRYAGAIN": RedisCondition.TRYAGAIN,
+    "ASK": RedisCondition.TRYAGAIN,  # the slot is migrating (never followed: routing.py)
+    "MOVED": RedisCondition.MOVED,
+    "NOREPLICAS": RedisCondition.NOREPLICAS,
     "CLUSTERDOWN": RedisCondition.CLUSTERDOWN,
     "OOM": RedisCondition.OOM,
     "NOSCRIPT": RedisCondition.SCRIPTS,

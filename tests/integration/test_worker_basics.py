@@ -260,7 +260,7 @@ def test_runtime_workers_lists_a_live_master_and_its_jobs(
     path = workdir / "alive"
     jid = plain_client.queue("q").put(f"{J}:alive", {"seconds": 30, "path": str(path)})
     wait_for(path.exists, 10)
-    env = {**os.environ, "REDIS_URL": master.server.url, "RUNTIME_NAMESPACE": master.namespace}
+    env = {**os.environ, "REDIS_URL": master.url, "RUNTIME_NAMESPACE": master.namespace}
     listed = subprocess.run([sys.executable, "-m", "runtime", "workers", "--json"], env=env,
                             capture_output=True, text=True, timeout=30)  # fmt: skip
     assert listed.returncode == 0, listed.stderr

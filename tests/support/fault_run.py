@@ -108,11 +108,14 @@ class Ledger:
 class FaultRun:
     """Masters on `server` (directly, or through `url`), jobs, and the checks."""
 
-    def __init__(self, server: ServerProcess, workdir: Path, namespace: str = "faults") -> None:
+    def __init__(
+        self, server: ServerProcess, workdir: Path, namespace: str = "faults",
+        url: str | None = None,
+    ) -> None:  # fmt: skip
         self.server = server
         self.workdir = workdir
         self.namespace = namespace
-        self.client = Client.from_url(server.url, namespace=namespace)
+        self.client = Client.from_url(url or server.url, namespace=namespace)
         self.client.config_set("heartbeat", LEASE_S)
         self.conn = redis_faults.connect(server)
         self.ledger = Ledger(workdir / "ledger")
