@@ -226,9 +226,13 @@ def _ratios(result: dict[str, Any], transport: str, columns: tuple[Any, ...]) ->
         cells = []
         for key, field, _, _ in columns:
             ours, theirs = _median(res, key, "runtime", field), _median(res, key, other, field)
-            cells.append(f"{ours / theirs:.2f}" if ours is not None and theirs else "")
+            cells.append(_ratio(ours / theirs) if ours is not None and theirs else "")
         lines.append(f"| {other} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}" if abs(value) >= 0.1 else f"{value:.3f}"
 
 
 def _profile(result: dict[str, Any], top: int = 8) -> list[str]:
@@ -323,7 +327,7 @@ def _check(
     ratio = abs(ours) / abs(other[1])
     met = ratio >= wanted if way == ">=" else ratio <= wanted
     return (f"| {label} | {side._num(ours)} | {other[0]}: {side._num(other[1])} | "
-            f"{ratio:.2f} | {'yes' if met else 'no'} |")  # fmt: skip
+            f"{_ratio(ratio)} | {'yes' if met else 'no'} |")  # fmt: skip
 
 
 def render(result: dict[str, Any]) -> list[str]:

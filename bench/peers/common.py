@@ -162,8 +162,8 @@ def drained(url: str, n: int) -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise RuntimeError("no job ran")
         time.sleep(0.002)
-    first, start = int(r.get(COUNTER) or 0), time.perf_counter()
     window = cost.Window(url)
+    first, start = int(r.get(COUNTER) or 0), time.perf_counter()
     done, polls = first, 0
     while done < n and time.perf_counter() - start < DRAIN_CAP_S:
         time.sleep(POLL_S)

@@ -101,16 +101,19 @@ class Window:
     """Counts from open to close; `close(jobs, polls)` gives the costs per job."""
 
     def __init__(self, url: str) -> None:
+        """Snapshots in the reverse order of close's, the slowest first: the caller
+        reads its count of jobs right after, close right after reading it again."""
         self.r = meter(url)
-        self.profile = Profile(url) if os.environ.get(SLOWLOG_ENV) else None
         self.tree_s = tree_cpu_s(os.getpid())
         self.cpu_s = _redis_cpu_s(self.r)
-        self.stats = _commandstats(self.r)  # the last command the window sends at open
+        self.stats = _commandstats(self.r)  # the last command the window counts at open
+        self.profile = Profile(url) if os.environ.get(SLOWLOG_ENV) else None
 
     def close(self, jobs: int, polls: int = 0) -> dict[str, Any]:
-        """Per job (or put): Redis CPU, commands, script calls, command time and
+        """Per job (or put): Redis CPU, commands, script calls, script time and
         worker-tree CPU; `polls`: GETs the caller sent inside the window."""
-        stats = _commandstats(self.r)  # the first command the window sends at close
+        profile = self.profile.close(jobs) if self.profile is not None else None
+        stats = _commandstats(self.r)  # the first command the window counts at close
         cpu_s = _redis_cpu_s(self.r)
         tree_s = tree_cpu_s(os.getpid())
         own = {"info": 1, "get": polls}  # the open's commandstats INFO and the polls
@@ -133,8 +136,8 @@ class Window:
             )
             if scripts:
                 out["script_us"] = script_us / jobs
-        if self.profile is not None:
-            out["profile"] = self.profile.close(jobs)
+        if profile is not None:
+            out["profile"] = profile
         return out
 
 
@@ -143,11 +146,10 @@ class Profile:
 
     def __init__(self, url: str) -> None:
         self.r = meter(url)
+        self.r.ping()  # connected before the read that opens the window
         self.by_label: dict[str, list[int]] = {}  # label: [calls, usec]
-        self.last_id: int | None = None
         self.lost = 0
-        self._read()  # what came before the window: dropped below
-        self.by_label.clear()
+        self.last_id = self._reset()  # what came before the window: dropped unread
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -155,6 +157,14 @@ class Profile:
     def _run(self) -> None:
         while not self.stop.wait(CHUNK_S):
             self._read()
+
+    def _reset(self) -> int | None:
+        """Empties the slowlog; the id of its newest entry (None: it was empty)."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.slowlog_get(1)
+        pipe.slowlog_reset()
+        newest, _ = pipe.execute()
+        return int(newest[0]["id"]) if newest else None
 
     def _read(self) -> None:
         pipe = self.r.pipeline(transaction=True)
