@@ -152,13 +152,15 @@ def versions() -> dict[str, str]:
 # --- one call ---------------------------------------------------------------------
 
 
-def call(system: System, measure: Measure, url: str, n: int, log: Path) -> dict[str, Any]:
+def call(
+    system: System, measure: Measure, url: str, n: int, log: Path, **extra_env: str
+) -> dict[str, Any]:
     """Runs one adapter call in its own process group; kills the group afterwards."""
     argv = [python_of(system), "-m", f"bench.peers.{system.adapter}_adapter", measure.call,
             "--url", url, "--n", str(n), "--seconds", str(measure.seconds)]  # fmt: skip
     if system.variant:
         argv += ["--variant", system.variant]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "BENCH_LOG": str(log)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "BENCH_LOG": str(log), **extra_env}
     env.pop("REDIS_URL", None)
     with log.open("ab") as err:
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err,

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.peers import common
+from bench.peers import common, cost
 
 TASKS = "bench.peers.celery_tasks"
 BATCH = 1000
@@ -61,12 +61,9 @@ def _publish(app: Any, jobs: Iterable[tuple[Any, tuple[Any, ...]]]) -> None:
             task.apply_async(args, producer=producer)
 
 
-def enqueue_one(url: str, n: int) -> dict[str, float]:
+def enqueue_one(url: str, n: int) -> dict[str, Any]:
     noop = _tasks(url).noop
-    started = time.perf_counter()
-    for _ in range(n):
-        noop.delay(common.PAYLOAD)
-    return common.rate(n, started)
+    return cost.timed_puts(url, n, lambda: noop.delay(common.PAYLOAD))
 
 
 def enqueue_bulk(url: str, n: int) -> dict[str, float]:

@@ -12,10 +12,12 @@ and keyword arguments and returning a JSON-able dict; the harness runs
 and reads one JSON object from the last line of stdout. A measure an adapter
 does not define is reported as not supported.
 
-    enqueue_one(url, n)      {"rate": jobs/s}, n no-op jobs put one call each
+    enqueue_one(url, n)      {"rate": jobs/s}, n no-op jobs put one call each (with
+                             cost.timed_puts: and what a put costs in Redis)
     enqueue_bulk(url, n)     {"rate": jobs/s}, the system's batch API
     fill(url, n)             {}, n no-op jobs queued (the harness reads memory)
-    drain(url, n)            {"rate", "done", "seconds"}, n counting jobs, 2 workers
+    drain(url, n)            {"rate", "done", "seconds", and the costs per job of
+                             cost.Window}, n counting jobs, 2 workers
     latency(url, n)          put-to-start percentiles (ms) at ~50 jobs/s
     lateness(url, n)         start after due time percentiles (ms), due in 2 s
     ratelimit(url, seconds)  a 20/s limit on one key while another runs free
@@ -39,6 +41,8 @@ from typing import Any
 
 import redis
 
+from bench.peers import cost
+
 REPO = Path(__file__).resolve().parents[2]
 PAYLOAD = {"payload": "x" * 85}  # exactly 100 bytes of JSON
 URL_ENV = "BENCH_REDIS_URL"
@@ -46,6 +50,7 @@ QUEUE = "bench"
 COUNTER = "bench:counter"
 STAMPS = "bench:stamps"
 DRAIN_CAP_S = 60.0  # a drain slower than this is timed over what it did
+POLL_S = 0.01  # the drain's poll of the counter (a GET each, left out of the counts)
 LIMIT_RATE = 20  # jobs/s for the rate-limited key
 LIMIT_KEY, FREE_KEY = "limited.example", "free.example"
 
@@ -146,22 +151,26 @@ def lateness_of(url: str, n: int, put_at: Callable[[int, float], None],
             "missing": n - len(started)}  # fmt: skip
 
 
-def drained(url: str, n: int) -> dict[str, float]:
+def drained(url: str, n: int) -> dict[str, Any]:
     """Times the counter from its first increment to n (or DRAIN_CAP_S): worker
-    start-up is left out for every system alike."""
-    r = conn(url)
+    start-up is left out for every system alike. What the jobs of that window cost
+    is counted too (bench/peers/cost.py): Redis CPU and commands, script calls and
+    worker-tree CPU per job."""
+    r = cost.meter(url)
     deadline = time.monotonic() + DRAIN_CAP_S + 120
     while int(r.get(COUNTER) or 0) < 1:
         if time.monotonic() > deadline:
             raise RuntimeError("no job ran")
         time.sleep(0.002)
+    window = cost.Window(url)
     first, start = int(r.get(COUNTER) or 0), time.perf_counter()
-    done = first
+    done, polls = first, 0
     while done < n and time.perf_counter() - start < DRAIN_CAP_S:
-        time.sleep(0.005)
-        done = int(r.get(COUNTER) or 0)
+        time.sleep(POLL_S)
+        done, polls = int(r.get(COUNTER) or 0), polls + 1
     seconds = time.perf_counter() - start
-    return {"rate": (done - first) / seconds, "done": done, "seconds": seconds}
+    counted = window.close(done - first, polls)
+    return {"rate": (done - first) / seconds, "done": done, "seconds": seconds, **counted}
 
 
 FREE_PER_LIMITED = 20  # free-key jobs queued after each limited-key job

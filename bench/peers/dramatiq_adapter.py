@@ -10,7 +10,8 @@ else is Dramatiq's default: default middleware (Retries: 20 retries, backoff fro
 "prefetch" variant sets Dramatiq's documented `dramatiq_queue_prefetch` to 64: with
 one thread and a prefetch of 2 the consumer sleeps (backing off up to
 worker_timeout) whenever its two messages are unacked, which caps the default at a
-few hundred short jobs per second.
+few hundred short jobs per second. The "2x8" variant runs `--threads 8` (Dramatiq's
+default), so a prefetch of 16 per process: two processes of eight threads each.
 
 Measures:
 - enqueue_one: `noop.send(PAYLOAD)` per job (one Lua script call each).
@@ -39,7 +40,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.peers import common
+from bench.peers import common, cost
 
 TASKS = "bench.peers.dramatiq_tasks"
 
@@ -54,17 +55,15 @@ TUNED_PREFETCH = "64"  # the "prefetch" variant: dramatiq_queue_prefetch (defaul
 
 
 def _workers(url: str, variant: str) -> common.Workers:
-    argv = [common.bin_of("dramatiq"), TASKS, "--processes", "2", "--threads", "1"]
+    threads = "8" if variant == "2x8" else "1"
+    argv = [common.bin_of("dramatiq"), TASKS, "--processes", "2", "--threads", threads]
     env = {"dramatiq_queue_prefetch": TUNED_PREFETCH} if variant == "prefetch" else {}
     return common.Workers([argv], url, **env)
 
 
-def enqueue_one(url: str, n: int) -> dict[str, float]:
+def enqueue_one(url: str, n: int) -> dict[str, Any]:
     noop = _tasks(url).noop
-    started = time.perf_counter()
-    for _ in range(n):
-        noop.send(common.PAYLOAD)
-    return common.rate(n, started)
+    return cost.timed_puts(url, n, lambda: noop.send(common.PAYLOAD))
 
 
 def fill(url: str, n: int) -> dict[str, Any]:

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import importlib
 import sys
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
-from bench.peers import common
+from bench.peers import common, cost
 
 TASKS = "bench.peers.huey_tasks"
 
@@ -46,12 +45,9 @@ def _workers(url: str) -> common.Workers:
     return common.Workers([argv], url)
 
 
-def enqueue_one(url: str, n: int) -> dict[str, float]:
+def enqueue_one(url: str, n: int) -> dict[str, Any]:
     noop = _tasks().noop
-    started = time.perf_counter()
-    for _ in range(n):
-        noop(common.PAYLOAD)
-    return common.rate(n, started)
+    return cost.timed_puts(url, n, lambda: noop(common.PAYLOAD))
 
 
 def fill(url: str, n: int) -> dict[str, Any]:

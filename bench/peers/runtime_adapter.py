@@ -1,5 +1,9 @@
 """runtime: one master (`runtime worker`) with two forked children; acks after
-completion (a lease, renewed by the master, ended by `complete`)."""
+completion (a lease, renewed by the master, ended by `complete`).
+
+Variants of the drain: "p0", the same master with `--prefetch 0 --pipeline 0` (no
+job leased ahead of an idle child, none queued behind a running one); "4x1", four
+masters of `--concurrency 1` on the one Redis (four children in all)."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import time
 import uuid
 from typing import Any
 
-from bench.peers import common
+from bench.peers import common, cost
 from runtime import Client
 
 TASKS = "bench.peers.runtime_tasks"
@@ -20,19 +24,22 @@ def _client(url: str) -> Client:
     return Client.from_url(url)
 
 
-def _workers(url: str) -> common.Workers:
-    argv = [common.bin_of("runtime"), "worker", TASKS, "--queues", common.QUEUE,
-            "--concurrency", "2", *os.environ.get("BENCH_RUNTIME_ARGS", "").split()]  # fmt: skip
-    state = f"/tmp/rt-bench-{uuid.uuid4().hex[:8]}"
-    return common.Workers([argv], url, REDIS_URL=url, RUNTIME_STATE_DIR=state)
+VARIANTS = {"": (1, ["--concurrency", "2"]),
+            "p0": (1, ["--concurrency", "2", "--prefetch", "0", "--pipeline", "0"]),
+            "4x1": (4, ["--concurrency", "1"])}  # fmt: skip
 
 
-def enqueue_one(url: str, n: int) -> dict[str, float]:
+def _workers(url: str, variant: str = "") -> common.Workers:
+    masters, args = VARIANTS[variant]
+    argv = [common.bin_of("runtime"), "worker", TASKS, "--queues", common.QUEUE, *args,
+            *os.environ.get("BENCH_RUNTIME_ARGS", "").split()]  # fmt: skip
+    state = f"/tmp/rt-bench-{uuid.uuid4().hex[:8]}"  # shared: each master's id is host-pid
+    return common.Workers([argv] * masters, url, REDIS_URL=url, RUNTIME_STATE_DIR=state)
+
+
+def enqueue_one(url: str, n: int) -> dict[str, Any]:
     q = _client(url).queue(common.QUEUE)
-    started = time.perf_counter()
-    for _ in range(n):
-        q.put(f"{TASKS}:noop", common.PAYLOAD)
-    return common.rate(n, started)
+    return cost.timed_puts(url, n, lambda: q.put(f"{TASKS}:noop", common.PAYLOAD))
 
 
 def enqueue_bulk(url: str, n: int) -> dict[str, float]:
@@ -51,12 +58,12 @@ def fill(url: str, n: int) -> dict[str, Any]:
     return {}
 
 
-def drain(url: str, n: int) -> dict[str, float]:
+def drain(url: str, n: int, variant: str = "") -> dict[str, Any]:
     client = _client(url)
     q = client.queue(common.QUEUE)
     for offset in range(0, n, BATCH):
         client.put_many(q.spec(f"{TASKS}:count") for _ in range(min(BATCH, n - offset)))
-    with _workers(url):
+    with _workers(url, variant):
         return common.drained(url, n)
 
 
