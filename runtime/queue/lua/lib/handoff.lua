@@ -97,7 +97,7 @@ end
 local function offer(queue, now_us)
   local idle = K.idle(queue)
   local now_ms = Clock.ms(now_us)
-  local first_lease_s = math.min(LIMITS.handoff_lease_ms / 1000, Config.get('heartbeat', queue))
+  local first_lease_s -- read once a registration is found (a drain meets none)
   local handed, left = false, nil
   for _ = 1, LIMITS.handoff_max do
     if not ready(queue) then
@@ -111,6 +111,8 @@ local function offer(queue, now_us)
     end
     local worker, since = got[1], tonumber(got[2])
     if now_ms - since <= LIMITS.idle_fresh_ms then
+      first_lease_s = first_lease_s
+        or math.min(LIMITS.handoff_lease_ms / 1000, Config.get('heartbeat', queue))
       local reply
       local taken = Lanes.pop(queue, 1, now_us, function(jid, meta, data, start_us)
         reply = Lease.hand(jid, meta, data, worker, worker .. now_us, now_us, start_us,
