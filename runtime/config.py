@@ -390,9 +390,9 @@ LIMITS: dict[str, int] = {
     "history_max": 100,  # a job's history keeps its first event and the newest ones
     "pop_max": 1000,
     "ahead_max_us": 100_000,  # how far before its turn a pop may lease a job (it waits)
-    "handoff_lease_s": 5,  # first lease of a job handed to an idle master (renewed at once)
+    "handoff_lease_ms": 1000,  # first lease of a job handed to an idle master (renewed at once)
     "handoff_max": 16,  # jobs one call hands to idle masters, per queue
-    "idle_fresh_ms": 30_000,  # an idle master's registration is trusted this long
+    "idle_fresh_ms": 21_000,  # a registration is trusted this long (twice IDLE_WAIT_S, and 1 s)
     "pop_skips": 32,  # lanes over their limit one pop may set aside (then it asks again)
     "promote_batch": 1000,
     "reclaim_batch": 100,

@@ -380,7 +380,7 @@ class Book(Intake, JobFlow):
             held.lease_until = event.sent_at + held.leased.lease_s
             held.renewed = True
             if held.slot is not None:
-                deadline = plan.stop_before(held.lease_until, held.leased.lease_s)
+                deadline = plan.stop_before(held.lease_until, held.renew_length_s())
                 self.actions.append(events.Post(held.slot, protocol.Lease(jid, deadline)))
 
     def _lose(self, held: Held) -> None:
@@ -406,7 +406,7 @@ class Book(Intake, JobFlow):
         memory_limit = (self.worker.memory_limit_mib or 0) << 20
         for slot in self.slots.busy():
             held = self.held[slot.running or ""]
-            if now >= plan.kill_at(held.lease_until, held.leased.lease_s):
+            if now >= plan.kill_at(held.lease_until, held.renew_length_s()):
                 self._kill(slot, reasons.UNRENEWED)
             elif held.terminated_at is None and now - held.last_sign > held.leased.timeout_s:
                 why = f"timed out after {held.leased.timeout_s:g} s"

@@ -123,6 +123,7 @@ class WaitEnded:
     handed: Leased | None = None
     key: str | None = None
     own: bool = False  # the key is this master's own list
+    at_us: int | None = None  # a queue's token says: look then (Redis time), not now
 
 
 @dataclass

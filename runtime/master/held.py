@@ -15,6 +15,7 @@ FLUSH_BATCH = 32  # reports that go at once, however young
 AHEAD_S = 0.005  # pops also lease jobs whose turn comes within this: they start on time
 WITHDRAW_AFTER_S = 0.05  # a pipelined job waits about this long at most behind a long one
 HANDOFF_EARLY_S = 0.002  # a job leased before its turn goes to a child this long before it
+LOOK_LATE_S = 0.002  # a token's 'look then' is acted on this long after (a clock's rounding)
 TICK_S = 0.1  # how often running jobs are checked (timeouts, memory, leases)
 STOP_REPORT_WAIT_S = 10.0  # stopping with Redis out of reach: the longest wait to report
 
@@ -57,8 +58,9 @@ class Held:
         return self.leased.jid
 
     def renew_length_s(self) -> float:
-        """The length its next renewal is planned on: a job handed to an idle master
-        has a short first lease (handoff.lua)."""
+        """The length of the lease it holds now, which its renewal and the margins
+        before its end are planned on: a job handed to an idle master has a short
+        first lease (handoff.lua)."""
         if self.leased.handed and not self.renewed:
-            return min(self.leased.lease_s, config.LIMITS["handoff_lease_s"])
+            return min(self.leased.lease_s, config.LIMITS["handoff_lease_ms"] / 1000)
         return self.leased.lease_s

@@ -11,7 +11,7 @@ from typing import Any
 
 from runtime.errors import Error, LeaseLost, NoSuchJob
 from runtime.master import events
-from runtime.master.held import AHEAD_S, FLUSH_AFTER_S, FLUSH_BATCH, Held, Where
+from runtime.master.held import AHEAD_S, FLUSH_AFTER_S, FLUSH_BATCH, LOOK_LATE_S, Held, Where
 from runtime.master.state import BookState
 from runtime.queue.aio import Leased
 
@@ -144,6 +144,12 @@ class Intake(BookState):
             self._take_handed(event.handed)
         elif event.key is not None and not event.own and self.room() == 0:
             self.actions.append(events.GiveBack(event.key))  # leave it to other masters
+        elif event.at_us is not None and self.offset is not None:
+            # a job was handed to another master: pop when its first lease ends (if
+            # that master is dead, the pop reclaims the job); until then, wait on
+            at = event.at_us / 1e6 + self.offset + LOOK_LATE_S
+            self.wake_at = at if self.wake_at is None else min(self.wake_at, at)
+            return
         self.want_work = True
 
 

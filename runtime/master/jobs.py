@@ -56,7 +56,7 @@ class JobFlow(BookState):
         (its master was frozen or cut off) is never started: it is given back."""
         while self.buffer:
             held = self.held[self.buffer.popleft()]
-            if now < plan.stop_before(held.lease_until, held.leased.lease_s):
+            if now < plan.stop_before(held.lease_until, held.renew_length_s()):
                 return held
             log.warning("job leased ahead not started, its lease ran out jid=%s queue=%s "
                         "worker=%s", held.jid, held.leased.queue, self.worker_id)  # fmt: skip
@@ -72,7 +72,7 @@ class JobFlow(BookState):
         else:
             held.where = Where.PIPELINED
             slot.queued.append(held.jid)
-        deadline = plan.stop_before(held.lease_until, leased.lease_s)
+        deadline = plan.stop_before(held.lease_until, held.renew_length_s())
         self.actions.append(events.Post(slot.index, protocol.Run(
             jid=leased.jid, klass=leased.klass, queue=leased.queue, data=leased.data,
             attempt=leased.attempt, retries=leased.retries, remaining=leased.remaining,
@@ -201,7 +201,7 @@ class JobFlow(BookState):
         held.slot, held.withdrawing = None, False
         if held.lost:
             del self.held[held.jid]
-        elif self.accepting() and now < plan.stop_before(held.lease_until, held.leased.lease_s):
+        elif self.accepting() and now < plan.stop_before(held.lease_until, held.renew_length_s()):
             held.where = Where.BUFFERED
             self.buffer.appendleft(held.jid)
         else:

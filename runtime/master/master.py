@@ -253,7 +253,8 @@ class Master:
             except CorruptReply as err:
                 log.error("a job handed to this master does not decode, left to its lease: "
                           "%s worker=%s", err, self.worker_id)  # fmt: skip
-        self.events.append(events.WaitEnded(handed, key, own))
+        at_us = None if own else ops.wake_at_us(value)
+        self.events.append(events.WaitEnded(handed, key, own, at_us))
         if handed is not None and self.finished is not None:
             self._run_pass()  # a job for an idle child: it goes now, not a loop turn later
         else:

@@ -271,12 +271,14 @@ class AsyncClient:
 
     async def wait_for_work(self, queues: list[str], timeout_s: float) -> tuple[str, bytes] | None:
         """Blocks until something arrives for this master: a queue's wake-up token,
-        or on its own list a job handed to it (handoff.lua) or a token. Returns
-        (the key, the value), None on timeout. Decode a handed job with
-        `ops.handed`."""
+        or on its own list a job handed to it (handoff.lua) or a token. Its own list
+        comes first: a job handed to it is taken before a queue's token (which is
+        then left to the other waiting masters). Returns (the key, the value), None
+        on timeout. Decode a handed job with `ops.handed`, a token with
+        `ops.wake_at_us`."""
         if not timeout_s > 0:  # BLPOP 0 waits forever: never from a master
             raise BadArgument(f"timeout_s must be above 0, got {timeout_s!r}")
-        keys = [self.keys.wake(q) for q in queues] + [self.keys.worker_wake(self.worker)]
+        keys = [self.keys.worker_wake(self.worker)] + [self.keys.wake(q) for q in queues]
         call = ops.wait_for_work(keys, timeout_s)
         [got], _ = await self._drive(scripts.run(self.session, [call]), blocks_s=timeout_s)
         _raise_if_error(got)

@@ -435,6 +435,15 @@ def handed(value: bytes) -> Leased:
     return Leased.from_reply(reply)
 
 
+def wake_at_us(value: bytes) -> int | None:
+    """When a queue's wake-up token asks its master to look (Redis time, us): a
+    handed job's first lease ends then ('at:<us>', handoff.lua); None for a token
+    that says look now ('1', or anything else put there)."""
+    if value.startswith(b"at:") and value[3:].isdigit():
+        return int(value[3:])
+    return None
+
+
 def give_back(key: str) -> list[Call[None]]:
     """A wake-up token put back (at most one on the list)."""
     return [_cmd("RPUSH", key, "1", decode=_none), _cmd("LTRIM", key, 0, 0, decode=_none)]

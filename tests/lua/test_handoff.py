@@ -45,7 +45,7 @@ def test_a_master_that_came_back_short_gets_the_next_job_handed_to_it(client: Cl
     jid = client.queue("q").put("app.jobs:run", {"n": 1})
     [reply] = handed(client, "m1")
     assert (reply["jid"], reply["handed"], reply["meta"]["w"]) == (jid, True, "m1")
-    assert reply["expires_us"] == clock.now_us + 5 * S, "a short first lease"
+    assert reply["expires_us"] == clock.now_us + 1 * S, "a short first lease"
     assert reply["lease_ms"] == 60_000, "renewed at the queue's heartbeat"
     job = client.get_job(jid)
     assert job is not None and job.state == "running" and job.worker == "m1"
@@ -118,10 +118,51 @@ def test_a_dead_master_s_job_comes_back_when_its_first_lease_runs_out(client: Cl
     master_pop(client, "m1")
     jid = client.queue("q").put("app.jobs:run", {})
     assert client.queue("q").pop(1, worker="m2") == []
-    clock.advance(5.001)  # m1 never took it: its first lease runs out
+    clock.advance(1.001)  # m1 never took it: its first lease runs out
     [job] = client.queue("q").pop(1, worker="m2")
     assert job.jid == jid and job.remaining == job.retries - 1
     assert [e.event for e in job.history] == ["put", "popped", "lease-lost", "popped"]
+
+
+def wake_token(client: Client, queue: str = "q") -> str | None:
+    raw = client.redis.lindex(client.keys.key("wake", queue=queue), 0)
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def test_a_job_handed_while_another_master_waits_leaves_its_first_lease_s_end(
+    client: Client,
+) -> None:
+    clock = FrozenClock(client.redis, client.keys)
+    master_pop(client, "m1")
+    clock.advance(0.1)
+    master_pop(client, "m2")
+    jid = client.queue("q").put("app.jobs:run", {})
+    assert [r["jid"] for r in handed(client, "m1")] == [jid], "the longest waiting"
+    assert wake_token(client) == f"at:{clock.now_us + 1 * S}", "m2 looks when that lease ends"
+    assert registered(client) == ["m2"]
+    clock.advance(1.001)  # m1 died: it never renewed
+    [job] = client.queue("q").pop(1, worker="m2")
+    assert job.jid == jid and job.remaining == job.retries - 1
+    assert [e.event for e in job.history] == ["put", "popped", "lease-lost", "popped"]
+
+
+def test_a_job_handed_to_the_only_waiting_master_leaves_no_token(client: Client) -> None:
+    FrozenClock(client.redis, client.keys)
+    master_pop(client, "m1")
+    client.queue("q").put("app.jobs:run", {})
+    assert len(handed(client, "m1")) == 1 and wake_tokens(client) == 0
+
+
+def test_a_token_that_says_look_now_replaces_one_that_says_look_later(client: Client) -> None:
+    clock = FrozenClock(client.redis, client.keys)
+    master_pop(client, "m1")
+    master_pop(client, "m2")
+    q = client.queue("q")
+    q.put("app.jobs:run", {})
+    assert wake_token(client) == f"at:{clock.now_us + 1 * S}"
+    client.redis.zrem(client.keys.key("idle", queue="q"), "m2")  # m2 busy: nobody to hand to
+    q.put("app.jobs:run", {})
+    assert wake_token(client) == "1" and wake_tokens(client) == 1, "work is left: look now"
 
 
 def test_a_domain_over_its_limit_is_not_handed_and_the_master_stays_registered(

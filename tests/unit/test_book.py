@@ -367,6 +367,20 @@ def test_handoff_of_a_job_while_waiting_is_buffered_with_its_lease_on_redis_cloc
     assert rig.book.held["h"].lease_until == pytest.approx(popped_at + 5.0)
 
 
+def test_a_token_that_says_look_later_keeps_the_master_waiting_and_pops_then() -> None:
+    rig = Rig()
+    rig.start()
+    assert only(rig.lease(wake_in_s=None), events.Wait), "a short pop: now it waits"
+    rig.book.offset = rig.now - 500.0  # local monotonic - Redis seconds
+    # a job was handed to another master; its first lease ends at Redis's 501 s
+    rig.apply(events.WaitEnded(None, "wake:q", False, int(501 * 1e6)))
+    actions = rig.step()
+    assert of(actions, events.Exchange) == [] and only(actions, events.Wait), "waits on"
+    assert of(rig.later(0.99), events.Exchange) == []
+    exchange = only(rig.later(0.02), events.Exchange)
+    assert exchange.pop == 1, "pops when that lease ends: a dead master's job is reclaimed"
+
+
 def test_reasons_say_what_becomes_of_the_job() -> None:
     assert reasons.of_exit(86, None).fate is reasons.Fate.RELEASED
     assert reasons.of_exit(None, 9).fate is reasons.Fate.FAILED

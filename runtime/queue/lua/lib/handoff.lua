@@ -7,10 +7,23 @@
 -- registration and pushes it, as a pop would reply it, onto that master's
 -- list: the master's blocking wait returns the job itself, with no pop round
 -- trip. A registration takes one job; a master's next pop drops its
--- registrations and collects anything handed to it meanwhile. The first lease
--- of a handed job is short (handoff_lease_s; the master renews it at once), so
--- a master that died while registered delays at most one job per queue by that
--- much. Jobs left over leave the queue's wake-up token, as before.
+-- registrations and collects anything handed to it meanwhile. Jobs left over
+-- leave the queue's wake-up token, as before.
+--
+-- A master that died while registered (SIGKILL, a lost host) takes one job
+-- of each of its queues with it, so that job's first lease is short
+-- (handoff_lease_ms, 1 s; a live master renews it as soon as it has it), and
+-- the call that hands a job to one registration, when other masters still
+-- wait on the queue, leaves the queue's wake-up token saying when that lease
+-- runs out ('at:<us>', Redis time; Handoff.token). The list is BLPOPped only
+-- by masters that are alive and waiting: the one that gets the token pops at
+-- that time, which reclaims the job if it was not renewed and takes it. So a
+-- job handed to a dead master starts about 1 s late, once per queue per dead
+-- registration, and a registration is trusted only idle_fresh_ms (a waiting
+-- master renews it at least every IDLE_WAIT_S, master.py). A live master
+-- pays for this with one pop per handed job, and only while another master
+-- waits on the same queue (one that comes back short learns the lease's end
+-- from its own pop: wake_in_ms counts running leases).
 
 local Handoff = {}
 
@@ -57,6 +70,20 @@ function Handoff.collect(worker)
   return jobs
 end
 
+-- Leaves the queue's wake-up token (at most one on the list): '1', look now,
+-- or with at_us 'at:<at_us>', look then (a handed job's first lease ends).
+-- Looking now wins over looking later, and an earlier time over a later one
+-- (whoever looks learns the later times from its pop's wake_in_ms).
+function Handoff.token(queue, at_us)
+  local key = K.wake(queue)
+  local held = redis.call('LINDEX', key, 0)
+  if not held then
+    redis.call('RPUSH', key, at_us and ('at:' .. int(at_us)) or '1')
+  elseif not at_us and held ~= '1' then
+    redis.call('LSET', key, 0, '1')
+  end
+end
+
 -- Whether the queue has jobs ready to run (waiting, not throttled): its counters
 -- (the lanes index is cleaned lazily, by pops).
 local function ready(queue)
@@ -65,34 +92,48 @@ local function ready(queue)
 end
 
 -- Hands the queue's ready jobs to its idle masters, one each; true when ready
--- jobs are left over.
+-- jobs are left over. When other masters still wait on the queue, the first
+-- lease's end is left as the queue's wake-up token (see the top).
 local function offer(queue, now_us)
   local idle = K.idle(queue)
   local now_ms = Clock.ms(now_us)
+  local first_lease_s -- read once a registration is found (a drain meets none)
+  local handed, left = false, nil
   for _ = 1, LIMITS.handoff_max do
     if not ready(queue) then
-      return false
+      left = false
+      break
     end
     local got = redis.call('ZPOPMIN', idle)
     if #got == 0 then
-      return true
+      left = true
+      break
     end
     local worker, since = got[1], tonumber(got[2])
     if now_ms - since <= LIMITS.idle_fresh_ms then
+      first_lease_s = first_lease_s
+        or math.min(LIMITS.handoff_lease_ms / 1000, Config.get('heartbeat', queue))
       local reply
-      local first_lease_s = math.min(LIMITS.handoff_lease_s, Config.get('heartbeat', queue))
       local taken = Lanes.pop(queue, 1, now_us, function(jid, meta, data, start_us)
         reply = Lease.hand(jid, meta, data, worker, worker .. now_us, now_us, start_us,
           first_lease_s)
       end, 0)
       if taken == 0 then -- ready lanes over their domains' limits: nothing to give
         redis.call('ZADD', idle, since, worker)
-        return false
+        left = false
+        break
       end
       redis.call('RPUSH', K.worker_wake(worker), reply)
+      handed = true
     end
   end
-  return ready(queue)
+  if left == nil then
+    left = ready(queue)
+  end
+  if handed and redis.call('ZCARD', idle) > 0 then
+    Handoff.token(queue, now_us + first_lease_s * 1000000)
+  end
+  return left
 end
 
 -- At the end of every call: the queues Place.wake marked get their handoffs and,
@@ -110,8 +151,8 @@ at_end(function()
     if redis.call('HGET', K.queue(queue), 'paused') ~= '1' then
       left = offer(queue, now_us)
     end
-    if (left or why == 'always') and redis.call('LLEN', K.wake(queue)) == 0 then
-      redis.call('RPUSH', K.wake(queue), '1')
+    if left or why == 'always' then
+      Handoff.token(queue)
     end
   end
   Stats.flush()

@@ -1,0 +1,153 @@
+"""A randomized scheduling soak (`./dev slow`, issue 18): three masters on one
+TCP Redis serve four queues while queues are paused and resumed, a domain is
+rate-limited, a recurrence ticks, and masters are stopped (TERM), killed
+(SIGKILL) and restarted; jobs are put with a delay right after another job of
+the same queue completed. Every delayed job whose attempt no fault touched
+starts within 50 ms of its due time, and none before it.
+
+SCHEDULING_SOAK_S sets how long the faults go on (default 60 s; the issue's
+run is 120)."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime import Client
+from runtime.queue.embedded import ServerProcess, find_server_binary
+from tests.support.master import MasterProcess
+from tests.support.waiting import wait_for
+
+J = "tests.integration.jobs"
+QUEUES = ("a", "b", "c", "d")  # d is paused and resumed: its jobs are not timed
+TIMED = ("a", "b", "c")
+DELAY_S = 1.0
+ON_TIME_S = 0.05
+pytestmark = pytest.mark.slow
+
+
+class TcpServer(ServerProcess):
+    port = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+def tcp_server() -> Iterator[TcpServer]:
+    directory = Path(f"/tmp/rt-sched-{uuid.uuid4().hex[:8]}")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    server = TcpServer(find_server_binary(), directory, appendonly=True,
+                       extra=f"port {port}\nbind 127.0.0.1")  # fmt: skip
+    server.port = port
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _master(server: TcpServer, namespace: str, workdir: Path) -> MasterProcess:
+    return MasterProcess(server, namespace, workdir, ",".join(QUEUES), "-c", "2",
+                         url=server.url).start()  # fmt: skip
+
+
+def _faults(
+    server: TcpServer, client: Client, namespace: str, workdir: Path, masters: list[MasterProcess],
+    rng: random.Random, until: float, stopped: threading.Event,
+) -> None:  # fmt: skip
+    """One fault at a time, each followed by a restart: at least two masters serve."""
+    while time.monotonic() < until and not stopped.is_set():
+        time.sleep(rng.uniform(1.0, 3.0))
+        fault = rng.choice(["term", "kill", "pause", "limit"])
+        if fault in ("term", "kill"):
+            index = rng.randrange(len(masters))
+            victim = masters[index]
+            if fault == "term":
+                victim.send(signal.SIGTERM)
+                victim.wait()
+            else:
+                victim.kill()
+            masters[index] = _master(server, namespace, workdir)
+        elif fault == "pause":
+            d = client.queue("d")
+            d.pause()
+            d.put(f"{J}:noop", {}, delay=rng.uniform(0.1, 2.0))
+            time.sleep(rng.uniform(0.5, 2.0))
+            d.resume()
+        else:
+            client.set_domain_limit("slow.example", rate=rng.choice([2, 5, 20]), period=1.0)
+
+
+def test_delayed_jobs_start_on_time_through_pauses_limits_recurrences_and_master_faults(
+    tcp_server: TcpServer, workdir: Path
+) -> None:
+    soak_s = float(os.environ.get("SCHEDULING_SOAK_S", "60"))
+    namespace = f"sched-{uuid.uuid4().hex[:8]}"
+    client = Client.from_url(tcp_server.url, namespace=namespace)
+    for queue in QUEUES:
+        client.config_set(f"{queue}-heartbeat", 2)  # a killed master's leases come back soon
+    client.set_domain_limit("slow.example", rate=5, period=1.0)
+    client.recur("c", f"{J}:noop", {}, every=1.0)
+    masters = [_master(tcp_server, namespace, workdir) for _ in range(3)]
+    rng = random.Random(int(os.environ.get("SCHEDULING_SOAK_SEED", "0")) or None)
+    path = workdir / "runs"
+    stopped = threading.Event()
+    until = time.monotonic() + soak_s
+    chaos = threading.Thread(target=_faults, args=(tcp_server, client, namespace, workdir,
+                                                   masters, rng, until, stopped))  # fmt: skip
+    chaos.start()
+    delayed: list[str] = []
+    try:
+        while time.monotonic() < until:
+            queue = rng.choice(TIMED)
+            q = client.queue(queue)
+            if rng.random() < 0.3:
+                q.put(f"{J}:noop", {}, domain="slow.example")
+            first = q.put(f"{J}:record", {"path": str(path)})
+            client.wait(first, timeout=30)
+            delayed.append(q.put(f"{J}:record", {"path": str(path)}, delay=DELAY_S))
+            time.sleep(rng.uniform(0.0, 0.3))
+    finally:
+        stopped.set()
+        chaos.join()
+    wait_for(lambda: all(_state(client, jid) == "complete" for jid in delayed), 60,
+             what="every delayed job complete")  # fmt: skip
+    starts = {line.split()[0]: float(line.split()[2]) for line in path.read_text().splitlines()}
+    late, early, disturbed = [], [], 0
+    for jid in delayed:
+        job = client.get_job(jid)
+        assert job is not None
+        if any(e.event in ("lease-lost", "released") for e in job.history):
+            disturbed += 1  # its master was killed or stopped holding it
+            continue
+        due_s = job.history[0].at_ms / 1000 + DELAY_S
+        start_s = starts[jid]
+        if start_s < due_s - 0.001:  # due times are whole milliseconds
+            early.append((jid, round(start_s - due_s, 3)))
+        elif start_s > due_s + ON_TIME_S:
+            [popped] = [e for e in job.history if e.event == "popped"]
+            leased_s = (popped.starts_at_ms or popped.at_ms) / 1000 - due_s  # the pop's part
+            late.append((jid, round(start_s - due_s, 3), round(leased_s, 3), popped.handed))
+    assert early == [], "started before their due time"
+    assert late == [], (
+        f"late by more than {ON_TIME_S} s (of {len(delayed)}, {disturbed} disturbed): {late}"
+    )
+    assert disturbed < len(delayed) / 2
+
+
+def _state(client: Client, jid: str) -> str | None:
+    job = client.get_job(jid)
+    return None if job is None else job.state
