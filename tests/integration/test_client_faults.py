@@ -25,10 +25,11 @@ from runtime.errors import (
     RedisTransient,
     RedisUnavailable,
 )
-from runtime.queue.aio import AsyncClient, Outcomes
+from runtime.queue.aio import AsyncClient
 from runtime.queue.client import Client
 from runtime.queue.embedded import ServerProcess
 from runtime.queue.keys import Keys
+from runtime.queue.leases import Outcomes
 from tests.support import redis_faults
 from tests.support.proxy import Proxy
 

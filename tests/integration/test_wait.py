@@ -15,8 +15,9 @@ import pytest
 
 from runtime import Client, JobExists, NoSuchJob
 from runtime.errors import Error, JobFailed, WaitTimeout
-from runtime.queue.aio import AsyncClient, Exchanged, Outcomes
+from runtime.queue.aio import AsyncClient
 from runtime.queue.job import Job
+from runtime.queue.leases import Exchanged, Outcomes
 from tests.support.waiting import stays, wait_for
 
 W = "host-1"

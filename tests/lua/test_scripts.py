@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 import pytest
 
 from runtime.queue import scripts
-from runtime.queue.aio import AsyncClient, Outcomes
+from runtime.queue.aio import AsyncClient
 from runtime.queue.client import Client
+from runtime.queue.leases import Outcomes
 from tests.support.clock import FrozenClock
 from tests.support.redis_server import RedisServer
 
@@ -91,7 +92,7 @@ def test_a_master_s_pipeline_reloads_what_the_server_lost(redis_server: RedisSer
             if _major(client) >= 7:
                 await aio.redis.function_flush()
             await aio.redis.script_flush()
-            _, popped = await aio.exchange(Outcomes(), 1, ["lost"], "ordered")
+            popped = (await aio.exchange(Outcomes(), 1, ["lost"], "ordered")).popped
             assert popped is not None
             return [job.jid for job in popped.jobs]
         finally:
