@@ -74,37 +74,52 @@ def fill(client: Client, queues: int, jobs: int) -> float:
     return time.perf_counter() - started
 
 
-def exercise(client: Client, queues: int) -> None:
-    """A few outcomes per queue: complete, fail, retry; and a registered worker."""
-    client.register_worker("bench-1", host="bench", pid=1, queues=["q0"], concurrency=4)
+def exercise(client: Client, queues: int, workers: int = 1, groups: int = 1) -> None:
+    """A few outcomes per queue: complete, fail (in `groups` failure groups), retry;
+    `workers` registered masters, each left holding a job."""
+    names = [f"bench-{k + 1}" for k in range(workers)]
+    for k, name in enumerate(names):
+        client.leases.register_worker(name, host="bench", pid=k + 1, queues=["q0"], concurrency=4)
     for i in range(queues):
-        jobs = client.queue(f"q{i}").pop(4, worker="bench-1")
-        client.complete_many("bench-1", {j.jid: j.token or "" for j in jobs[:2]})
+        worker = names[i % workers]
+        jobs = client.queue(f"q{i}").pop(4, worker=worker)
+        client.leases.complete_many(worker, {j.jid: j.token for j in jobs[:2]})
         if len(jobs) > 2:
-            jobs[2].fail("bench.Error", "failed on purpose")
+            jobs[2].fail(f"bench.Error{i % groups}", "failed on purpose")
         if len(jobs) > 3:
             jobs[3].retry("bench.Error", "again", delay=0)
+    for k, name in enumerate(names):  # each master holds a job now
+        client.queue(f"q{k % queues}").pop(1, worker=name)
 
 
-def run(queues: int, jobs: int, repeat: int) -> dict[str, Any]:
+def _series(text: bytes) -> int:
+    """How many samples an exposition holds."""
+    return sum(1 for line in text.splitlines() if line and not line.startswith(b"#"))
+
+
+def run(queues: int, jobs: int, repeat: int, workers: int = 1, groups: int = 1) -> dict[str, Any]:
     with private_server(tcp=True) as server:
         client = Client.from_url(server.url, namespace="bench", socket_timeout=120)
         put_s = fill(client, queues, jobs)
-        exercise(client, queues)
+        exercise(client, queues, workers, groups)
         registry = make_registry(client)
         info: dict[str, Any] = client.redis.info("memory")
+        snapshot = client.admin.snapshot()
         return {
             "queues": queues,
             "jobs": jobs,
+            "workers_seen": len(snapshot["workers"]),
+            "failure_groups": len(snapshot["groups"]),
+            "series": _series(generate_latest(registry)),
             "put_s": round(put_s, 1),
             "used_memory_mb": round(int(info["used_memory"]) / 2**20),
             "status": measure(client, client.status, repeat),
-            "scrape": measure(client, lambda: render(client), repeat),
+            "scrape": measure(client, lambda: render(client.admin), repeat),
             "scrape_registry": measure(client, lambda: generate_latest(registry), repeat),
-            "snapshot": measure(client, client.snapshot, repeat),
-            "jobs_page": measure(client, lambda: client.jobs("q0", "waiting", 0, 25), repeat),
-            "workers": measure(client, client.workers, repeat),
-            "scrape_bytes": len(render(client)),
+            "snapshot": measure(client, client.admin.snapshot, repeat),
+            "jobs_page": measure(client, lambda: client.admin.jobs("q0", "waiting", 0, 25), repeat),
+            "workers": measure(client, client.admin.workers, repeat),
+            "scrape_bytes": len(render(client.admin)),
         }
 
 
@@ -112,9 +127,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queues", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--groups", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--deployment", action="store_true",
+                        help="200 queues, 50 workers, 30 failure groups, 200,000 jobs")  # fmt: skip
     args = parser.parse_args()
-    print(json.dumps(run(args.queues, args.jobs, args.repeat), indent=2))
+    if args.deployment:
+        args.queues, args.workers, args.groups, args.jobs = 200, 50, 30, 200_000
+    print(json.dumps(run(args.queues, args.jobs, args.repeat, args.workers, args.groups),
+                     indent=2))  # fmt: skip
 
 
 if __name__ == "__main__":

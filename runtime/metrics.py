@@ -37,7 +37,7 @@ import logging
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.core import (
@@ -185,11 +185,17 @@ def _metric(family: Family) -> Metric:
     return metric
 
 
-class RuntimeCollector(Collector):
-    """Reads one snapshot of the deployment per scrape (Client.snapshot)."""
+class Source(Protocol):
+    """Where a scrape reads its snapshot: a client's operating part (`client.admin`)."""
 
-    def __init__(self, client: Client, up_s: float = UP_S) -> None:
-        self.client = client
+    def snapshot(self, up_s: float) -> dict[str, Any]: ...
+
+
+class RuntimeCollector(Collector):
+    """Reads one snapshot of the deployment per scrape (`client.admin.snapshot`)."""
+
+    def __init__(self, source: Source, up_s: float = UP_S) -> None:
+        self.source = source
         self.up_s = up_s
 
     def describe(self) -> Iterator[Metric]:
@@ -197,15 +203,15 @@ class RuntimeCollector(Collector):
         yield from (_metric(f) for f in families(EMPTY, self.up_s))
 
     def collect(self) -> Iterator[Metric]:
-        found = read(self.client, self.up_s)
+        found = read(self.source, self.up_s)
         yield from (_metric(f) for f in found)
 
 
-def read(client: Client, up_s: float = UP_S) -> list[Family]:
+def read(source: Source, up_s: float = UP_S) -> list[Family]:
     """The families of one scrape; runtime_redis_up 0 alone when Redis did not answer."""
     up = Family("runtime_redis_up", "gauge", "1 if Redis answered the scrape", ())
     try:
-        snapshot = client.snapshot(up_s)
+        snapshot = source.snapshot(up_s)
     except Error as err:
         log.warning("metrics: Redis did not answer the scrape: %s", err)
         up.series = [((), 0)]
@@ -217,7 +223,7 @@ def read(client: Client, up_s: float = UP_S) -> list[Family]:
 def make_registry(client: Client, up_s: float = UP_S) -> CollectorRegistry:
     """A registry with runtime's collector alone (mount it with your own collectors)."""
     registry = CollectorRegistry()
-    registry.register(RuntimeCollector(client, up_s))
+    registry.register(RuntimeCollector(client.admin, up_s))
     return registry
 
 
@@ -262,13 +268,13 @@ def _text(family: Family) -> str:
     return "".join(lines)
 
 
-def render(client: Client, up_s: float = UP_S) -> bytes:
+def render(source: Source, up_s: float = UP_S) -> bytes:
     """The exposition text of one scrape (what `server` answers). The collector is
     paused meanwhile: a scrape of 1,000 queues makes ~50,000 short-lived objects."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return "".join(_text(f) for f in read(client, up_s)).encode()
+        return "".join(_text(f) for f in read(source, up_s)).encode()
     finally:
         if collecting:
             gc.enable()
@@ -286,7 +292,7 @@ def server(client: Client, host: str, port: int, up_s: float = UP_S) -> WSGIServ
         if environ.get("PATH_INFO") != "/metrics":
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: metrics are at /metrics\n"]
-        body = render(client, up_s)
+        body = render(client.admin, up_s)
         start_response("200 OK", [("Content-Type", CONTENT_TYPE),
                                   ("Content-Length", str(len(body)))])  # fmt: skip
         return [body]

@@ -110,7 +110,7 @@ def create_app(client: Client, options: Options | None = None, registry: Any = .
     # the default is the direct path (runtime.metrics.render: a third of the time
     # of a registry's generate_latest at 1,000 queues); a given registry is served as is
     if registry is ...:
-        app.state.metrics = (functools.partial(render_metrics, client), METRICS_TYPE)
+        app.state.metrics = (functools.partial(render_metrics, client.admin), METRICS_TYPE)
     elif registry is None:
         app.state.metrics = None
     else:

@@ -52,7 +52,9 @@ def test_a_scrape_after_a_known_workload(plain_client: Client) -> None:
     popped[1].complete()
     popped[2].fail("boom.Error", "it broke")
     popped[3].retry("boom.Error", "again", delay=0)
-    plain_client.register_worker("box-1", host="box", pid=1, queues=["emails"], concurrency=2)
+    plain_client.leases.register_worker(
+        "box-1", host="box", pid=1, queues=["emails"], concurrency=2
+    )
     samples = scrape(plain_client)
     jobs = {state: samples[("runtime_jobs", q("emails", state=state))]
             for state in ("waiting", "scheduled", "running", "complete", "failed")}  # fmt: skip

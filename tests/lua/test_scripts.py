@@ -53,20 +53,20 @@ def test_state_kept_for_one_call_does_not_leak_into_the_next(client: Client) -> 
     for i in range(4):
         q.put("app.jobs:run", {"n": i}, domain="limited.example" if i >= 2 else None)
 
-    client.config_set("leaks-heartbeat", 10)  # read by Config.get, memoized per call
+    client.admin.config_set("leaks-heartbeat", 10)  # read by Config.get, memoized per call
     [first] = q.pop(1)
-    client.config_set("leaks-heartbeat", 20)
+    client.admin.config_set("leaks-heartbeat", 20)
     [second] = q.pop(1)
     leases = [client.get_job(j.jid).lease_expires_ms for j in (first, second)]  # type: ignore[union-attr]
     assert leases == [clock.now_ms + 10_000, clock.now_ms + 20_000]
 
     client.set_domain_limit("limited.example", rate=1, period=3600)  # memoized per call
-    assert [j.data["n"] for j in q.pop(2)] == [2]
-    client.clear_domain_limit("limited.example")
-    assert [j.data["n"] for j in q.pop(2)] == [3]
+    assert [j.job.data["n"] for j in q.pop(2)] == [2]
+    client.scheduling.clear_domain_limit("limited.example")
+    assert [j.job.data["n"] for j in q.pop(2)] == [3]
 
     day = datetime.fromtimestamp(clock.now_ms / 1000, UTC).date()
-    waits = client.stats("leaks", day).wait  # Stats collects per call, flushes at its end
+    waits = client.admin.stats("leaks", day).wait  # Stats collects per call, flushes at its end
     assert waits.count == 4
 
 
@@ -77,7 +77,7 @@ def test_a_server_that_lost_the_library_and_scripts_gets_them_again(client: Clie
         client.redis.function_flush()
     client.redis.script_flush()
     q.put("app.jobs:run", {"n": 2})
-    assert [j.data["n"] for j in q.pop(2)] == [1, 2]
+    assert [j.job.data["n"] for j in q.pop(2)] == [1, 2]
 
 
 def test_a_master_s_pipeline_reloads_what_the_server_lost(redis_server: RedisServer) -> None:

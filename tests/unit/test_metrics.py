@@ -48,9 +48,9 @@ def samples_of(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float
 def scrape(snapshot: dict[str, Any] | None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """The samples of one scrape through the registry; checks the direct path gives the same."""
     registry = CollectorRegistry()
-    registry.register(RuntimeCollector(Snapshots(snapshot)))  # type: ignore[arg-type]
+    registry.register(RuntimeCollector(Snapshots(snapshot)))
     through_registry = samples_of(generate_latest(registry).decode())
-    direct = samples_of(render(Snapshots(snapshot)).decode())  # type: ignore[arg-type]
+    direct = samples_of(render(Snapshots(snapshot)).decode())
     assert direct == through_registry
     return direct
 
@@ -96,6 +96,6 @@ def test_redis_out_of_reach_is_a_scrape_that_says_so() -> None:
 
 
 def test_describe_names_every_family_without_reading() -> None:
-    names = {m.name for m in RuntimeCollector(Snapshots(None)).describe()}  # type: ignore[arg-type]
+    names = {m.name for m in RuntimeCollector(Snapshots(None)).describe()}
     assert {"runtime_jobs", "runtime_jobs_completed", "runtime_job_run_seconds",
             "runtime_worker_running_jobs"} <= names  # fmt: skip
