@@ -74,6 +74,26 @@ def test_a_reset_connection_stops_no_master_and_runs_no_job_twice(
     _checks(run, fault_end, must_notice=False, once=run.jids)
 
 
+def test_resets_of_idle_and_busy_connections_are_a_connection_condition_never_a_traceback(
+    run: FaultRun, proxy: Proxy
+) -> None:
+    """A reset of connections idle in a master's pool, then of connections carrying
+    a stream of short jobs: each master logs at most a line per state change, names
+    the outage `connection`, and never reuses a connection the reset closed."""
+    run.start_masters(children=2, url=proxy.url)
+    run.assert_resumes(time.time())  # each has leased: its pools hold connections
+    proxy.reset()  # idle: the pools' connections and the blocking reads
+    run.assert_resumes(run.hold(0.2, "the idle reset"))
+    run.put("q", 0.005, 300)
+    wait_for(lambda: len(run.ledger.runs()) >= 30, 15, what="the short jobs to flow")
+    proxy.reset()  # busy: calls in flight and connections between them
+    run.hold(0.3, "the first busy reset")
+    proxy.reset()
+    fault_end = run.hold(0.3, "the second busy reset")
+    _checks(run, fault_end, must_notice=False, once=run.jids)
+    run.assert_no_tracebacks(conditions=("connection",))
+
+
 @pytest.mark.slow
 def test_a_flapping_link_fails_no_job(run: FaultRun, proxy: Proxy) -> None:
     run.start_masters(url=proxy.url)

@@ -207,6 +207,22 @@ class FaultRun:
         if must_notice:
             assert noticed, f"no master logged {DOWN!r} then {UP!r}"
 
+    def assert_no_tracebacks(self, conditions: tuple[str, ...] | None = None) -> None:
+        """No master logged a traceback or a task that ended unexpectedly (a fault is
+        one line, never a stack); with `conditions`, every DOWN line names one of
+        them ("connection": every way a connection dies)."""
+        for master in self.masters:
+            log = master.log()
+            for sign in ("Traceback", "ended unexpectedly"):
+                at = log.find(sign)
+                assert at < 0, (
+                    f"master {master.pid} logged {sign!r}:\n{log[max(0, at - 300) :][:3000]}"
+                )
+            if conditions is not None:
+                downs = [ln for ln in log.splitlines() if DOWN in ln]
+                odd = [ln for ln in downs if not any(f"{DOWN}{c})" in ln for c in conditions)]
+                assert not odd, f"DOWN lines naming none of {conditions}: {odd}"
+
     def settle(self, timeout_s: float = 60.0) -> dict[str, str]:
         """Waits until every job put is complete or failed; returns their states."""
 
