@@ -388,6 +388,8 @@ LIMITS: dict[str, int] = {
     "delay_max_ms": 10 * 365 * 86400 * 1000,
     "message_max_bytes": 64 * 1024,  # failure messages and tracebacks keep their tail
     "history_max": 100,  # a job's history keeps its first event and the newest ones
+    "recent_records_bytes": 4 * 1024 * 1024,  # records a server's scripts remember (x2)
+    "recent_record_max_bytes": 16 * 1024,  # larger records are not remembered
     "pop_max": 1000,
     "ahead_max_us": 100_000,  # how far before its turn a pop may lease a job (it waits)
     "handoff_lease_ms": 1000,  # first lease of a job handed to an idle master (renewed at once)

@@ -8,6 +8,7 @@ import enum
 from dataclasses import dataclass, field
 
 from runtime import config
+from runtime.master import plan
 from runtime.queue.leases import Leased
 
 FLUSH_AFTER_S = 0.002  # how long a finished job's report may wait for company
@@ -56,6 +57,10 @@ class Held:
     @property
     def jid(self) -> str:
         return self.leased.jid
+
+    def start_before(self) -> float:
+        """The latest time it may start (plan.start_before)."""
+        return plan.start_before(self.lease_until, self.renew_length_s())
 
     def renew_length_s(self) -> float:
         """The length of the lease it holds now, which its renewal and the margins

@@ -52,14 +52,21 @@ class JobFlow(BookState):
         self.buffer.extendleft(reversed(due))
 
     def _next_pending(self, now: float) -> Held | None:
-        """The next job leased ahead whose lease still holds. One whose lease ran out
-        (its master was frozen or cut off) is never started: it is given back."""
+        """The next job leased ahead with enough of its lease left to run. One whose
+        lease ran out (its master was frozen or cut off), or holds too little to be
+        worth starting (plan.start_before), is never started: it is given back."""
         while self.buffer:
             held = self.held[self.buffer.popleft()]
-            if now < plan.stop_before(held.lease_until, held.renew_length_s()):
+            if now < held.start_before():
                 return held
-            log.warning("job leased ahead not started, its lease ran out jid=%s queue=%s "
-                        "worker=%s", held.jid, held.leased.queue, self.worker_id)  # fmt: skip
+            stop_at = plan.stop_before(held.lease_until, held.renew_length_s())
+            if now >= stop_at:
+                log.warning("job leased ahead not started, its lease ran out jid=%s queue=%s "
+                            "worker=%s", held.jid, held.leased.queue, self.worker_id)  # fmt: skip
+            else:
+                log.info("job leased ahead given back unstarted, %.2f s of its lease left "
+                         "jid=%s queue=%s worker=%s", stop_at - now,
+                         held.jid, held.leased.queue, self.worker_id)  # fmt: skip
             self._release(held)
         return None
 
@@ -201,7 +208,7 @@ class JobFlow(BookState):
         held.slot, held.withdrawing = None, False
         if held.lost:
             del self.held[held.jid]
-        elif self.accepting() and now < plan.stop_before(held.lease_until, held.renew_length_s()):
+        elif self.accepting() and now < held.start_before():
             held.where = Where.BUFFERED
             self.buffer.appendleft(held.jid)
         else:

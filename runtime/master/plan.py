@@ -1,6 +1,7 @@
 """The master's arithmetic, as pure functions of plain values: how far ahead to
-lease, how deep a child's pipeline may be, when a lease is renewed, when a job
-must stop because its lease could not be renewed, and how long to back off.
+lease, how deep a child's pipeline may be, when a lease is renewed, until when a
+job leased ahead may still start, when a job must stop because its lease could
+not be renewed, and how long to back off.
 
 Nothing here reads a clock or touches a process: the book (book.py) passes the
 numbers in, and the unit tests do the same.
@@ -17,6 +18,7 @@ PREFETCH_MAX = 64  # the most jobs leased ahead by default
 PIPELINE_MAX_JOB_S = 0.005  # queue a job behind a running one only below this average
 DEEP_PIPELINE_JOB_S = 0.001  # ... two of them below this
 RENEW_AFTER = 0.15  # renew a lease once this share of it has passed
+START_SHARE = 0.1  # a job leased ahead starts only with this share of its lease left to run
 BACKOFF_FIRST_S = 0.05  # the first wait after Redis failed us
 BACKOFF_CAP_S = 2.0  # the longest wait between two tries
 BACKOFF_LEASE_SHARE = 0.1  # while holding leases, never wait longer than this share of one
@@ -30,6 +32,16 @@ def safety_margin(lease_s: float) -> float:
 def stop_before(lease_until: float, lease_s: float) -> float:
     """The deadline a child gets for a job: it stops itself then, unless renewed."""
     return lease_until - safety_margin(lease_s)
+
+
+def start_before(lease_until: float, length_s: float) -> float:
+    """The latest time a job leased ahead may start: a tenth (START_SHARE) of the
+    lease it holds (`length_s`: shorter than the queue's for a job handed to an idle
+    master, until renewed) before its stop deadline. Leases are renewed long before
+    that, so only a job whose lease could not be renewed (Redis out of reach) comes
+    so close: started, it would stop itself at once and spend a retry for nothing;
+    given back unstarted, it spends none."""
+    return stop_before(lease_until, length_s) - length_s * START_SHARE
 
 
 def kill_at(lease_until: float, lease_s: float) -> float:

@@ -33,7 +33,7 @@ from redis.backoff import NoBackoff
 from runtime import config
 from runtime.errors import BadArgument, Error, RedisTransient
 from runtime.queue import ops, recur, routing, scripts, urls
-from runtime.queue.faults import classify
+from runtime.queue.faults import classify, closed_transport, from_redis
 from runtime.queue.keys import Keys
 from runtime.queue.leases import Exchanged, Outcomes, Popped, Renewed
 from runtime.queue.ops import Call, text
@@ -98,7 +98,7 @@ class AsyncClient:
     def _lost(self, err: BaseException) -> None:
         """A cluster node out of reach: the next call starts from the next seed."""
         link = redis.ConnectionError | redis.TimeoutError | OSError
-        if isinstance(err, link) and self.route.lost():
+        if (isinstance(err, link) or closed_transport(err)) and self.route.lost():
             self._reroute()
 
     # --- running calls ----------------------------------------------------------
@@ -111,10 +111,12 @@ class AsyncClient:
         await self._close_retired()
         pool = (self.blocking if blocks_s > 0 else self.redis).connection_pool
         try:
-            conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # connected here
-        except (redis.RedisError, OSError) as err:
-            self._lost(err)
-            raise classify(err, self.url) from err
+            conn = await _take(pool)
+        except Exception as err:
+            if from_redis(err):
+                self._lost(err)
+                raise classify(err, self.url) from err
+            raise
         sent_at = time.monotonic()
         try:
             request = next(plan)
@@ -134,7 +136,7 @@ class AsyncClient:
         except BaseException as err:
             if conn is not None and not isinstance(err, Error):  # replies may be unread
                 await conn.disconnect(nowait=True)
-            if isinstance(err, redis.RedisError | OSError):
+            if from_redis(err):
                 self._lost(err)
                 raise classify(err, self.url) from err
             raise
@@ -151,7 +153,7 @@ class AsyncClient:
         MAX_REDIRECTS leaves its MOVED replies (RedisTransient moved)."""
         self._reroute()
         pool = (self.blocking if blocks_s > 0 else self.redis).connection_pool
-        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        conn = await _take(pool)
         redo = routing.redirected(replies)
         again = await self._round_trip(conn, [request[i] for i in redo], blocks_s)
         for i, reply in zip(redo, again, strict=True):
@@ -296,10 +298,12 @@ class AsyncClient:
             await pubsub.subscribe(self.keys.cancels(self.worker))
             async for jid in _published(pubsub, self.command_timeout_s):
                 yield jid
-        except (redis.RedisError, OSError) as err:
-            raise classify(err, self.url) from err
+        except Exception as err:
+            if from_redis(err):
+                raise classify(err, self.url) from err
+            raise
         finally:
-            with contextlib.suppress(redis.RedisError, OSError):
+            with contextlib.suppress(redis.RedisError, OSError, RuntimeError):
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
                 await listener.aclose()
 
@@ -319,6 +323,32 @@ class AsyncClient:
         _raise_if_error(gone)
         _raise_if_error(held)
         return int(held)
+
+
+async def _take(pool: redis.asyncio.ConnectionPool) -> Any:
+    """A connection from `pool`, connected, never one the peer closed while it idled.
+    The pool hands out a connection with unread bytes or at EOF only after
+    reconnecting it, but not one whose peer reset it (RST): its reader holds the
+    error and its transport is closed, so its next write would fail on a healthy
+    link. Such a one is connected afresh here (no round trip: local state only)."""
+    conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # connected here
+    try:
+        if _closed_by_peer(conn):
+            await conn.disconnect(nowait=True)
+            await conn.connect()
+    except BaseException:
+        await pool.release(conn)
+        raise
+    return conn
+
+
+def _closed_by_peer(conn: Any) -> bool:
+    """Whether a connected connection was reset or closed by the peer (redis-py
+    keeps its asyncio streams in `_reader` and `_writer`, None when not connected)."""
+    reader, writer = getattr(conn, "_reader", None), getattr(conn, "_writer", None)
+    if reader is None or writer is None:
+        return False  # not connected: the first write connects it
+    return bool(writer.is_closing() or reader.exception() is not None or reader.at_eof())
 
 
 def _connect(url: str, command_timeout_s: float) -> redis.asyncio.Redis:

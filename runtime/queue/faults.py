@@ -4,7 +4,9 @@
 runtime.errors, so nothing outside runtime/queue/ sees a redis-py exception:
 
 * `RedisTransient` (a `RedisUnavailable`) with its `condition`: the connection
-  was refused, reset or timed out, or the server says BUSY, LOADING, READONLY,
+  was refused, reset, closed or timed out (however the event loop says it:
+  uvloop refuses a write on a connection the peer closed with a RuntimeError,
+  see `closed_transport`), or the server says BUSY, LOADING, READONLY,
   MASTERDOWN, TRYAGAIN, ASK, MOVED, CLUSTERDOWN, NOREPLICAS or OOM. It passes:
   back off and resume.
 * `RedisUnavailable`: credentials refused, a right missing (ACL), a server that
@@ -59,6 +61,9 @@ _DENIED_IN_SCRIPTS = ("can't run this command", "no permissions to")
 # replica: READONLY) fails with the command's error inside its own; it wrote
 # nothing (Redis lets a script that has written go on): as that reply
 _REFUSED_IN_SCRIPTS = re.compile(r"@user_script: ?\d+: -(OOM|READONLY)\b")
+# uvloop's words for a write on a transport already closed (the peer reset it):
+# "unable to perform operation on <TCPTransport closed=True ...>; the handler is closed"
+_CLOSED_HANDLER = "the handler is closed"
 
 # --- passwords out of every text ------------------------------------------------------
 
@@ -132,6 +137,18 @@ def scrub(text: str, url: str) -> str:
 # --- classification --------------------------------------------------------------------
 
 
+def closed_transport(err: BaseException) -> bool:
+    """A write refused because the connection is already gone: uvloop raises
+    RuntimeError where asyncio's own loop raises OSError (redis-py turns only the
+    latter into its ConnectionError)."""
+    return isinstance(err, RuntimeError) and _CLOSED_HANDLER in str(err)
+
+
+def from_redis(err: BaseException) -> bool:
+    """Whether `err` came from talking to Redis (`classify` it), not from a bug."""
+    return isinstance(err, redis.RedisError | OSError) or closed_transport(err)
+
+
 def classify(err: BaseException, url: str, operation: str | None = None) -> Error:
     """The runtime error for what a call to Redis at `url` raised or returned."""
     if isinstance(err, Error):
@@ -160,7 +177,7 @@ def _link(err: BaseException, where: str, detail: str) -> RedisTransient | None:
         return RedisTransient(
             RedisCondition.TIMEOUT, f"Redis at {where} did not answer in time: {detail}"
         )
-    elif isinstance(err, OSError):
+    elif isinstance(err, OSError) or closed_transport(err):
         condition = RedisCondition.CONNECTION
     else:
         return None

@@ -248,12 +248,14 @@ def grow_and_record(job: Any) -> None:
 def ledger(job: Any) -> None:
     """One attempt in the ledger data["path"] (tests/support/fault_run.py reads it):
     'jid attempt pid start|alive|end time' lines, alive every 20 ms for
-    data["seconds"], never calling job.heartbeat(): a killed attempt's last line
-    says when it last ran, and overlapping attempts show."""
+    data["seconds"] (or until the file data["until"] exists), never calling
+    job.heartbeat(): a killed attempt's last line says when it last ran, and
+    overlapping attempts show."""
     path, pid = job.data["path"], os.getpid()
     _append(path, f"{job.jid} {job.attempt} {pid} start {time.time()}")
     end = time.monotonic() + job.data.get("seconds", 0)
-    while time.monotonic() < end:
+    until = job.data.get("until")
+    while time.monotonic() < end or (until is not None and not os.path.exists(until)):
         time.sleep(max(0.0, min(0.02, end - time.monotonic())))
         _append(path, f"{job.jid} {job.attempt} {pid} alive {time.time()}")
     _append(path, f"{job.jid} {job.attempt} {pid} end {time.time()}")

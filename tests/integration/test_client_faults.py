@@ -16,6 +16,8 @@ from contextlib import AbstractContextManager as ContextManager
 from typing import Any, TypeVar
 
 import pytest
+import redis
+import uvloop
 
 from runtime.errors import (
     ConfigError,
@@ -28,6 +30,7 @@ from runtime.errors import (
 from runtime.queue.aio import AsyncClient
 from runtime.queue.client import Client
 from runtime.queue.embedded import ServerProcess
+from runtime.queue.faults import classify, from_redis
 from runtime.queue.keys import Keys
 from runtime.queue.leases import Outcomes
 from tests.support import redis_faults
@@ -46,6 +49,28 @@ def run(awaitable: Awaitable[T], deadline_s: float = 30.0) -> T:
         return await asyncio.wait_for(awaitable, deadline_s)
 
     return asyncio.run(bounded())
+
+
+def run_on_uvloop(awaitable: Awaitable[T], deadline_s: float = 30.0) -> T:
+    """As `run`, on the event loop a master runs (uvloop fails differently)."""
+
+    async def bounded() -> T:
+        return await asyncio.wait_for(awaitable, deadline_s)
+
+    return uvloop.run(bounded())
+
+
+async def seen_closed(pool: Any, deadline_s: float = 5.0) -> None:
+    """Until every connection idle in `pool` has seen its peer go (its transport is
+    closed): the reset reached the client."""
+    end = time.monotonic() + deadline_s
+
+    def closed(conn: Any) -> bool:
+        return conn._writer is None or conn._writer.is_closing()
+
+    while not all(closed(c) for c in pool._available_connections):
+        assert time.monotonic() < end, "the client never saw the reset"
+        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -274,6 +299,67 @@ def test_a_reset_during_a_call_is_a_connection_condition_and_the_next_call_recon
     first, second = run(reset())
     assert transient(first, RedisCondition.CONNECTION), first
     assert second.lost == {"j"}
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_a_connection_reset_while_idle_is_never_handed_out_again(
+    proxy: Proxy, plain_client: Client, loop: str
+) -> None:
+    """A reset, then quiet: the link is healthy, so the next calls succeed (each on a
+    fresh connection), however long the reset connections idled in the pool."""
+
+    async def reset_then_quiet() -> tuple[list[Any], int]:
+        aio = AsyncClient(proxy.url, plain_client.keys, "host-1")
+        try:
+            await aio.connect()
+            await aio.wait_for_work(["q"], 0.05)  # the blocking connection made too
+            proxy.reset()
+            await seen_closed(aio.redis.connection_pool)
+            await seen_closed(aio.blocking.connection_pool)
+            accepted = proxy.stats.accepted
+            found: list[Any] = []
+            for call in (aio.heartbeat({"j": "t"}), aio.wait_for_work(["q"], 0.05),
+                         aio.exchange(Outcomes(), 1, ["q"], "ordered")):  # fmt: skip
+                try:
+                    found.append(await call)
+                except Error as err:
+                    found.append(err)
+            return found, proxy.stats.accepted - accepted
+        finally:
+            await aio.close()
+
+    found, connected = (run_on_uvloop if loop == "uvloop" else run)(reset_then_quiet())
+    assert not [f for f in found if isinstance(f, Error)], found
+    assert connected == 2  # one fresh connection per pool
+
+
+def test_a_write_on_a_connection_reset_under_uvloop_is_a_connection_condition(
+    proxy: Proxy,
+) -> None:
+    """uvloop refuses the write with RuntimeError ("the handler is closed"), not the
+    OSError of asyncio's loop: it is the same lost connection, classified so."""
+
+    async def write_after_reset() -> BaseException:
+        client = redis.asyncio.Redis.from_url(proxy.url)
+        pool = client.connection_pool
+        try:
+            conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+            await pool.release(conn)
+            proxy.reset()
+            await seen_closed(pool)
+            try:
+                await conn.send_packed_command([b"*1\r\n$4\r\nPING\r\n"], check_health=False)
+            except Exception as err:  # noqa: BLE001 - what the loop raised is the subject
+                return err
+            raise AssertionError("a write on a reset connection went through")
+        finally:
+            await client.aclose()
+
+    err = run_on_uvloop(write_after_reset())
+    assert isinstance(err, RuntimeError) and "handler is closed" in str(err), repr(err)
+    assert from_redis(err)
+    assert transient(classify(err, proxy.url), RedisCondition.CONNECTION)
+    assert not from_redis(RuntimeError("a bug"))
 
 
 def test_sent_at_is_taken_after_the_connection_is_up(proxy: Proxy, plain_client: Client) -> None:

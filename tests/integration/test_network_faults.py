@@ -74,6 +74,67 @@ def test_a_reset_connection_stops_no_master_and_runs_no_job_twice(
     _checks(run, fault_end, must_notice=False, once=run.jids)
 
 
+def test_resets_of_idle_and_busy_connections_are_a_connection_condition_never_a_traceback(
+    run: FaultRun, proxy: Proxy
+) -> None:
+    """A reset of connections idle in a master's pool, then of connections carrying
+    a stream of short jobs: each master logs at most a line per state change, names
+    the outage `connection`, and never reuses a connection the reset closed."""
+    run.start_masters(children=2, url=proxy.url)
+    run.assert_resumes(time.time())  # each has leased: its pools hold connections
+    proxy.reset()  # idle: the pools' connections and the blocking reads
+    run.assert_resumes(run.hold(0.2, "the idle reset"))
+    run.put("q", 0.005, 300)
+    wait_for(lambda: len(run.ledger.runs()) >= 30, 15, what="the short jobs to flow")
+    proxy.reset()  # busy: calls in flight and connections between them
+    run.hold(0.3, "the first busy reset")
+    proxy.reset()
+    fault_end = run.hold(0.3, "the second busy reset")
+    _checks(run, fault_end, must_notice=False, once=run.jids)
+    run.assert_no_tracebacks(conditions=("connection",))
+
+
+def test_jobs_leased_ahead_are_given_back_unstarted_when_too_little_of_their_lease_is_left(
+    run: FaultRun, proxy: Proxy
+) -> None:
+    """One child runs a long job L; short jobs leased with it wait in the buffer. The
+    link goes half-open just after a renewal, so no lease is renewed again; L ends
+    between the buffered jobs' latest start (a tenth of the lease before their stop
+    deadline) and that deadline. They are given back unstarted, not started to stop
+    themselves at once: each runs once, after the link heals, with no retry spent."""
+    run.start_masters(1, 1, proxy.url, "--prefetch", "4")
+    run.put("q", 0.001, 12)  # short jobs: the master leases ahead from now
+    run.settle(15)
+    stop = run.workdir / "stop-long"
+    [long] = run.put("q", 0.0, priority=-1, until=stop)
+    ahead = run.put("q", 0.5, 4)
+    wait_for(lambda: run.ledger.started([long]), 10, what="the long job to start")
+    leased = lambda: all(j and j.state == "running" for j in run.client.get_jobs(ahead))  # noqa: E731
+    try:
+        wait_for(leased, 5, what="the short jobs to be leased ahead")
+    except AssertionError:
+        raise AssertionError(run.describe([long, *ahead])) from None
+    first = run.client.get_job(long)
+    assert first is not None and first.lease_expires_ms is not None
+
+    def renewed() -> bool:
+        job = run.client.get_job(long)
+        return job is not None and job.lease_expires_ms != first.lease_expires_ms
+
+    wait_for(renewed, 5, interval_s=0.002, what="a renewal of the long job's lease")
+    proxy.blackhole()
+    renewed_at = time.time()
+    stop_s = LEASE_S * (1 - 0.2)  # the stop deadline after a renewal: a fifth before its end
+    run.hold(stop_s - LEASE_S * 0.05 - (time.time() - renewed_at), "the half-open link")
+    stop.touch()  # L ends half a tenth of the lease before the others' stop deadline
+    run.hold(LEASE_S * 0.9 - (time.time() - renewed_at), "the rest of the outage")
+    proxy.passthrough()
+    run.assert_nothing_lost()
+    run.ledger.assert_ran_once([long, *ahead])
+    for job in run.client.get_jobs(ahead):
+        assert job is not None and job.remaining == 20 and job.attempt == 1, job
+
+
 @pytest.mark.slow
 def test_a_flapping_link_fails_no_job(run: FaultRun, proxy: Proxy) -> None:
     run.start_masters(url=proxy.url)

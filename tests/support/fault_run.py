@@ -27,7 +27,7 @@ from pathlib import Path
 
 import redis
 
-from runtime import Client
+from runtime import Client, config
 from runtime.errors import Error
 from runtime.queue.embedded import ServerProcess
 from tests.support import redis_faults
@@ -41,6 +41,7 @@ DOWN = "Redis unavailable ("
 UP = "Redis available again"
 MAX_DOWN_LINES = 3
 FRESH_PRIORITY = -10
+GET_MAX = config.LIMITS["get_max"]
 
 
 @dataclass
@@ -125,18 +126,24 @@ class FaultRun:
     # --- masters and jobs -----------------------------------------------------------
 
     def start_masters(
-        self, count: int = 2, children: int = 3, url: str | None = None
+        self, count: int = 2, children: int = 3, url: str | None = None, *args: str
     ) -> list[MasterProcess]:
+        """`count` masters more, each with `children` and the worker options `args`."""
         for i in range(len(self.masters), len(self.masters) + count):
             master = MasterProcess(self.server, self.namespace, self.workdir, f"m{i},q",
-                                   "-c", str(children), url=url)  # fmt: skip
+                                   "-c", str(children), *args, url=url)  # fmt: skip
             self.masters.append(master)
             master.start()
         return self.masters
 
-    def put(self, queue: str, seconds: float, n: int = 1, priority: int = 0) -> list[str]:
+    def put(
+        self, queue: str, seconds: float, n: int = 1, priority: int = 0, until: Path | None = None
+    ) -> list[str]:
+        """`n` ledger jobs of `seconds` each (or each until the file `until` exists)."""
         q = self.client.queue(queue)
-        data = {"path": str(self.ledger.path), "seconds": seconds}
+        data: dict[str, object] = {"path": str(self.ledger.path), "seconds": seconds}
+        if until is not None:
+            data["until"] = str(until)
         specs = [q.spec(f"{J}:ledger", data, priority=priority, retries=20) for _ in range(n)]
         jids = self.client.put_many(specs)
         self.jids += jids
@@ -210,6 +217,22 @@ class FaultRun:
         if must_notice:
             assert noticed, f"no master logged {DOWN!r} then {UP!r}"
 
+    def assert_no_tracebacks(self, conditions: tuple[str, ...] | None = None) -> None:
+        """No master logged a traceback or a task that ended unexpectedly (a fault is
+        one line, never a stack); with `conditions`, every DOWN line names one of
+        them ("connection": every way a connection dies)."""
+        for master in self.masters:
+            log = master.log()
+            for sign in ("Traceback", "ended unexpectedly"):
+                at = log.find(sign)
+                assert at < 0, (
+                    f"master {master.pid} logged {sign!r}:\n{log[max(0, at - 300) :][:3000]}"
+                )
+            if conditions is not None:
+                downs = [ln for ln in log.splitlines() if DOWN in ln]
+                odd = [ln for ln in downs if not any(f"{DOWN}{c})" in ln for c in conditions)]
+                assert not odd, f"DOWN lines naming none of {conditions}: {odd}"
+
     def settle(self, timeout_s: float = 60.0) -> dict[str, str]:
         """Waits until every job put is complete or failed; returns their states."""
 
@@ -229,8 +252,9 @@ class FaultRun:
         assert ended >= set(self.jids), "every job ran to its end at least once"
 
     def states(self) -> dict[str, str]:
-        try:
-            jobs = self.client.get_jobs(self.jids)
+        try:  # a read takes at most get_max jobs
+            jobs = [job for at in range(0, len(self.jids), GET_MAX)
+                    for job in self.client.get_jobs(self.jids[at : at + GET_MAX])]  # fmt: skip
         except (Error, redis.exceptions.RedisError):  # Redis still coming back
             return {jid: "unknown" for jid in self.jids}
         return {jid: "lost" if job is None else job.state

@@ -59,10 +59,13 @@ end
 
 
 @contextlib.contextmanager
-def private_server(*, appendonly: bool = False, load_delay_us: int = 0) -> Iterator[ServerProcess]:
-    """A redis-server of the test's own, stopped and removed on exit."""
+def private_server(
+    *, appendonly: bool = False, load_delay_us: int = 0, extra: str = ""
+) -> Iterator[ServerProcess]:
+    """A redis-server of the test's own, stopped and removed on exit; `extra`: more
+    lines of its configuration (e.g. "appendfsync always")."""
     directory = Path(f"/tmp/rt-fault-{uuid.uuid4().hex[:8]}")
-    extra = SLOW_LOAD.format(delay_us=load_delay_us) if load_delay_us else ""
+    extra = (SLOW_LOAD.format(delay_us=load_delay_us) if load_delay_us else "") + "\n" + extra
     server = ServerProcess(find_server_binary(), directory, appendonly=appendonly, extra=extra)
     server.start()
     try:

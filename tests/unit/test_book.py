@@ -176,6 +176,31 @@ def test_a_lease_that_cannot_be_renewed_stops_its_job_before_redis_lets_it_go() 
     assert rig.book.outcomes.release == {"a": "tok-a"}, "given back, no retry spent"
 
 
+@pytest.mark.parametrize("late", [False, True])
+def test_a_job_leased_ahead_with_less_than_a_tenth_of_its_lease_left_is_given_back_unstarted(
+    late: bool,
+) -> None:
+    """Redis out of reach: b waits in the buffer while its lease cannot be renewed.
+    A child frees just before b's latest start (it runs), or just after (it goes back
+    to Redis unstarted: no attempt, no retry spent; it would stop itself at once)."""
+    rig = Rig(prefetch=0)
+    rig.start()
+    rig.lease(leased("a"), leased("b"))
+    start_before = 1000.0 + LEASE_S * (1 - 0.2 - 0.1)  # a tenth of the lease before its stop
+    frees_at = start_before + (0.05 if late else -0.05)
+    while rig.now < frees_at:
+        for renew in of(rig.later(min(0.05, frees_at - rig.now)), events.Renew):
+            rig.apply(events.RenewFailed(renew.leases, "connection", "reset", rig.now))
+    rig.say(0, protocol.Done("a"))
+    actions = rig.step()
+    if late:
+        assert runs(actions) == []
+        assert rig.where("b") is Where.REPORTING
+        assert rig.book.outcomes.release == {"b": "tok-b"} and not rig.book.outcomes.started
+    else:
+        assert runs(actions) == [(0, "b")] and rig.where("b") is Where.RUNNING
+
+
 def test_a_write_refusal_shorter_than_half_a_lease_stops_no_job() -> None:
     rig = Rig()
     rig.start()

@@ -40,7 +40,11 @@ end
 function Attempt.keep_result(meta, data, result)
   local object = Job.split(meta, data)
   meta.rl = result and #result or nil
-  return result and object .. result or object
+  local kept = result and object .. result or object
+  if Json.vouched(data) then -- and the result was checked (Attempt.result)
+    Json.vouch(kept)
+  end
+  return kept
 end
 
 -- Keeps the attempt's output tail ('' for none: the last attempt's goes).

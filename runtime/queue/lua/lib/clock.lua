@@ -4,15 +4,27 @@
 -- time. Only tests set it (tests/unit/test_clock_seam.py proves the package
 -- never writes it).
 
+-- Read once per call: a call is one atomic step, and its parts (the
+-- operation, then what runs at its end: handoff.lua) see one time.
+
 local Clock = {}
+local now -- this call's time (us), once read
+per_call(function()
+  now = nil
+end)
 
 function Clock.now_us()
+  if now then
+    return now
+  end
   local frozen = redis.call('GET', K.test_clock)
   if frozen then
-    return tonumber(frozen)
+    now = tonumber(frozen)
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return now
 end
 
 function Clock.ms(us)

@@ -135,7 +135,7 @@ function Create.job(job, now_us)
   local jid, now_ms = job.jid, Clock.ms(now_us)
   local meta = {
     k = job.klass, q = job.queue, r = job.retries, m = job.retries,
-    h = { { e = 'put', t = now_ms, b = job.by } }, -- its queue: meta.q, or the first move's fq
+    h = Job.first_event('put', now_ms, { b = job.by }), -- its queue: meta.q, or the first move's fq
   }
   if job.priority ~= 0 then
     meta.p = job.priority
@@ -167,7 +167,7 @@ function Create.job(job, now_us)
   if job.tracked then
     meta.tr = 1
     redis.call('ZADD', K.tracked, now_ms, jid)
-    Job.publish(jid, meta, meta.h[1])
+    Job.publish(jid, meta, { e = 'put', t = now_ms })
   end
   for _, dep in ipairs(job.depends) do -- jobs of the same put may not exist yet
     local dep_meta = Job.load(dep)
@@ -180,6 +180,7 @@ function Create.job(job, now_us)
       redis.call('SADD', K.dependents(dep), jid)
     end
   end
+  Json.vouch(meta) -- made of checked parts, like its data (Check.data)
   Place.enqueue(jid, meta, job.data, job.due_ms, now_us, #job.depends > 0)
   Deps.fail_if_doomed(jid, meta, job.data, now_us)
   return jid

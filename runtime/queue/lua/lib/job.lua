@@ -18,7 +18,14 @@
 --   bo backoff [min s, max s]          to timeout (s)    tr tracked (1)
 --   h history: [{e event, t time (ms), w worker, q queue, g group, ...}]; h[1] is
 --     the put, so its time is the put time (the history keeps its first event);
---     a corrupt record whose meta was lost starts at its failure instead
+--     a corrupt record whose meta was lost starts at its failure instead.
+--     Always the meta's last field (Job.save writes it so), its first event
+--     with e and t first (Job.put_ms): the scripts keep it as text, split off
+--     the meta before decoding, and append an event by concatenation
+--     (Job.event), so a step never decodes or encodes the events before it.
+--     Records of earlier versions (h anywhere) are read too and take this
+--     layout at their next save. In the scripts' tables meta.h is that text
+--     (the events joined by ",", without the brackets).
 --   cr the stored record did not decode and was replaced by this failed one (1)
 --   rl a complete job's result: the last rl bytes of the record, after its data
 --   ot its last attempt's output is in K.output (1)    pg its progress is in K.progress (1)
@@ -54,16 +61,7 @@ end
 
 -- The parts of a meta that are more than a typed field; nil, or what is wrong.
 local function structure_problem(meta)
-  local h, f = meta.h, meta.f
-  if #h == 0 then
-    return 'has no history'
-  end
-  for i = 1, #h do
-    local ev = h[i]
-    if type(ev) ~= 'table' or type(ev.e) ~= 'string' or type(ev.t) ~= 'number' then
-      return 'has a bad history event'
-    end
-  end
+  local f = meta.f
   if f and (type(f.g) ~= 'string' or type(f.m) ~= 'string' or type(f.t) ~= 'number') then
     return 'has a bad failure'
   end
@@ -79,10 +77,11 @@ local function structure_problem(meta)
   return nil
 end
 
--- What the scripts and the Python side need of a meta: nil, or what is wrong.
+-- What the scripts and the Python side need of a meta (its history aside:
+-- decode_meta): nil, or what is wrong.
 local function meta_problem(meta)
   if type(meta.k) ~= 'string' or type(meta.q) ~= 'string' or not STATES[meta.s]
-      or type(meta.r) ~= 'number' or type(meta.m) ~= 'number' or type(meta.h) ~= 'table' then
+      or type(meta.r) ~= 'number' or type(meta.m) ~= 'number' then
     return 'lacks a field (k, q, s, r, m or h) or has it of the wrong type'
   end
   for name, value in pairs(meta) do
@@ -94,11 +93,115 @@ local function meta_problem(meta)
   return structure_problem(meta)
 end
 
+-- The JSON of a job's first event (its put; a corrupt record's failure): e
+-- and t first, then `fields` (Job.put_ms reads the put time there). Later
+-- events are cjson's, fields in any order.
+local function first_event_json(event, t_ms, fields)
+  local rest = ''
+  if fields then
+    local e, t = fields.e, fields.t
+    fields.e, fields.t = nil, nil
+    rest = cjson.encode(fields)
+    fields.e, fields.t = e, t
+    rest = rest == '{}' and '' or (',' .. string.sub(rest, 2, -2))
+  end
+  return '{"e":' .. cjson.encode(event) .. ',"t":' .. int(t_ms) .. rest .. '}'
+end
+
+-- The meta as stored: cjson's text of its fields, then its history (meta.h,
+-- text) last.
+function Job.encode(meta)
+  local h = meta.h
+  meta.h = nil
+  local fields = cjson.encode(meta) -- never {}: k, q, r and m are always there
+  meta.h = h
+  return string.sub(fields, 1, -2) .. ',"h":[' .. h .. ']}', fields
+end
+
+-- The put time (ms): the time of the first event; 0 when a history written by
+-- other means does not say (the next read for a reply fails such a record).
+function Job.put_ms(meta)
+  local t = tonumber(string.match(meta.h, '^{"e":"[^"]*","t":(%d+)'))
+  if not t then
+    local ok, events = Json.strict('[' .. meta.h .. ']')
+    t = ok and type(events) == 'table' and type(events[1]) == 'table' and events[1].t
+    t = type(t) == 'number' and t or 0
+  end
+  return t
+end
+
+-- A history, as stored, that a reply may carry: nil, or what is wrong. A read
+-- for a reply checks it (Python decodes it); other reads only look at its
+-- first event.
+local function history_problem(h)
+  if string.find(h, '^{"e":"put","t":%d+}$') then -- a job put and not yet moved
+    return nil
+  end
+  local ok, events = Json.strict('[' .. h .. ']')
+  if not ok or type(events) ~= 'table' then
+    return 'meta has a bad history'
+  end
+  for i = 1, #events do
+    local ev = events[i]
+    if type(ev) ~= 'table' or type(ev.e) ~= 'string' or type(ev.t) ~= 'number' then
+      return 'meta has a bad history event'
+    end
+  end
+  return nil
+end
+
+-- The history of a meta written by an earlier version (h, a list of events
+-- anywhere in the meta), checked and made text: nil, or what is wrong.
+local function history_from_list(meta)
+  local h = meta.h
+  if type(h) ~= 'table' then
+    return 'meta lacks a field (k, q, s, r, m or h) or has it of the wrong type'
+  end
+  local events = {}
+  for i = 1, #h do
+    local ev = h[i]
+    if type(ev) ~= 'table' or type(ev.e) ~= 'string' or type(ev.t) ~= 'number' then
+      return 'meta has a bad history event'
+    end
+    events[i] = i == 1 and first_event_json(ev.e, ev.t, ev) or cjson.encode(ev)
+  end
+  meta.h = table.concat(events, ',')
+  return nil
+end
+
+-- The meta part of a record (the text before its first newline), decoded,
+-- with meta.h the history's text: meta; or nil and what is wrong. A meta
+-- whose last field is its history (Job.encode) is split there first, and
+-- only the fields before it are decoded. In any JSON text a '"' inside a
+-- string follows a backslash, so ',"h":[' is a field name, and '}],"' the
+-- end of a list of objects followed by another field: a history that is not
+-- last (no other field holds a list of objects).
+local function decode_meta(line)
+  local at = string.find(line, ',"h":[', 1, true)
+  if at and string.sub(line, -2) == ']}' and not string.find(line, '}],"', at, true) then
+    local ok, meta = Json.strict(string.sub(line, 1, at - 1) .. '}')
+    if ok and type(meta) == 'table' and meta.h == nil then
+      meta.h = string.sub(line, at + 6, -3)
+      return meta
+    end
+  end
+  local ok, meta = Json.strict(line)
+  if not ok or type(meta) ~= 'table' then
+    return nil, 'meta not a JSON object'
+  end
+  local problem = history_from_list(meta)
+  if problem then
+    return nil, problem
+  end
+  return meta
+end
+
 -- Splits and checks a stored record: meta, data; or nil, nil, what is wrong,
 -- and the meta when that part is sound. Every read checks what the scripts
--- use: the newline, the meta (strict JSON, the fields they need). A read for a
--- reply (`for_reply`) also checks what Python decodes: the whole record is
--- UTF-8 and the data a strict JSON object, nested at most data_depth_max
+-- use: the newline, the meta (strict JSON, the fields they need, a history
+-- that is not empty). A read for a reply (`for_reply`) also checks
+-- what Python decodes: the whole record is UTF-8, the history a list of
+-- events and the data a strict JSON object, nested at most data_depth_max
 -- levels. Only such reads look at the data, so a call that does not reply
 -- with it does not pay for decoding it (a heartbeat of jobs with big data).
 function Job.decode(raw, for_reply)
@@ -106,13 +209,16 @@ function Job.decode(raw, for_reply)
   if not nl then
     return nil, nil, 'no newline between meta and data'
   end
-  local ok, meta = Json.strict(string.sub(raw, 1, nl - 1))
-  if not ok or type(meta) ~= 'table' then
-    return nil, nil, 'meta not a JSON object'
+  local meta, problem = decode_meta(string.sub(raw, 1, nl - 1))
+  if not meta then
+    return nil, nil, problem
   end
-  local problem = meta_problem(meta)
+  problem = meta_problem(meta)
   if problem then
     return nil, nil, 'meta ' .. problem
+  end
+  if meta.h == '' then
+    return nil, nil, 'meta has no history'
   end
   local data = string.sub(raw, nl + 1)
   if meta.rl and (meta.rl < 1 or meta.rl % 1 ~= 0 or meta.rl > #data - 2) then
@@ -121,6 +227,11 @@ function Job.decode(raw, for_reply)
   if for_reply then
     if not Text.utf8(raw) then
       return nil, nil, 'not valid UTF-8', meta
+    end
+    problem = history_problem(meta.h)
+    if problem then
+      meta.h = '' -- the failed record starts its history anew
+      return nil, nil, problem, meta
     end
     local object, result = Job.split(meta, data)
     local _, data_problem = Json.checked(object, true) -- the whole record is UTF-8
@@ -144,6 +255,46 @@ function Job.split(meta, data)
   return string.sub(data, 1, #data - rl), string.sub(data, #data - rl + 1)
 end
 
+-- Records the scripts of this server wrote lately, by jid: {raw record, its
+-- meta's fields as JSON (without h), h, data, whether a reply may carry it}.
+-- A read that finds the very record it remembers (Lua strings are interned,
+-- so comparing them compares pointers) decodes only the fields and checks
+-- nothing: what the scripts save was checked when read or made. Any other
+-- bytes (written by hand, by an earlier version, or by a server that
+-- remembers nothing since a restart or a reload of the library) are read and
+-- checked in full (Job.decode). Two generations of at most
+-- recent_records_bytes (counted twice: the record and its parts); a script
+-- run by EVALSHA (Redis 6.2) remembers nothing from one call to the next.
+local recent, previous, recent_bytes = {}, {}, 0
+
+local function remember(jid, raw, fields, h, data, replyable)
+  if #raw > LIMITS.recent_record_max_bytes then
+    recent[jid], previous[jid] = nil, nil
+    return
+  end
+  recent_bytes = recent_bytes + 2 * #raw
+  if recent_bytes > LIMITS.recent_records_bytes then
+    previous, recent, recent_bytes = recent, {}, 2 * #raw
+  end
+  recent[jid] = { raw, fields, h, data, replyable }
+end
+
+-- The remembered record of `jid` if `raw` is it (and, for a reply, may be
+-- replied): meta, data; else nil.
+local function recall(jid, raw, for_reply)
+  local known = recent[jid] or previous[jid]
+  if not known or known[1] ~= raw or (for_reply and not known[5]) then
+    return nil
+  end
+  local meta = cjson.decode(known[2])
+  meta.h = known[3]
+  if known[5] then
+    Json.vouch(meta)
+    Json.vouch(known[4])
+  end
+  return meta, known[4]
+end
+
 -- The record of `jid`, checked (Job.decode), without writing: meta, data;
 -- nil when there is none; or false, what is wrong with it, the raw record,
 -- and its meta when that part is sound (for Job.corrupt).
@@ -152,9 +303,18 @@ function Job.read(jid, for_reply)
   if not raw then
     return nil
   end
-  local meta, data, problem, sound_meta = Job.decode(raw, for_reply)
+  local meta, data = recall(jid, raw, for_reply)
+  if meta then
+    return meta, data
+  end
+  local problem, sound_meta
+  meta, data, problem, sound_meta = Job.decode(raw, for_reply)
   if not meta then
     return false, problem, raw, sound_meta
+  end
+  if for_reply then
+    Json.vouch(meta)
+    Json.vouch(data)
   end
   return meta, data
 end
@@ -233,8 +393,10 @@ end
 
 -- Stores the record; returns the meta as encoded, for a reply to reuse.
 function Job.save(jid, meta, data)
-  local encoded = cjson.encode(meta)
-  redis.call('HSET', K.jobs, jid, encoded .. '\n' .. data)
+  local encoded, fields = Job.encode(meta)
+  local raw = encoded .. '\n' .. data
+  redis.call('HSET', K.jobs, jid, raw)
+  remember(jid, raw, fields, meta.h, data, Json.vouched(meta) and Json.vouched(data))
   return encoded
 end
 
@@ -251,16 +413,47 @@ function Job.publish(jid, meta, ev)
   end
 end
 
+-- A history that may hold more than history_max events is at least this long.
+local TRIM_BYTES = LIMITS.history_max * 15 -- {"e":"","t":0},
+
+-- The history without its second event when it holds more than history_max
+-- events. Events are objects of plain values, so '},{"' is where one ends
+-- and the next begins ('{"' is never inside a string).
+local function trimmed(h)
+  local first = string.find(h, '},{"', 1, true)
+  local at, count = first, 2
+  while at and count <= LIMITS.history_max do
+    at = string.find(h, '},{"', at + 1, true)
+    count = count + 1
+  end
+  if not at then
+    return h
+  end
+  local second = string.find(h, '},{"', first + 1, true)
+  return string.sub(h, 1, first) .. string.sub(h, second + 1)
+end
+
+-- The event text that starts a history (Create.job: its put).
+function Job.first_event(event, now_ms, fields)
+  return first_event_json(event, now_ms, fields)
+end
+
 -- Appends an event, unpublished; the history keeps its first event and the newest ones.
+-- Returns the event (a table: e, t and `fields`).
 function Job.append(meta, now_ms, event, fields)
   local ev = fields or {}
-  ev.e = event
-  ev.t = now_ms
   local h = meta.h
-  h[#h + 1] = ev
-  if #h > LIMITS.history_max then
-    table.remove(h, 2)
+  if h == '' then
+    h = first_event_json(event, now_ms, ev)
+  else
+    ev.e, ev.t = event, now_ms
+    h = h .. ',' .. cjson.encode(ev)
   end
+  if #h > TRIM_BYTES then
+    h = trimmed(h)
+  end
+  meta.h = h
+  ev.e, ev.t = event, now_ms
   return ev
 end
 
@@ -286,7 +479,7 @@ end
 -- when given, is more fields already written as JSON (',"name":value...').
 function Job.reply(jid, meta, data, extra, encoded, tail)
   local object, result = Job.split(meta, data)
-  local text = '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. (encoded or cjson.encode(meta))
+  local text = '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. (encoded or Job.encode(meta))
     .. ',"data":' .. object
   if result then
     text = text .. ',"result":' .. result

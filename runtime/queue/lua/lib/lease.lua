@@ -133,7 +133,7 @@ end
 function Lease.hand(jid, meta, data, worker, seed, now_us, start_us, first_lease_s)
   local now_ms = Clock.ms(now_us)
   local waits = start_us and start_us > now_us
-  Stats.time(meta.q, 'wait', math.max(0, now_ms - (meta.qt or meta.h[1].t)) / 1000, now_us)
+  Stats.time(meta.q, 'wait', math.max(0, now_ms - (meta.qt or Job.put_ms(meta))) / 1000, now_us)
   local expires_us = Lease.grant(jid, meta, worker, seed, now_us, first_lease_s)
   Job.event(jid, meta, now_ms, 'popped', {
     w = worker, sa = waits and Clock.ms(start_us) or nil, ho = first_lease_s and 1 or nil,

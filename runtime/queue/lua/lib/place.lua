@@ -132,7 +132,7 @@ end
 function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
   local queue = meta.q
   local eligible = math.max(Clock.ms(now_us), due_ms or 0)
-  meta.qt = eligible ~= meta.h[1].t and eligible or nil
+  meta.qt = eligible ~= Job.put_ms(meta) and eligible or nil
   if not known[queue] then
     known[queue] = true
     redis.call('ZADD', K.queues, 'NX', int(Clock.ms(now_us)), queue)
@@ -303,12 +303,12 @@ local function corrupt_meta(sound_meta, queue)
   local meta = sound_meta
   if meta then
     meta.o, meta.d, meta.rq, meta.lr, meta.rl, meta.ot, meta.pg = nil, nil, nil, nil, nil, nil, nil
-    if Text.utf8(cjson.encode(meta)) then
+    if Text.utf8(Job.encode(meta)) then
       return meta
     end
     queue = Text.utf8(meta.q) and meta.q or queue
   end
-  return { k = '', q = queue or '', r = 0, m = 0, h = {} }
+  return { k = '', q = queue or '', r = 0, m = 0, h = '' }
 end
 
 -- The failed record that replaces a corrupt one (see Place.corrupt), and its
