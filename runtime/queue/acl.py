@@ -24,7 +24,7 @@ from __future__ import annotations
 IN_SCRIPTS = (
     "del", "exists", "expire", "get", "hdel", "hexists", "hget", "hgetall", "hincrby",
     "hmget", "hscan", "hset", "lindex", "linsert", "llen", "lpop", "lpush", "lrange", "lrem",
-    "pexpire", "pttl", "publish", "rpop", "rpush", "sadd", "scard", "set", "sismember",
+    "lset", "pexpire", "pttl", "publish", "rpop", "rpush", "sadd", "scard", "set", "sismember",
     "smembers", "srandmember", "srem", "sscan", "time", "zadd", "zcard", "zcount",
     "zincrby", "zpopmin", "zrange", "zrangebyscore", "zrem", "zremrangebyscore",
     "zrevrange", "zrevrangebyscore", "zscore",
