@@ -1,4 +1,4 @@
-"""The Redis ACL a deployment's user needs, written once (README "ACL"; tested by
+"""The Redis ACL a deployment's user needs, written once (docs/redis.md, "ACL"; tested by
 tests/integration/test_acl.py, and against the commands lua/ calls).
 
 Keys: `~{ns}*`. Every operation names the bare root `{ns}` as its KEYS[1] (its
