@@ -58,6 +58,7 @@ class Book(Intake, JobFlow):
         self.stopping_since: float | None = None
         self.held: dict[str, Held] = {}
         self.buffer: deque[str] = deque()
+        self.confirming: list[str] = []  # handed to us, started once renewed
         self.timed: list[str] = []  # by start_at
         self.outcomes = Outcomes()
         self.reports_since: float | None = None  # when the oldest unsent report was made
@@ -117,8 +118,9 @@ class Book(Intake, JobFlow):
         ahead go back to Redis, and no job is handed to us any more."""
         for slot in self.slots.busy():
             self._withdraw(slot, everything=True)
-        for jid in [*self.buffer, *self.timed]:
+        for jid in [*self.confirming, *self.buffer, *self.timed]:
             self._release(self.held[jid])
+        self.confirming.clear()
         self.buffer.clear()
         self.timed.clear()
         if self.waiting:
@@ -307,7 +309,8 @@ class Book(Intake, JobFlow):
         """How many more jobs to lease now."""
         if not self.accepting():
             return 0
-        return max(0, self._slots_free() + self.prefetch() - len(self.buffer))
+        held_ahead = len(self.buffer) + len(self.confirming)
+        return max(0, self._slots_free() + self.prefetch() - held_ahead)
 
     def _urgent(self) -> bool:
         buffered = len(self.buffer)
@@ -321,7 +324,7 @@ class Book(Intake, JobFlow):
     def _hold(self, held: Held) -> None:
         """A job leased or handed to us is held from now."""
         self.held[held.jid] = held
-        due = plan.renew_at(held.lease_until, held.renew_length_s())
+        due = held.renew_due_at()
         if self.renew_due is None:
             self.renew_due = due
         elif isinstance(self.renew_due, float):
@@ -335,12 +338,7 @@ class Book(Intake, JobFlow):
         at each event was a twentieth of the master's time in a drain."""
         if self.renew_due is UNKNOWN:
             self.renew_due = min(
-                (
-                    plan.renew_at(h.lease_until, h.renew_length_s())
-                    for h in self.held.values()
-                    if not h.lost
-                ),
-                default=None,
+                (h.renew_due_at() for h in self.held.values() if not h.lost), default=None
             )
         return self.renew_due  # type: ignore[return-value]
 
@@ -379,14 +377,18 @@ class Book(Intake, JobFlow):
                 continue
             held.lease_until = event.sent_at + held.leased.lease_s
             held.renewed = True
-            if held.slot is not None:
+            if held.where is Where.CONFIRMING:  # a handed job, confirmed: it may start
+                held.where = Where.BUFFERED
+                self.confirming.remove(jid)
+                self.buffer.appendleft(jid)
+            elif held.slot is not None:
                 deadline = plan.stop_before(held.lease_until, held.renew_length_s())
                 self.actions.append(events.Post(held.slot, protocol.Lease(jid, deadline)))
 
     def _lose(self, held: Held) -> None:
         """Redis says the lease is gone: the job is not ours any more."""
         held.lost = True
-        if held.where in (Where.BUFFERED, Where.TIMED):  # the same line as a stale one
+        if held.where in (Where.CONFIRMING, Where.BUFFERED, Where.TIMED):  # not started
             log.warning("job leased ahead not started, its lease ran out jid=%s queue=%s "
                         "worker=%s", held.jid, held.leased.queue, self.worker_id)  # fmt: skip
         else:

@@ -22,6 +22,7 @@ STOP_REPORT_WAIT_S = 10.0  # stopping with Redis out of reach: the longest wait 
 
 
 class Where(enum.Enum):
+    CONFIRMING = "confirming"  # handed to us on a short first lease: started once renewed
     BUFFERED = "buffered"
     TIMED = "timed"
     PIPELINED = "pipelined"
@@ -61,6 +62,13 @@ class Held:
     def start_before(self) -> float:
         """The latest time it may start (plan.start_before)."""
         return plan.start_before(self.lease_until, self.renew_length_s())
+
+    def renew_due_at(self) -> float:
+        """When its lease is to be renewed: at once for a job handed to us that is
+        not yet confirmed (it starts only once renewed), else planned on its lease."""
+        if self.where is Where.CONFIRMING:
+            return 0.0
+        return plan.renew_at(self.lease_until, self.renew_length_s())
 
     def renew_length_s(self) -> float:
         """The length of the lease it holds now, which its renewal and the margins

@@ -119,15 +119,18 @@ class Intake(BookState):
 
     def _take_handed(self, leased: Leased) -> None:
         """A job handed to this master: its lease runs out at expires_us on Redis's
-        clock, converted with the offset of our last pop (so a job that waited in
-        the socket of a frozen master is stale, and never started)."""
+        clock, converted with the offset of our last pop. Its first lease is short
+        (so that a master that died while it waited costs the job about a second,
+        handoff.lua), so it is not started before a renewal confirms it (Confirming):
+        a master cut off from Redis just after the hand-off, or frozen with the job
+        in its socket, never runs a job that another master may have taken since."""
         if leased.expires_us is None or self.offset is None or not self.accepting():
             self.outcomes.add_release(leased.jid, leased.token)  # e.g. paused meanwhile
             self._noted()
             return
         lease_until = leased.expires_us / 1e6 + self.offset
-        self._hold(Held(leased, Where.BUFFERED, lease_until))
-        self.buffer.append(leased.jid)
+        self._hold(Held(leased, Where.CONFIRMING, lease_until))
+        self.confirming.append(leased.jid)
 
     # --- waiting for work ----------------------------------------------------------
 

@@ -160,8 +160,9 @@ class JobFlow(BookState):
     def _let_go(self, held: Held, ending: reasons.Ending) -> None:
         """A job that is not ours any more (lease lost, cancelled): dropped if no child
         has it, its child killed (for `ending`) if running, asked back if pipelined."""
-        if held.where in (Where.BUFFERED, Where.TIMED):
-            (self.buffer if held.where is Where.BUFFERED else self.timed).remove(held.jid)
+        if held.where in (Where.CONFIRMING, Where.BUFFERED, Where.TIMED):
+            places = {Where.CONFIRMING: self.confirming, Where.BUFFERED: self.buffer}
+            places.get(held.where, self.timed).remove(held.jid)
             del self.held[held.jid]
         elif held.where is Where.RUNNING and held.slot is not None:
             self._kill(self.slots.by_index[held.slot], ending)

@@ -22,6 +22,7 @@ class BookState:
         worker_id: str
         held: dict[str, Held]
         buffer: deque[str]
+        confirming: list[str]
         timed: list[str]
         outcomes: Outcomes
         slots: Slots

@@ -1,4 +1,4 @@
-"""The Redis ACL a deployment's user needs, written once (README "ACL"; tested by
+"""The Redis ACL a deployment's user needs, written once (docs/redis.md, "ACL"; tested by
 tests/integration/test_acl.py, and against the commands lua/ calls).
 
 Keys: `~{ns}*`. Every operation names the bare root `{ns}` as its KEYS[1] (its
@@ -24,7 +24,7 @@ from __future__ import annotations
 IN_SCRIPTS = (
     "del", "exists", "expire", "get", "hdel", "hexists", "hget", "hgetall", "hincrby",
     "hmget", "hscan", "hset", "lindex", "linsert", "llen", "lpop", "lpush", "lrange", "lrem",
-    "pexpire", "pttl", "publish", "rpop", "rpush", "sadd", "scard", "set", "sismember",
+    "lset", "pexpire", "pttl", "publish", "rpop", "rpush", "sadd", "scard", "set", "sismember",
     "smembers", "srandmember", "srem", "sscan", "time", "zadd", "zcard", "zcount",
     "zincrby", "zpopmin", "zrange", "zrangebyscore", "zrem", "zremrangebyscore",
     "zrevrange", "zrevrangebyscore", "zscore",

@@ -222,7 +222,7 @@ def denied(code: str, detail: str, where: str, url: str) -> RedisUnavailable:
         user = _user(url) or "default"
         return RedisUnavailable(
             f"Redis at {where} denies user {user!r} a right runtime needs (ACL): {detail} "
-            '(the rules it needs: README "ACL")'
+            '(the rules it needs: docs/redis.md, "ACL")'
         )
     if not _has_password(url) and _user(url) is None:
         return RedisUnavailable(f"Redis at {where} requires a password (or ACL user) in the URL")

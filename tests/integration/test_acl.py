@@ -1,4 +1,4 @@
-"""The ACL a deployment needs (runtime.queue.acl, README "ACL"): the core of the
+"""The ACL a deployment needs (runtime.queue.acl, docs/redis.md "ACL"): the core of the
 suite runs as a user with only those rights — a put, a real master popping and
 completing, reads and failures — and one right less is a one-line error that
 names the user."""

@@ -1,4 +1,4 @@
-"""Typed jobs used as the README shows: mypy accepts all of it."""
+"""Typed jobs used as docs/writing-jobs.md shows: mypy accepts all of it."""
 
 from __future__ import annotations
 

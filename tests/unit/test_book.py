@@ -380,16 +380,39 @@ def test_grow_and_shrink_change_the_children() -> None:
     assert rig.book.slots.by_index[2].state is SlotState.STOPPING
 
 
-def test_handoff_of_a_job_while_waiting_is_buffered_with_its_lease_on_redis_clock() -> None:
+def handed(rig: Rig, jid: str, expires_in_s: float = 1.0) -> None:
+    """The book waits, and a job is handed to it with a short first lease."""
+    assert only(rig.lease(wake_in_s=None), events.Wait), "a short pop: now it waits"
+    rig.book.offset = rig.now - 500.0  # local monotonic - Redis seconds
+    expires_us = int((500 + expires_in_s) * 1e6)
+    job = Leased(**{**leased(jid).__dict__, "expires_us": expires_us, "handed": True})
+    rig.apply(events.WaitEnded(job, "own", True))
+
+
+def test_a_job_handed_while_waiting_starts_once_a_renewal_confirms_it() -> None:
     rig = Rig()
     rig.start()
-    assert only(rig.lease(wake_in_s=None), events.Wait), "a short pop: now it waits"
-    popped_at = rig.now
-    rig.book.offset = popped_at - 500.0  # local monotonic - Redis seconds
-    job = Leased(**{**leased("h").__dict__, "expires_us": int(505 * 1e6), "handed": True})
-    rig.apply(events.WaitEnded(job, "own", True))
+    handed_at = rig.now
+    handed(rig, "h")
+    assert rig.book.held["h"].lease_until == pytest.approx(handed_at + 1.0), "on Redis's clock"
+    actions = rig.step()
+    assert runs(actions) == [], "not started on its short first lease"
+    renew = only(actions, events.Renew)
+    assert renew.leases == {"h": "tok-h"}, "renewed at once"
+    rig.now += 0.001
+    rig.apply(events.Renewed(renew.leases, frozenset(), rig.now))
     assert runs(rig.step()) == [(0, "h")]
-    assert rig.book.held["h"].lease_until == pytest.approx(popped_at + 5.0)
+    assert rig.book.held["h"].lease_until == pytest.approx(rig.now + LEASE_S), "a whole lease"
+
+
+def test_a_handed_job_that_cannot_be_confirmed_is_never_started() -> None:
+    rig = Rig()
+    rig.start()
+    handed(rig, "h")
+    renew = only(rig.step(), events.Renew)
+    rig.apply(events.Renewed(renew.leases, frozenset({"h"}), rig.now + 1.5))  # taken since
+    assert runs(rig.step()) == [] and "h" not in rig.book.held
+    assert not rig.book.outcomes, "nothing reported: it is another master's now"
 
 
 def test_a_token_that_says_look_later_keeps_the_master_waiting_and_pops_then() -> None:

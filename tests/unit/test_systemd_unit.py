@@ -1,6 +1,6 @@
-"""The systemd unit: the directives the worker host relies on, the install the
-README describes for it, and a clean `systemd-analyze verify` of the unit as
-shipped."""
+"""The systemd unit: the directives the worker host relies on, the install
+README.md and docs/running-workers.md describe for it, and a clean
+`systemd-analyze verify` of the unit as shipped."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "runtime-worker@.service"
 ENV = UNIT.with_name("runtime-worker.env.example")
 README = REPO / "README.md"
+RUNNING = REPO / "docs" / "running-workers.md"
 
 
 def directives() -> dict[str, str]:
@@ -37,12 +38,12 @@ def test_the_unit_has_what_the_master_relies_on() -> None:
     assert d["ExecStart"].startswith("/usr/bin/env runtime worker "), "no shell wrapper"
 
 
-def section(title: str) -> str:
-    """The README's section under `title`, up to the next heading."""
-    text = README.read_text()
+def section(page: Path, title: str) -> str:
+    """The section of `page` under the heading `title`, up to the next heading."""
+    text = page.read_text()
     start = text.index(f"\n{title}\n")
     ends = (text.find(mark, start + len(title) + 2) for mark in ("\n## ", "\n### "))
-    return text[start : min(end for end in ends if end > 0)]
+    return text[start : min((end for end in ends if end > 0), default=len(text))]
 
 
 def test_the_unit_finds_runtime_in_the_venv_the_readme_installs() -> None:
@@ -52,21 +53,22 @@ def test_the_unit_finds_runtime_in_the_venv_the_readme_installs() -> None:
     ]
     venv_bin = path.removeprefix("Environment=PATH=").split(":")[0]
     assert venv_bin == f"{d['WorkingDirectory']}/.venv/bin"
-    under_systemd = section("### Under systemd")
+    under_systemd = section(RUNNING, "## Under systemd")
     assert f"cd {d['WorkingDirectory']} && sudo python3 -m venv .venv" in under_systemd
-    assert "python3 -m venv .venv" in section("### Install")
+    assert "python3 -m venv .venv" in section(README, "## Install")
     assert UNIT.read_text().count(venv_bin) == 1
 
 
-def test_the_readme_creates_the_user_the_unit_runs_as() -> None:
+def test_the_docs_create_the_user_the_unit_runs_as() -> None:
     d = directives()
     assert (d["User"], d["Group"]) == ("runtime", "runtime")
-    assert "sudo useradd --system --user-group " in section("### Under systemd")
-    assert section("### Under systemd").split("useradd", 1)[1].split("\n")[0].endswith(" runtime")
+    under_systemd = section(RUNNING, "## Under systemd")
+    assert "sudo useradd --system --user-group " in under_systemd
+    assert under_systemd.split("useradd", 1)[1].split("\n")[0].endswith(" runtime")
 
 
 def test_the_install_section_names_the_dashboard_extra() -> None:
-    assert "pip install 'runtime-worker[dashboard]'" in section("### Install")
+    assert "pip install 'runtime-worker[dashboard]'" in section(README, "## Install")
 
 
 def test_the_stop_timeout_is_above_the_grace_period() -> None:
