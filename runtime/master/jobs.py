@@ -28,7 +28,11 @@ class JobFlow(BookState):
     # --- handing jobs to children ----------------------------------------------------
 
     def hand_out(self, now: float) -> None:
-        """Idle children first (the job starts now), then pipelines of busy ones."""
+        """Idle children first (the job starts now), then pipelines of busy ones. Not
+        while a job handed to us awaits its confirming renewal (one round trip): it
+        was ready before anything popped since, so it goes first."""
+        if self.confirming:
+            return
         self._turns_come(now)
         for slot in self.slots.idle():
             held = self._next_pending(now)
