@@ -29,6 +29,8 @@ class JobFlow(BookState):
 
     def hand_out(self, now: float) -> None:
         """Idle children first (the job starts now), then pipelines of busy ones."""
+        if not self.buffer and not self.timed:  # most passes of an idle or p0 master
+            return
         self._turns_come(now)
         for slot in self.slots.idle():
             held = self._next_pending(now)
@@ -46,6 +48,8 @@ class JobFlow(BookState):
 
     def _turns_come(self, now: float) -> None:
         """Jobs whose turn is close go to the front of the buffer: they are due."""
+        if not self.timed:
+            return
         due: list[str] = []
         while self.timed and (self.held[self.timed[0]].start_at or 0.0) - HANDOFF_EARLY_S <= now:
             due.append(self.timed.pop(0))
