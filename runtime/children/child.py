@@ -217,7 +217,7 @@ class Child:
         )  # fmt: skip
         try:
             result = fn(context)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 result = _run_async(result)
         except Retry as retry:
             reason = retry.reason or f"the job asked for a retry (delay={retry.delay})"

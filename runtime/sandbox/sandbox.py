@@ -287,9 +287,11 @@ def empty_if_changed(workdir: Path, seen_ns: int | None) -> int | None:
     tick leaves the stamp as it was). One stat when nothing changed instead of
     a scan of the directory (five system calls)."""
     if seen_ns is not None:
-        with contextlib.suppress(OSError):
+        try:
             if os.stat(workdir).st_ctime_ns == seen_ns:
                 return seen_ns
+        except OSError:
+            pass
     empty(workdir)
     try:
         ctime_ns = os.stat(workdir).st_ctime_ns
