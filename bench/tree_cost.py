@@ -1,15 +1,19 @@
 """`python -m bench.tree_cost`: what a job costs each process of the worker tree,
-counted: CPU time (utime + stime from /proc, microseconds per job) of the master,
-the fork server and the children, over a drain of queued counting jobs
-(`--concurrency 2`, TCP loopback as deployed), and with `--strace` the system
-calls each of them makes per job (`strace -c -f`, attached once the master is
-ready; it slows the drain, so CPU is measured in a run of its own).
+counted: CPU time (utime + stime from /proc, microseconds per job, the system
+part shown apart) and context switches per job of the master, the fork server
+and the children, over a drain of queued counting jobs (`--concurrency 2`, TCP
+loopback as deployed); with `--strace` the system calls each of them makes per
+job (`strace -c -f`; it slows the drain, so CPU is better read from a run
+without it), with `--py-spy` wall-clock samples of the master and a child.
 
-The fork server and the children are told apart by their parent: the fork
-server is the master's child, the children are the fork server's. CPU time of a
-process includes its threads (the child's reader thread), not its reaped
-children. Counts of calls move little with the host's load; CPU time does, so
-compare medians of a few rounds (`--repeat`).
+The master is paused (USR2) once ready, the jobs are put, tracers attach, and
+the window opens when it is resumed (CONT): every job counted runs inside it,
+and the start-up is left out. The fork server and the children are told apart
+by their parent: the fork server is the master's child, the children are the
+fork server's. CPU time of a process includes its threads (the child's reader
+thread), not its reaped children. Counts of calls move little with the host's
+load; CPU time does, so compare medians of a few rounds (`--repeat`), two
+versions interleaved.
 
     .venv/bin/python -m bench.tree_cost --jobs 20000 --repeat 3
     .venv/bin/python -m bench.tree_cost --jobs 5000 --strace
