@@ -31,10 +31,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-TOP = 12  # functions shown per side
+TOP = 40  # functions shown per side
 
 
-def probe(jobs: int) -> dict[str, Any]:
+def probe(jobs: int, keep: Path | None = None, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """Runs inside a checkout (cwd): one profiled drain."""
     sys.path[0] = os.getcwd()  # the checkout's runtime and bench, not this file's
     import redis  # noqa: PLC0415 - the checkout's environment, like runtime
@@ -71,9 +71,11 @@ def probe(jobs: int) -> dict[str, Any]:
         setattr(subprocess, "Popen", profiled)  # noqa: B010 - bench.worker starts the master with it
         redis_client = redis.Redis.from_url(server.url)
         redis_client.config_resetstat()
-        drained = worker.drain(server, jobs)
+        drained = worker.drain(server, jobs, *extra)
         fcalls = redis_client.info("commandstats").get("cmdstat_fcall", {}).get("calls", 0)
         stats = pstats.Stats(str(out))
+        if keep is not None:
+            shutil.copyfile(out, keep)
     finally:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
@@ -104,9 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="rounds (each runs both)")
     parser.add_argument("--out", type=Path, help="write every run here as JSON")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--worker-args",
+        default="",
+        help="more `runtime worker` arguments, e.g. '--prefetch 0 --pipeline 0'",
+    )
+    parser.add_argument("--keep", type=Path, help="with --probe: keep the profile here")
     args = parser.parse_args(argv)
     if args.probe:
-        print(json.dumps(probe(args.jobs)))
+        print(json.dumps(probe(args.jobs, args.keep, tuple(args.worker_args.split()))))
         return 0
     if not (args.old and args.new):
         raise SystemExit("python -m bench.master_calls OLD NEW: two commits or checkouts")
@@ -121,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         for index in range(args.repeat):
             for side in ("old", "new") if index % 2 == 0 else ("new", "old"):
                 probe_args = ["--probe", "--jobs", str(args.jobs)]
+                if args.worker_args:
+                    probe_args.append(f"--worker-args={args.worker_args}")
                 runs[side].append(run_in_checkout(__file__, trees[side], probe_args, 1800))
     finally:
         for path in made:

@@ -81,7 +81,7 @@ class Child:
     def __init__(self, sock: socket.socket, settings: Settings) -> None:
         self.sock = sock
         self.settings = settings
-        self.inbox: queue.Queue[protocol.Run | None] = queue.Queue()
+        self.inbox: queue.SimpleQueue[protocol.Run | None] = queue.SimpleQueue()
         self.send_lock = threading.Lock()
         self.lock = threading.Lock()  # guards the three below (reader and main thread)
         self.deadlines: dict[str, float] = {}  # jid -> lease deadline of each job held
@@ -89,6 +89,7 @@ class Child:
         self.running: str | None = None  # jid of the job being run
         self.functions: dict[str, Any] = {}  # klass -> callable, resolved once
         self.context: JobContext | None = None  # the running job's
+        self.workdir_seen: int | None = None  # its ctime when last found empty (trusted)
 
     # --- messages ---------------------------------------------------------------
 
@@ -216,7 +217,7 @@ class Child:
         )  # fmt: skip
         try:
             result = fn(context)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 result = _run_async(result)
         except Retry as retry:
             reason = retry.reason or f"the job asked for a retry (delay={retry.delay})"
@@ -254,7 +255,7 @@ class Child:
 
     def _clean_up(self) -> None:
         sandbox.kill_leftovers()
-        sandbox.empty(self.settings.workdir)
+        self.workdir_seen = sandbox.empty_if_changed(self.settings.workdir, self.workdir_seen)
 
 
 def _wait_until(monotonic_at: float) -> None:

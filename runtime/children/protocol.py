@@ -26,6 +26,8 @@ several times slower to make, and a job takes two of them on each side.
 from __future__ import annotations
 
 import json
+import json.encoder
+import json.scanner
 import struct
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -171,14 +173,28 @@ MARK_END, MARK_LOG = MARK + b"end ", MARK + b"log "
 _FIELDS: dict[type[Message], tuple[str, ...]] = {
     cls: tuple(f.name for f in fields(cls)) for cls in KINDS.values()
 }
+_FIELD_SETS = {cls: frozenset(names) for cls, names in _FIELDS.items()}
 
-
-# One encoder for every frame (json.dumps with options builds a new one per call).
+# JSON's C encoder and scanner, each made once: json.dumps with options and
+# JSONEncoder.encode make a new encoder for every call, json.loads goes through
+# three Python layers, and every job takes two frames on each side.
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_encode_c = (
+    _c_encoder(None, None, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+    if _c_encoder is not None
+    else None
+)
+# the scanner json.loads uses (C); typeshed's stub of make_scanner names the wrong type
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
+def _json(obj: dict[str, Any]) -> str:
+    return "".join(_encode_c(obj, 0)) if _encode_c is not None else _dumps(obj)
 
 
 def encode(message: Message) -> bytes:
-    body = _dumps({"kind": message.kind, **vars(message)}).encode()  # vars: its fields
+    body = _json({"kind": message.kind, **vars(message)}).encode()  # vars: its fields
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(f"{message.kind} message of {len(body)} bytes is over the frame limit")
     return HEADER.pack(len(body)) + body
@@ -186,14 +202,19 @@ def encode(message: Message) -> bytes:
 
 def decode(body: bytes) -> Message:
     try:
-        obj = json.loads(body.decode())  # text: no guessing its encoding
+        text = body.decode()  # text: no guessing its encoding
+        obj, end = _scan(text, 0)  # as json.loads, without its Python layers
+        if end != len(text) and not text[end:].isspace():
+            raise ValueError(f"extra data after the message at {end}")
         cls = KINDS[obj.pop("kind")]
-        unknown = set(obj).difference(_FIELDS[cls])
-        if unknown:
+        if not _FIELD_SETS[cls].issuperset(obj):
+            unknown = set(obj).difference(_FIELDS[cls])
             raise ProtocolError(f"unknown fields {sorted(unknown)} in {cls.kind}")
         return cls(**obj)
     except ProtocolError:
         raise
+    except StopIteration:  # the scanner found no value where one starts
+        raise ProtocolError("malformed message: no JSON value") from None
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise ProtocolError(f"malformed message: {err!r}"[:200]) from None
 

@@ -233,8 +233,8 @@ class Book(Intake, JobFlow):
             dues.append(self.registered_at + REGISTER_EVERY_S)
         if self.stopping_since is not None and not self.link.up:
             dues.append(max(now + TICK_S, self.stopping_since + STOP_REPORT_WAIT_S))
-        due = min((d for d in dues if d is not None), default=None)
-        return None if due is None else max(0.0, due - now)
+        known = [d for d in dues if d is not None]  # every pass: no generator for min
+        return max(0.0, min(known) - now) if known else None
 
     def ready(self) -> bool:
         """Every wanted child is up: the master may say READY."""
@@ -312,9 +312,15 @@ class Book(Intake, JobFlow):
         held_ahead = len(self.buffer) + len(self.confirming)
         return max(0, self._slots_free() + self.prefetch() - held_ahead)
 
-    def _urgent(self) -> bool:
-        buffered = len(self.buffer)
-        return (buffered == 0 and self._slots_free() > 0) or buffered < (self.prefetch() + 1) // 2
+    def _urgent_room(self) -> int:
+        """`room`, when leasing more is urgent (a child would wait, or the buffer ran
+        half empty); else 0. The free slots are counted once."""
+        if not self.accepting():
+            return 0
+        free, prefetch, buffered = self._slots_free(), self.prefetch(), len(self.buffer)
+        room = free + prefetch - buffered
+        urgent = (buffered == 0 and free > 0) or buffered < (prefetch + 1) // 2
+        return room if room > 0 and urgent else 0
 
     def _shortest_lease(self) -> float | None:
         return min((h.renew_length_s() for h in self.held.values()), default=None)

@@ -29,7 +29,7 @@ class Intake(BookState):
         if not self.link.up:
             return self.link.retry_at
         accepting = self.accepting()
-        wants_jobs = accepting and self.want_work and self.room() > 0 and self._urgent()
+        wants_jobs = accepting and self.want_work and self._urgent_room() > 0
         if wants_jobs or (not accepting and self.registered):  # a pop (or an unregistering one)
             return now
         if not self.outcomes:

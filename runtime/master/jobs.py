@@ -28,7 +28,11 @@ class JobFlow(BookState):
     # --- handing jobs to children ----------------------------------------------------
 
     def hand_out(self, now: float) -> None:
-        """Idle children first (the job starts now), then pipelines of busy ones."""
+        """Idle children first (the job starts now), then pipelines of busy ones. Not
+        while a job handed to us awaits its confirming renewal (one round trip): it
+        was ready before anything popped since, so it goes first."""
+        if self.confirming or (not self.buffer and not self.timed):  # most passes: nothing
+            return
         self._turns_come(now)
         for slot in self.slots.idle():
             held = self._next_pending(now)
@@ -46,6 +50,8 @@ class JobFlow(BookState):
 
     def _turns_come(self, now: float) -> None:
         """Jobs whose turn is close go to the front of the buffer: they are due."""
+        if not self.timed:
+            return
         due: list[str] = []
         while self.timed and (self.held[self.timed[0]].start_at or 0.0) - HANDOFF_EARLY_S <= now:
             due.append(self.timed.pop(0))

@@ -65,9 +65,10 @@ class Output:
     def _ended(self, jid: str) -> None:
         """The job's end marker: what it printed past its budget is told with its jid,
         its tail put aside, and the next job sent (if any) is the one writing."""
-        if self.job is not None and self.job[0] == jid:
-            self.summarise()
-            self.ended[jid] = self.tail_text()
+        if self.jobs and self.jobs[0][0] == jid:
+            if self.dropped_bytes:
+                self.summarise()
+            self.ended[jid] = self.tail_text() if self.tail else ""
             if len(self.ended) > ENDED_KEPT:  # a skipped job's: no report takes it
                 del self.ended[next(iter(self.ended))]
             self.jobs.popleft()
@@ -78,9 +79,16 @@ class Output:
     def feed(self, chunk: bytes, now: float) -> None:
         """Takes what was read from the pipe."""
         end = protocol.MARK_END
-        if not self.partial and chunk.startswith(end) and chunk.find(b"\n") == len(chunk) - 1:
-            self._ended(chunk[len(end) : -1].decode("utf-8", "replace"))
-            return  # the most common read by far: the end of a job that printed nothing
+        if not self.partial and chunk.startswith(end) and chunk.endswith(b"\n"):
+            # the most common read by far: the ends of jobs that printed nothing
+            lines = chunk[:-1].split(b"\n")
+            for line in lines:
+                if not line.startswith(end):
+                    break
+            else:
+                for line in lines:
+                    self._ended(line[len(end) :].decode("utf-8", "replace"))
+                return
         self._refill(now)
         # an unfinished line was kept in the tail when it came; a marked one was not
         kept = 0 if self.partial.startswith(protocol.MARK) else len(self.partial)

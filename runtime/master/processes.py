@@ -281,7 +281,8 @@ class Processes:
 
     def check_frames(self, now: float) -> None:
         for handle in self.handles.values():
-            handle.check_frame(now)
+            if handle.partial_since is not None:  # every pass: no call for the others
+                handle.check_frame(now)
 
     def _on_exit(self, pid: int, code: int | None, sig: int | None) -> None:
         handle = self.handles.pop(pid, None)

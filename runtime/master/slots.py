@@ -90,15 +90,18 @@ class Slots:
             return [events.Post(slot.index, protocol.Stop())]
         return []
 
+    def _settled(self, target: int) -> bool:
+        """`target` children, none stopping or to retire (a loop: no generator)."""
+        if len(self.by_index) != target:
+            return False
+        for slot in self.by_index.values():
+            if slot.retire or slot.state is SlotState.STOPPING:
+                return False
+        return True
+
     def reconcile(self, target: int, running: bool, now: float) -> list[events.Action]:
         """Moves toward `target` children (none new unless `running`)."""
-        if (
-            running
-            and len(self.by_index) == target
-            and all(
-                not s.retire and s.state is not SlotState.STOPPING for s in self.by_index.values()
-            )
-        ):
+        if running and self._settled(target):
             return []  # every pass, nearly always: nothing to start or stop
         out: list[events.Action] = []
         if not running:

@@ -54,6 +54,9 @@ OOM_SCORE_ADJ_ABOVE_MASTER = 500  # children are the OOM killer's first choice, 
 OOM_SCORE_ADJ_MAX = 1000
 CPU_GRACE_S = 1  # from SIGXCPU at the soft CPU limit to SIGKILL at the hard one
 LEFTOVER_WAIT_S = 2.0  # how long processes a job left behind may take to die once killed
+# a workdir's ctime this old tells every change after it (the filesystem's stamps are
+# at least as fine as this; a stamp of the same tick as a change could hide it)
+STAMP_TRUSTED_AFTER_NS = 2_000_000_000
 
 
 @dataclass(frozen=True)
@@ -273,6 +276,28 @@ def empty(workdir: Path, *, create: bool = True) -> None:
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
+
+
+def empty_if_changed(workdir: Path, seen_ns: int | None) -> int | None:
+    """Empties `workdir` (as `empty`) unless its status-change time is still
+    `seen_ns`: nothing was added, removed or renamed in it since (ctime, unlike
+    mtime, cannot be set back by a job). Returns the time to pass next time, or
+    None while it is too recent to tell a later change apart (the kernel stamps
+    with a coarse clock, some filesystems to the second: a change in the same
+    tick leaves the stamp as it was). One stat when nothing changed instead of
+    a scan of the directory (five system calls)."""
+    if seen_ns is not None:
+        try:
+            if os.stat(workdir).st_ctime_ns == seen_ns:
+                return seen_ns
+        except OSError:
+            pass
+    empty(workdir)
+    try:
+        ctime_ns = os.stat(workdir).st_ctime_ns
+    except OSError:
+        return None
+    return ctime_ns if time.time_ns() - ctime_ns > STAMP_TRUSTED_AFTER_NS else None
 
 
 def clean_environment(env: Mapping[str, str], keep: Iterable[str] = ()) -> dict[str, str]:

@@ -16,7 +16,7 @@ from runtime.master import events, plan, reasons
 from runtime.master.book import Book
 from runtime.master.held import FLUSH_AFTER_S, TICK_S, Mode, Where
 from runtime.master.slots import CRASHES_BEFORE_PAUSE, SlotState
-from runtime.queue.leases import Leased, Popped
+from runtime.queue.leases import Leased, Outcomes, Popped
 
 LEASE_S = 3.0
 
@@ -403,6 +403,19 @@ def test_a_job_handed_while_waiting_starts_once_a_renewal_confirms_it() -> None:
     rig.apply(events.Renewed(renew.leases, frozenset(), rig.now))
     assert runs(rig.step()) == [(0, "h")]
     assert rig.book.held["h"].lease_until == pytest.approx(rig.now + LEASE_S), "a whole lease"
+
+
+def test_jobs_popped_while_a_handed_job_is_confirmed_start_after_it() -> None:
+    rig = Rig(concurrency=1, prefetch=4)
+    rig.start()
+    handed(rig, "h")
+    renew = only(rig.step(), events.Renew)
+    # a pop that was under way as the job was handed comes back with two more
+    popped = Popped([leased("p1"), leased("p2")], None, [], None)
+    rig.apply(events.Exchanged(Outcomes(), 4, {}, popped, rig.now, rig.now))
+    assert runs(rig.step()) == [], "the handed job was ready first"
+    rig.apply(events.Renewed(renew.leases, frozenset(), rig.now))
+    assert runs(rig.step())[0] == (0, "h")
 
 
 def test_a_handed_job_that_cannot_be_confirmed_is_never_started() -> None:

@@ -120,3 +120,18 @@ def test_end_markers_read_on_their_own_end_their_jobs_in_order(
     assert out.ended_tail("j2") == "half a line"
     assert lines(caplog) == ["half a line jid=j2 klass=m:f worker=h"]
     assert out.job is None
+
+
+def test_end_markers_read_together_end_each_job_and_text_between_them_is_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    out = sent("j1", "j2", "j3", "j4")
+    out.feed(end("j1") + end("j2"), 0.0)  # two silent jobs in one read
+    assert out.job == ("j3", "m:f")
+    assert (out.ended_tail("j1"), out.ended_tail("j2")) == ("", "")
+    out.feed(end("j3") + b"printed by j4\n" + end("j4"), 0.0)
+    assert out.ended_tail("j3") == ""
+    assert out.ended_tail("j4") == "printed by j4\n"
+    assert lines(caplog) == ["printed by j4 jid=j4 klass=m:f worker=h"]
+    assert out.job is None

@@ -71,11 +71,18 @@ def test_a_message_over_the_limit_is_not_encoded(monkeypatch: pytest.MonkeyPatch
         (b'{"kind": "done"}', "malformed message"),  # a field missing
         (b'{"kind": "done", "jid": "j1", "extra": 1}', "unknown fields"),
         (b'{"kind": "stop", "kind2": 1}', "unknown fields"),
+        (b"", "malformed message"),
+        (b'{"kind": "stop"} {"kind": "stop"}', "malformed message"),  # data after it
+        (b'{"kind": "stop"', "malformed message"),  # cut short
     ],
 )
 def test_malformed_bodies_are_protocol_errors(body: bytes, error: str) -> None:
     with pytest.raises(ProtocolError, match=error):
         protocol.FrameBuffer().feed(frame(body))
+
+
+def test_whitespace_after_a_message_is_allowed_as_json_loads_allows_it() -> None:
+    assert protocol.decode(b'{"kind": "stop"} \n') == protocol.Stop()
 
 
 def test_a_stream_that_ends_inside_a_frame_is_a_protocol_error() -> None:
