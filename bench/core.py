@@ -59,7 +59,7 @@ def pop_complete(server: ServerProcess, n: int, batch: int) -> float:
             for job in popped:
                 job.complete()
         else:
-            client.complete_many("bench-1", {j.jid: j.token or "" for j in popped})
+            client.leases.complete_many("bench-1", {j.jid: j.token or "" for j in popped})
         done += len(popped)
     return n / (time.perf_counter() - start)
 

@@ -67,7 +67,7 @@ def measure(client: Client, repeat: int) -> dict[str, list[float]]:
 
         return fetch
 
-    now_ms = client.now_ms()
+    now_ms = client.conn.now_ms()
     return {
         "overview page (ms)": timed(get("/"), repeat),
         "  its reads: queue rows of all queues (ms)": timed(

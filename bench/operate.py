@@ -9,8 +9,8 @@ them delayed, so every queue has scheduled jobs too); a few per queue are popped
 completed, failed and retried, so every count, total and histogram is non-empty.
 Server time is Redis's own (INFO commandstats usec of the script call); wall time
 adds the round trip and decoding in Python (for a scrape: the whole exposition
-text, as `runtime metrics` writes it, and through prometheus-client's registry as
-a mounted collector is read). Prints one JSON object; the numbers go in the
+text of the registry, as `runtime metrics` and the dashboard serve it, and the same
+with the garbage collector left on). Prints one JSON object; the numbers go in the
 report, not RESULTS.md.
 """
 
@@ -27,9 +27,9 @@ from prometheus_client import generate_latest
 
 from bench.server import private_server
 from runtime import Client
-from runtime.metrics import make_registry, render
+from runtime.metrics import exposition, make_registry
 
-SCRIPT_CALLS = ("cmdstat_fcall", "cmdstat_evalsha")
+SCRIPT_CALLS = ("cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_evalsha", "cmdstat_evalsha_ro")
 
 
 def _script_usec(client: Client) -> tuple[int, int]:
@@ -40,14 +40,16 @@ def _script_usec(client: Client) -> tuple[int, int]:
 
 
 def measure(client: Client, what: Callable[[], object], repeat: int) -> dict[str, Any]:
-    """Median (and range) of wall and server ms over `repeat` runs, and the script
-    calls one run makes."""
+    """Median (and range) of wall and server ms over `repeat` runs, the median CPU
+    ms of this process (what a shared host's load does not inflate), and the
+    script calls one run makes."""
     what()  # warm: the library is loaded, the pages are cached
-    walls, servers, calls = [], [], 0
+    walls, cpus, servers, calls = [], [], [], 0
     for _ in range(repeat):
         calls_before, usec_before = _script_usec(client)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         what()
+        cpus.append((time.process_time() - cpu_started) * 1000)
         walls.append((time.perf_counter() - started) * 1000)
         calls_after, usec_after = _script_usec(client)
         servers.append((usec_after - usec_before) / 1000)
@@ -55,6 +57,7 @@ def measure(client: Client, what: Callable[[], object], repeat: int) -> dict[str
     return {
         "wall_ms": round(statistics.median(walls), 2),
         "wall_ms_range": [round(min(walls), 2), round(max(walls), 2)],
+        "cpu_ms": round(statistics.median(cpus), 2),  # this process's: a busy host adds none
         "server_ms": round(statistics.median(servers), 2),
         "server_ms_range": [round(min(servers), 2), round(max(servers), 2)],
         "script_calls": calls,
@@ -74,37 +77,54 @@ def fill(client: Client, queues: int, jobs: int) -> float:
     return time.perf_counter() - started
 
 
-def exercise(client: Client, queues: int) -> None:
-    """A few outcomes per queue: complete, fail, retry; and a registered worker."""
-    client.register_worker("bench-1", host="bench", pid=1, queues=["q0"], concurrency=4)
+def exercise(client: Client, queues: int, workers: int = 1, groups: int = 1) -> None:
+    """A few outcomes per queue: complete, fail (in `groups` failure groups), retry;
+    `workers` registered masters, each left holding a job."""
+    names = [f"bench-{k + 1}" for k in range(workers)]
+    for k, name in enumerate(names):
+        client.leases.register_worker(name, host="bench", pid=k + 1, queues=["q0"], concurrency=4)
+    failed = 0  # the groups in turn (a tenth of the queues holds only scheduled jobs)
     for i in range(queues):
-        jobs = client.queue(f"q{i}").pop(4, worker="bench-1")
-        client.complete_many("bench-1", {j.jid: j.token or "" for j in jobs[:2]})
+        worker = names[i % workers]
+        jobs = client.queue(f"q{i}").pop(4, worker=worker)
+        client.leases.complete_many(worker, {j.jid: j.token for j in jobs[:2]})
         if len(jobs) > 2:
-            jobs[2].fail("bench.Error", "failed on purpose")
+            jobs[2].fail(f"bench.Error{failed % groups}", "failed on purpose")
+            failed += 1
         if len(jobs) > 3:
             jobs[3].retry("bench.Error", "again", delay=0)
+    for k, name in enumerate(names):  # each master holds a job now
+        client.queue(f"q{k % queues}").pop(1, worker=name)
 
 
-def run(queues: int, jobs: int, repeat: int) -> dict[str, Any]:
+def _series(text: bytes) -> int:
+    """How many samples an exposition holds."""
+    return sum(1 for line in text.splitlines() if line and not line.startswith(b"#"))
+
+
+def run(queues: int, jobs: int, repeat: int, workers: int = 1, groups: int = 1) -> dict[str, Any]:
     with private_server(tcp=True) as server:
         client = Client.from_url(server.url, namespace="bench", socket_timeout=120)
         put_s = fill(client, queues, jobs)
-        exercise(client, queues)
+        exercise(client, queues, workers, groups)
         registry = make_registry(client)
         info: dict[str, Any] = client.redis.info("memory")
+        snapshot = client.admin.snapshot()
         return {
             "queues": queues,
             "jobs": jobs,
+            "workers_seen": len(snapshot["workers"]),
+            "failure_groups": len(snapshot["groups"]),
+            "series": _series(generate_latest(registry)),
             "put_s": round(put_s, 1),
             "used_memory_mb": round(int(info["used_memory"]) / 2**20),
             "status": measure(client, client.status, repeat),
-            "scrape": measure(client, lambda: render(client), repeat),
-            "scrape_registry": measure(client, lambda: generate_latest(registry), repeat),
-            "snapshot": measure(client, client.snapshot, repeat),
-            "jobs_page": measure(client, lambda: client.jobs("q0", "waiting", 0, 25), repeat),
-            "workers": measure(client, client.workers, repeat),
-            "scrape_bytes": len(render(client)),
+            "scrape": measure(client, lambda: exposition(registry), repeat),
+            "scrape_gc_on": measure(client, lambda: generate_latest(registry), repeat),
+            "snapshot": measure(client, client.admin.snapshot, repeat),
+            "jobs_page": measure(client, lambda: client.admin.jobs("q0", "waiting", 0, 25), repeat),
+            "workers": measure(client, client.admin.workers, repeat),
+            "scrape_bytes": len(exposition(registry)),
         }
 
 
@@ -112,9 +132,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queues", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--groups", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--deployment", action="store_true",
+                        help="200 queues, 50 workers, 30 failure groups, 200,000 jobs")  # fmt: skip
     args = parser.parse_args()
-    print(json.dumps(run(args.queues, args.jobs, args.repeat), indent=2))
+    if args.deployment:
+        args.queues, args.workers, args.groups, args.jobs = 200, 50, 30, 200_000
+    print(json.dumps(run(args.queues, args.jobs, args.repeat, args.workers, args.groups),
+                     indent=2))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def probe(jobs: int) -> dict[str, Any]:
             while done < jobs:
                 leased = q.pop(BATCH, worker="bench-1")
                 if complete:
-                    client.complete_many("bench-1", {j.jid: j.token or "" for j in leased})
+                    client.leases.complete_many("bench-1", {j.jid: j.token or "" for j in leased})
                 done += len(leased)
             control("--instr=off")
             control("--dump=" + name)
@@ -89,7 +89,7 @@ def probe(jobs: int) -> dict[str, Any]:
         fill(10 * BATCH)
         for _ in range(10):  # warm: the library loaded, the keys made
             leased = q.pop(BATCH, worker="bench-1")
-            client.complete_many("bench-1", {j.jid: j.token or "" for j in leased})
+            client.leases.complete_many("bench-1", {j.jid: j.token or "" for j in leased})
         counted("both", complete=True)
         fill(jobs)
         counted("pop", complete=False)

@@ -31,7 +31,7 @@ def _complete_all(client: Client, queue: str, jobs: int, result: str) -> None:
     while left > 0:
         popped = client.queue(queue).pop(min(BATCH, left), worker=W)
         rows = [(j.jid, j.token or "", "{}", result, "") for j in popped]
-        client.call(ops.complete(W, rows))
+        client.conn.call(ops.complete(W, rows))
         left -= len(popped)
 
 
@@ -49,7 +49,7 @@ def measure(jobs: int, result: str) -> dict[str, float]:
         for name, text in (("without", ""), ("with", result)):
             raw.flushall()
             client = Client.from_url(server.url, namespace="bench")
-            client.config_set("jobs-history-count", jobs * 2)
+            client.admin.config_set("jobs-history-count", jobs * 2)
             client.put_many(client.queue("q").spec("app.jobs:send", {"n": i}) for i in range(jobs))
             used_before, _ = _memory(raw, client.keys.key("jobs"))
             _complete_all(client, "q", jobs, text)

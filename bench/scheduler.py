@@ -15,8 +15,8 @@ from bench.server import connect, private_server
 from bench.worker import Master
 from runtime import Client
 from runtime.queue import scripts
-from runtime.queue.client import text
 from runtime.queue.embedded import ServerProcess
+from runtime.queue.ops import text
 
 
 def _fill(client: Client, jobs: int, domains: int, grouped: bool) -> None:
@@ -68,8 +68,8 @@ def pop_cost(server: ServerProcess, jobs: int, case: Case, pops: int) -> dict[st
     conn.flushall()
     client = Client.from_url(server.url, namespace="b" + uuid.uuid4().hex[:8])
     if case.limit is not None:
-        client.config_set("domain-rate", case.limit[0])
-        client.config_set("domain-period", case.limit[1])
+        client.admin.config_set("domain-rate", case.limit[0])
+        client.admin.config_set("domain-period", case.limit[1])
     _fill(client, jobs, case.domains, case.grouped)
     memory = int(conn.info("memory")["used_memory"])
     for _ in range(case.warm // 1000):
@@ -85,7 +85,7 @@ def pop_cost(server: ServerProcess, jobs: int, case: Case, pops: int) -> dict[st
     conn.slowlog_reset()
     short, popped, durations, last = 0, 0, [], None
     for _ in range(pops):
-        reply = client.run_json("pop", "bench", 1, "seed", "ordered", 0, 0, "bench")
+        reply = client.conn.run_json("pop", "bench", 1, "seed", "ordered", 0, 0, "bench")
         popped += len(reply["jobs"])
         short += reply["wake_in_ms"] == 0
         entries = conn.slowlog_get(1)

@@ -63,7 +63,7 @@ def one(conn: Connection, holder: Client, index: int) -> float:
         time.sleep(0.001)
     time.sleep(0.002)  # the waiter is on its BLPOP by now
     sent = time.perf_counter()
-    holder.complete(jid, W, job.token or "", result={"sent": True})
+    holder.leases.complete(jid, W, job.token or "", result={"sent": True})
     woken: float = conn.recv()
     return woken - sent
 

@@ -20,6 +20,7 @@ from runtime.errors import (
     WrongState,
 )
 from runtime.queue.client import Client, Queue
+from runtime.queue.holder import Lease
 from runtime.queue.job import Failure, HistoryEvent, Job
 from runtime.queue.wire import JobSpec
 from runtime.typed import JobFunction, PutOptions, job
@@ -43,6 +44,7 @@ __all__ = [
     "JobFunction",
     "JobSpec",
     "KlassNotAllowed",
+    "Lease",
     "LeaseLost",
     "NoSuchJob",
     "PutOptions",

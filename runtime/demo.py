@@ -89,7 +89,7 @@ def clear_earlier(client: Client) -> int:
     for state in LISTED_STATES:
         start, total = 0, 1
         while start < total:
-            total, page = client.jobs(QUEUE, state, start, page_size)
+            total, page = client.admin.jobs(QUEUE, state, start, page_size)
             if not page:
                 break
             doomed += [j.jid for j in page if j.klass.startswith(ours)]

@@ -97,7 +97,7 @@ def dashboard(
         raise BadArgument(str(err)) from None
     prefix = normal_prefix(url_prefix)
     client = client_of(ctx)
-    client.now_ms()  # Redis answers before anything is served (else the one-line error)
+    client.conn.now_ms()  # Redis answers before anything is served (else the one-line error)
     loopback = is_loopback(host)
     options = Options(
         url_prefix=prefix,

@@ -38,7 +38,7 @@ def _facts(state_dir: Path) -> dict[str, Any]:
     if answers:
         try:
             with Client.from_url(f"unix://{sock}", socket_timeout=2.0) as client:
-                info = client.server_info()
+                info = client.admin.server_info()
         except Error as err:
             facts["answering"], facts["error"] = False, str(err)
         else:

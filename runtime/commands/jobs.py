@@ -197,7 +197,7 @@ def cancel(ctx: click.Context, jids: Sequence[str]) -> None:
 @click.pass_context
 def retry_cmd(ctx: click.Context, jid: str, queue: str | None) -> None:
     """Run a failed, complete or scheduled job again now (retries renewed)."""
-    click.echo(client_of(ctx).requeue(jid, queue))
+    click.echo(client_of(ctx).scheduling.requeue(jid, queue))
 
 
 @click.command(context_settings={"ignore_unknown_options": True})  # VALUE may be negative
@@ -206,7 +206,7 @@ def retry_cmd(ctx: click.Context, jid: str, queue: str | None) -> None:
 @click.pass_context
 def priority(ctx: click.Context, jid: str, value: int) -> None:
     """Change a job's priority (lower pops first)."""
-    click.echo(client_of(ctx).set_priority(jid, value))
+    click.echo(client_of(ctx).scheduling.set_priority(jid, value))
 
 
 @click.command()
@@ -217,7 +217,11 @@ def priority(ctx: click.Context, jid: str, value: int) -> None:
 def depends(ctx: click.Context, jid: str, verb: str, others: Sequence[str]) -> None:
     """Make JID wait (on) or stop waiting (off) on other jobs."""
     client = client_of(ctx)
-    state = client.depend(jid, *others) if verb == "on" else client.undepend(jid, *others)
+    state = (
+        client.scheduling.depend(jid, *others)
+        if verb == "on"
+        else client.scheduling.undepend(jid, *others)
+    )
     click.echo(state)
 
 
@@ -227,7 +231,7 @@ def depends(ctx: click.Context, jid: str, verb: str, others: Sequence[str]) -> N
 @click.pass_context
 def tag(ctx: click.Context, jid: str, tags: Sequence[str]) -> None:
     """Add tags to a job."""
-    click.echo(" ".join(client_of(ctx).tag(jid, *tags)))
+    click.echo(" ".join(client_of(ctx).scheduling.tag(jid, *tags)))
 
 
 @click.command()
@@ -236,7 +240,7 @@ def tag(ctx: click.Context, jid: str, tags: Sequence[str]) -> None:
 @click.pass_context
 def untag(ctx: click.Context, jid: str, tags: Sequence[str]) -> None:
     """Remove tags from a job."""
-    click.echo(" ".join(client_of(ctx).untag(jid, *tags)))
+    click.echo(" ".join(client_of(ctx).scheduling.untag(jid, *tags)))
 
 
 def _rows(jobs: Sequence[Job]) -> None:
@@ -251,7 +255,7 @@ def _rows(jobs: Sequence[Job]) -> None:
 @click.pass_context
 def tagged(ctx: click.Context, name: str, start: int, count: int) -> None:
     """Jobs carrying a tag, newest first."""
-    total, jobs = client_of(ctx).tagged(name, start, count)
+    total, jobs = client_of(ctx).scheduling.tagged(name, start, count)
     click.echo(f"{total} jobs tagged {name}")
     _rows(jobs)
 
@@ -264,9 +268,9 @@ def track(ctx: click.Context, jid: str, off: bool) -> None:
     """Track a job: it is listed by `runtime tracked` and publishes its events."""
     client = client_of(ctx)
     if off:
-        client.untrack(jid)
+        client.scheduling.untrack(jid)
     else:
-        client.track(jid)
+        client.scheduling.track(jid)
     click.echo(f"{'untracked' if off else 'tracking'} {jid}")
 
 
@@ -274,7 +278,7 @@ def track(ctx: click.Context, jid: str, off: bool) -> None:
 @click.pass_context
 def tracked(ctx: click.Context) -> None:
     """Tracked jobs."""
-    _rows(client_of(ctx).tracked())
+    _rows(client_of(ctx).scheduling.tracked())
 
 
 @click.command()
@@ -282,7 +286,7 @@ def tracked(ctx: click.Context) -> None:
 @click.pass_context
 def events(ctx: click.Context, idle: float | None) -> None:
     """Follow the events of tracked jobs (one JSON line each)."""
-    for event in client_of(ctx).events(idle_s=idle):
+    for event in client_of(ctx).scheduling.events(idle_s=idle):
         click.echo(json.dumps(event, sort_keys=True))
 
 

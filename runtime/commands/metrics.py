@@ -30,7 +30,7 @@ def metrics_cmd(ctx: click.Context, port: int, host: str) -> None:
 
     client = client_of(ctx)
     try:
-        client.now_ms()
+        client.conn.now_ms()
     except Error as err:  # served anyway: scrapes say runtime_redis_up 0 until it answers
         reason = str(err).splitlines()[0].rstrip(".") if str(err) else type(err).__name__
         log.warning("%s; serving runtime_redis_up 0 until Redis answers", reason)

@@ -52,7 +52,7 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: fl
             if not as_json and sys.stdout.isatty():
                 click.echo(CLEAR_SCREEN, nl=False)
             if not as_json:
-                click.echo(f"{when(client.now_ms())}  every {watch_s:g} s, Ctrl-C to stop")
+                click.echo(f"{when(client.conn.now_ms())}  every {watch_s:g} s, Ctrl-C to stop")
             _show_status(rows, as_json, compact=True)
             time.sleep(watch_s)
     except KeyboardInterrupt:
@@ -66,7 +66,7 @@ def status_of(client: Client, queues: Sequence[str]) -> dict[str, dict[str, Any]
     rows: dict[str, dict[str, Any]] = {
         name: {**counts, "in_progress": []} for name, counts in client.status(*queues).items()
     }
-    for job in client.progressing(*queues, count=PROGRESS_SHOWN):
+    for job in client.admin.progressing(*queues, count=PROGRESS_SHOWN):
         told = {"jid": job.jid, "klass": job.klass, "worker": job.worker, "progress": job.progress}
         if job.queue in rows:
             rows[job.queue]["in_progress"].append(told)
@@ -119,10 +119,8 @@ _WHEN: dict[str, tuple[str, Any]] = {
 
 
 def job_json(job: Job) -> dict[str, Any]:
-    """A job as JSON-ready values (its fields, without the client)."""
-    return {
-        f.name: _plain(getattr(job, f.name)) for f in dataclasses.fields(job) if f.name != "client"
-    }
+    """A job as JSON-ready values (its fields)."""
+    return {f.name: _plain(getattr(job, f.name)) for f in dataclasses.fields(job)}
 
 
 def _plain(value: Any) -> Any:
@@ -145,7 +143,7 @@ def _plain(value: Any) -> Any:
 def jobs_cmd(ctx: click.Context, queue: str, state: str, limit: int, start: int, oldest: bool,
              as_json: bool) -> None:  # fmt: skip
     """Jobs of QUEUE in one state, newest first (waiting: the reverse of pop order)."""
-    total, found = client_of(ctx).jobs(queue, state, start, limit, oldest_first=oldest)
+    total, found = client_of(ctx).admin.jobs(queue, state, start, limit, oldest_first=oldest)
     if as_json:
         emit({"total": total, "jobs": [job_json(j) for j in found]})
         return
@@ -177,7 +175,7 @@ def failed(ctx: click.Context, group: str | None, start: int, count: int) -> Non
         for name, n in sorted(groups.items(), key=lambda kv: -kv[1]):
             click.echo(f"{n:>8}  {name}")
         return
-    total, jobs = client.failed_jobs(group, start, count)
+    total, jobs = client.admin.failed_jobs(group, start, count)
     click.echo(f"{total} failed in {group}")
     for j in jobs:
         last = (j.failure.message.strip().splitlines() or [""])[-1] if j.failure else ""
@@ -200,7 +198,7 @@ def unfail(ctx: click.Context, group: str | None, queue: str | None, count: int,
     if every:
         if queue is not None:
             raise BadArgument("--all moves jobs back to their own queues: give no QUEUE")
-        moved = client.unfail_all(group)
+        moved = client.admin.unfail_all(group)
         click.echo(f"moved {moved} jobs back to their queues")
         return
     if group is None:
@@ -208,7 +206,7 @@ def unfail(ctx: click.Context, group: str | None, queue: str | None, count: int,
     if not client.failed().get(group):
         raise click.exceptions.Exit(fail(f"no failed jobs in {group}"))
     if queue is None:
-        moved = client.unfail_own(group, count)
+        moved = client.admin.unfail_own(group, count)
         click.echo(f"moved {moved} jobs back to their queues")
     else:
         moved = client.unfail(group, queue, count)
@@ -216,7 +214,7 @@ def unfail(ctx: click.Context, group: str | None, queue: str | None, count: int,
 
 
 def _warn_unknown(client: Client, queue: str) -> None:
-    if not client.queue_known(queue):
+    if not client.admin.queue_known(queue):
         click.echo(f"runtime: warning: queue {queue} has never been used "
                    f"(runtime queue forget {queue} removes it)", err=True)  # fmt: skip
 
@@ -254,7 +252,7 @@ def queue_group() -> None:
 def forget(ctx: click.Context, queue: str) -> None:
     """Forget QUEUE if it is empty: it leaves the list of queues, with its totals,
     statistics and pause (complete jobs stay until retention deletes them)."""
-    if not client_of(ctx).queue_forget(queue):
+    if not client_of(ctx).admin.queue_forget(queue):
         raise click.exceptions.Exit(fail(f"no queue {queue}"))
     click.echo(f"forgot {queue}")
 
@@ -270,10 +268,10 @@ def config_cmd(ctx: click.Context, name: str | None, value: str | None, unset: b
     if unset:
         if name is None:
             raise BadArgument("--unset needs a NAME")
-        client.config_unset(name)
+        client.admin.config_unset(name)
     elif name is not None and value is not None:
-        client.config_set(name, value)
-    values = client.config_get()
+        client.admin.config_set(name, value)
+    values = client.admin.config_get()
     if name is not None:
         config.shared_setting(name)
         default = config.shared_setting(name).default
@@ -292,7 +290,7 @@ def config_cmd(ctx: click.Context, name: str | None, value: str | None, unset: b
 def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -> None:
     """Wait and run times of a queue's jobs (percentiles, histogram with millisecond
     buckets below a second), with failures, failed and retries."""
-    found = client_of(ctx).stats(queue, day.date() if day else None)
+    found = client_of(ctx).admin.stats(queue, day.date() if day else None)
     if as_json:
         emit(dataclasses.asdict(found))
         return
@@ -323,11 +321,11 @@ def limit(ctx: click.Context, domain: str | None, rate: str | None, burst: int |
     arguments: list the limits."""
     client = client_of(ctx)
     if domain is None:
-        for name, lim in sorted(client.domain_limits().items()):
+        for name, lim in sorted(client.scheduling.domain_limits().items()):
             click.echo(f"{name}  {lim['rate']:g}/{lim['period']:g}s burst {lim['burst']}")
         return
     if clear:
-        client.clear_domain_limit(domain)
+        client.scheduling.clear_domain_limit(domain)
         click.echo(f"cleared {domain}")
         return
     if rate is None:

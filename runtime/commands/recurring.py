@@ -41,7 +41,7 @@ def add(
     """Put KLASS on QUEUE --every SECONDS or at each --cron tick."""
     if (every is None) == (cron is None):
         raise BadArgument("give --every or --cron, one of them")
-    r = client_of(ctx).recur(
+    r = client_of(ctx).scheduling.recur(
         queue, klass, parse_data(data), every=every, cron=cron, tz=tz, policy=policy,
         grace=grace, id=rid, priority=priority, retries=retries, tags=tags,
     )  # fmt: skip
@@ -52,7 +52,7 @@ def add(
 @click.pass_context
 def list_(ctx: click.Context) -> None:
     """Recurrences, with their next tick and how many jobs each spawned."""
-    found = client_of(ctx).recurrences()
+    found = client_of(ctx).scheduling.recurrences()
     if not found:
         click.echo("no recurring jobs")
     for r in found:
@@ -66,7 +66,7 @@ def list_(ctx: click.Context) -> None:
 @click.pass_context
 def remove(ctx: click.Context, rid: str) -> None:
     """Stop a recurrence (jobs it spawned stay)."""
-    if not client_of(ctx).unrecur(rid):
+    if not client_of(ctx).scheduling.unrecur(rid):
         raise click.exceptions.Exit(fail(f"no recurring job {rid}"))
     click.echo(f"removed {rid}")
 

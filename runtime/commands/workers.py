@@ -118,7 +118,7 @@ def _warn_unset(names: Sequence[str]) -> None:
 def workers(ctx: click.Context, as_json: bool) -> None:
     """Masters seen lately: host, pid, queues, concurrency, and each running job's
     klass and elapsed time."""
-    found = client_of(ctx).workers()
+    found = client_of(ctx).admin.workers()
     if as_json:
         emit(found)
         return

@@ -69,7 +69,7 @@ def resume(client: Client, form: Form) -> str:
 
 
 def retry(client: Client, form: Form) -> str:
-    state = client.requeue(_field(form, "jid"))
+    state = client.scheduling.requeue(_field(form, "jid"))
     return f"retried {form['jid']}: now {state}"
 
 
@@ -90,7 +90,7 @@ def priority(client: Client, form: Form) -> str:
         value = int(raw)
     except ValueError:
         raise BadArgument(f"priority must be an integer, got {raw!r}") from None
-    client.set_priority(_field(form, "jid"), value)
+    client.scheduling.set_priority(_field(form, "jid"), value)
     return f"priority of {form['jid']} set to {value}"
 
 

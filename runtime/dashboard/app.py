@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -27,8 +27,7 @@ from starlette.staticfiles import StaticFiles
 from runtime.dashboard import actions, live, reads, render, views
 from runtime.dashboard.security import Credentials, Guard
 from runtime.errors import BadArgument, Error, NoSuchJob, RedisUnavailable
-from runtime.metrics import CONTENT_TYPE as METRICS_TYPE
-from runtime.metrics import render as render_metrics
+from runtime.metrics import exposition, make_registry
 from runtime.queue.client import Client
 
 log = logging.getLogger(__name__)
@@ -79,7 +78,8 @@ def routes() -> list[BaseRoute]:
 
 def create_app(client: Client, options: Options | None = None, registry: Any = ...) -> Starlette:
     """The ASGI app. `registry`: a Prometheus registry to serve at /metrics (default:
-    runtime.metrics' exposition for `client`; None: /metrics answers 503)."""
+    runtime.metrics.make_registry(client), as `runtime metrics` serves; None:
+    /metrics answers 503)."""
     options = options or Options()
     prefix = normal_prefix(options.url_prefix)
     rates = live.Rates(options.sample_interval_s)
@@ -107,14 +107,12 @@ def create_app(client: Client, options: Options | None = None, registry: Any = .
     app.state.prefix = prefix
     app.state.rates = rates
     app.state.templates = render.environment()
-    # the default is the direct path (runtime.metrics.render: a third of the time
-    # of a registry's generate_latest at 1,000 queues); a given registry is served as is
+    # one exposition path: the registry written by prometheus-client (runtime.metrics)
     if registry is ...:
-        app.state.metrics = (functools.partial(render_metrics, client), METRICS_TYPE)
-    elif registry is None:
-        app.state.metrics = None
-    else:
-        app.state.metrics = (functools.partial(generate_latest, registry), CONTENT_TYPE_LATEST)
+        registry = make_registry(client)
+    app.state.metrics = (
+        None if registry is None else (functools.partial(exposition, registry), CONTENT_TYPE_LATEST)
+    )
     return app
 
 

@@ -71,7 +71,9 @@ def queue_jobs(
     client: Client, queue: str, state: str, start: int, count: int, newest_first: bool
 ) -> Page:
     """A page of a queue's jobs in one state (running includes the stalled ones)."""
-    total, jobs = client.jobs(queue, state, start=start, count=count, oldest_first=not newest_first)
+    total, jobs = client.admin.jobs(
+        queue, state, start=start, count=count, oldest_first=not newest_first
+    )
     return Page(total, tuple(jobs))
 
 
@@ -90,12 +92,12 @@ def job_view(client: Client, jid: str) -> JobView | None:
 
 
 def tagged(client: Client, tag: str, start: int, count: int) -> Page:
-    total, jobs = client.tagged(tag, start, count)
+    total, jobs = client.scheduling.tagged(tag, start, count)
     return Page(total, tuple(jobs))
 
 
 def failed_jobs(client: Client, group: str, start: int, count: int) -> Page:
-    total, jobs = client.failed_jobs(group, start, count)
+    total, jobs = client.admin.failed_jobs(group, start, count)
     return Page(total, tuple(jobs))
 
 
@@ -105,9 +107,9 @@ def failure_groups(client: Client) -> list[GroupRow]:
     names = sorted(groups, key=lambda g: (-groups[g], g))
     calls = []
     for group in names:
-        calls.append(ops.failed_jobs(group, 0, 5, client))
-        calls.append(ops.failed_jobs(group, max(groups[group] - 1, 0), 1, client))
-    pages = client.calls(calls) if calls else []
+        calls.append(ops.failed_jobs(group, 0, 5))
+        calls.append(ops.failed_jobs(group, max(groups[group] - 1, 0), 1))
+    pages = client.conn.calls(calls) if calls else []
     rows = []
     for i, group in enumerate(names):
         (_, newest), (_, oldest) = pages[2 * i], pages[2 * i + 1]
@@ -132,7 +134,7 @@ def _failed_at(jobs: Sequence[Job]) -> int | None:
 def retry_group(client: Client, group: str) -> int:
     """Moves every failed job of `group` back to its own queue, retries renewed; how
     many moved."""
-    return client.unfail_all(group)
+    return client.admin.unfail_all(group)
 
 
 def delete_group(client: Client, group: str) -> int:
@@ -140,7 +142,7 @@ def delete_group(client: Client, group: str) -> int:
     still wait on stops it (DependedOn): the pages deleted before it stay deleted."""
     deleted = 0
     while True:
-        _, jobs = client.failed_jobs(group, 0, DELETE_BATCH)
+        _, jobs = client.admin.failed_jobs(group, 0, DELETE_BATCH)
         gone = client.cancel(*[j.jid for j in jobs]) if jobs else []
         if not gone:
             return deleted
@@ -149,25 +151,14 @@ def delete_group(client: Client, group: str) -> int:
 
 def domain_rows(client: Client) -> list[DomainRow]:
     """Domains with a limit of their own or with jobs throttled now, by name."""
-    reader = getattr(client, "domains", None)
-    if callable(reader):
-        found: Mapping[str, Mapping[str, Any]] = reader()
-        return [DomainRow(d, info.get("limit"), info.get("throttled"), info.get("next_start_ms"))
-                for d, info in sorted(found.items())]  # fmt: skip
-    limits = client.domain_limits()
-    throttled: dict[str, int] = {}
-    for queue, counts in client.status().items():
-        if counts.get("throttled"):
-            _, jobs = client.jobs(queue, "throttled", count=THROTTLED_LOOKED)
-            for job in jobs:
-                throttled[job.domain or ""] = throttled.get(job.domain or "", 0) + 1
-    names = sorted(set(limits) | set(throttled))
-    return [DomainRow(d, limits.get(d), throttled.get(d, 0), None) for d in names]
+    found = client.admin.domains()
+    return [DomainRow(d, info.get("limit"), info.get("throttled"), info.get("next_start_ms"))
+            for d, info in sorted(found.items())]  # fmt: skip
 
 
 def default_limit(client: Client) -> Mapping[str, float] | None:
     """The deployment's default domain limit, None when there is none."""
-    settings = client.config_get()
+    settings = client.admin.config_get()
     rate = settings.get("domain-rate", 0.0)
     if not rate:
         return None
@@ -179,7 +170,7 @@ def default_limit(client: Client) -> Mapping[str, float] | None:
 
 
 def queue_stats(client: Client, queue: str, day: date) -> tuple[QueueStats, TimesView, TimesView]:
-    found = client.stats(queue, day)
+    found = client.admin.stats(queue, day)
     return found, times_view(found.wait), times_view(found.run)
 
 

@@ -108,7 +108,7 @@ def started_ms(job: Job) -> int | None:
 
 def worker_rows(client: Client, now_ms: int) -> list[WorkerRow]:
     """Masters seen lately, most recent first, with the jobs each runs: one read."""
-    return [_worker_row(wid, info, now_ms) for wid, info in client.workers().items()]
+    return [_worker_row(wid, info, now_ms) for wid, info in client.admin.workers().items()]
 
 
 def _worker_row(wid: str, info: Mapping[str, Any], now_ms: int) -> WorkerRow:

@@ -44,7 +44,7 @@ def _pages(total: int | None, number: int) -> dict[str, Any]:
 
 def overview(request: Request) -> Response:
     client = _client(request)
-    now_ms = client.now_ms()
+    now_ms = client.conn.now_ms()
     rows = reads.queue_rows(client)
     largest = sorted(rows, key=lambda r: (-r.size, r.name))[:OVERVIEW_QUEUES]
     workers = reads.worker_rows(client, now_ms)
@@ -57,7 +57,7 @@ def overview(request: Request) -> Response:
         queue_count=len(rows),
         workers_up=sum(w.up for w in workers),
         running=sum(len(w.jobs) for w in workers),
-        plot=live.throughput_plot(client.throughput(live.PLOT_MINUTES)),
+        plot=live.throughput_plot(client.admin.throughput(live.PLOT_MINUTES)),
         failed_total=sum(client.failed().values()),
         live=live.rate_values(rates),
         live_query=query(queue=[r.name for r in largest], plot=1),
@@ -67,7 +67,7 @@ def overview(request: Request) -> Response:
 def queues(request: Request) -> Response:
     """The queues by name, QUEUES_PAGE at a time, those whose name holds `filter`."""
     client = _client(request)
-    now_ms = client.now_ms()
+    now_ms = client.conn.now_ms()
     text = request.query_params.get("filter", "").strip()
     names = sorted(n for n in client.queues() if text.lower() in n.lower())
     number = _page_number(request)
@@ -96,7 +96,7 @@ def queue(request: Request) -> Response:
         raise BadArgument(
             f"state must be one of {', '.join(reads.LISTED_STATES)}; order newest or oldest"
         )
-    now_ms = client.now_ms()
+    now_ms = client.conn.now_ms()
     row = reads.queue_rows(client, [name])[0]
     number = _page_number(request)
     size = jobreads.PAGE_SIZE
@@ -119,7 +119,7 @@ def job(request: Request) -> Response:
     client = _client(request)
     jid = request.query_params.get("jid", "")
     view = jobreads.job_view(client, jid) if jid else None
-    now_ms = client.now_ms()
+    now_ms = client.conn.now_ms()
     if view is None:
         return page(request, "missing.html", what="job", name=jid, now_ms=now_ms)
     return page(
@@ -151,7 +151,7 @@ def find(request: Request) -> Response:
     return page(
         request,
         "find.html",
-        now_ms=client.now_ms(),
+        now_ms=client.conn.now_ms(),
         text=text,
         found=found,
         pages=_pages(found.total, number),
@@ -161,7 +161,7 @@ def find(request: Request) -> Response:
 
 def failures(request: Request) -> Response:
     client = _client(request)
-    now_ms = client.now_ms()
+    now_ms = client.conn.now_ms()
     group = request.query_params.get("group")
     if group is None:
         return page(request, "failures.html", now_ms=now_ms, groups=jobreads.failure_groups(client))
@@ -181,7 +181,7 @@ def failures(request: Request) -> Response:
 
 def workers(request: Request) -> Response:
     client = _client(request)
-    now_ms = client.now_ms()
+    now_ms = client.conn.now_ms()
     return page(request, "workers.html", now_ms=now_ms, workers=reads.worker_rows(client, now_ms))
 
 
@@ -190,7 +190,7 @@ def domains(request: Request) -> Response:
     return page(
         request,
         "domains.html",
-        now_ms=client.now_ms(),
+        now_ms=client.conn.now_ms(),
         domains=jobreads.domain_rows(client),
         default=jobreads.default_limit(client),
     )
@@ -198,7 +198,12 @@ def domains(request: Request) -> Response:
 
 def recurring(request: Request) -> Response:
     client = _client(request)
-    return page(request, "recurring.html", now_ms=client.now_ms(), recurrences=client.recurrences())
+    return page(
+        request,
+        "recurring.html",
+        now_ms=client.conn.now_ms(),
+        recurrences=client.scheduling.recurrences(),
+    )
 
 
 def stats(request: Request) -> Response:
@@ -221,7 +226,7 @@ def stats(request: Request) -> Response:
     return page(
         request,
         "stats.html",
-        now_ms=client.now_ms(),
+        now_ms=client.conn.now_ms(),
         queue=name,
         day=day,
         days=days,
@@ -246,7 +251,9 @@ def live_json(request: Request) -> Response:
     if params.get("jid"):
         values.update(live.job_values(client.get_job(params["jid"])))
     if params.get("plot"):
-        html["plot.throughput"] = str(live.throughput_plot(client.throughput(live.PLOT_MINUTES)))
+        html["plot.throughput"] = str(
+            live.throughput_plot(client.admin.throughput(live.PLOT_MINUTES))
+        )
     next_ms = round(1000 * live.pause_s(live.POLL_S, time.monotonic() - start))
     answer = {"values": values, "html": html, "next_ms": next_ms}
     return JSONResponse(answer, headers={"cache-control": "no-store"})

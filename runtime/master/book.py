@@ -36,7 +36,7 @@ from runtime.master.intake import Intake
 from runtime.master.jobs import JobFlow
 from runtime.master.link import Link
 from runtime.master.slots import Slot, Slots, SlotState
-from runtime.queue.aio import Outcomes
+from runtime.queue.leases import Outcomes
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.children import protocol
-from runtime.queue.aio import Leased, Outcomes, Popped
+from runtime.queue.leases import Leased, Outcomes, Popped
 
 
 class Intent(enum.Enum):

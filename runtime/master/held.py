@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from runtime import config
 from runtime.master import plan
-from runtime.queue.aio import Leased
+from runtime.queue.leases import Leased
 
 FLUSH_AFTER_S = 0.002  # how long a finished job's report may wait for company
 FLUSH_BATCH = 32  # reports that go at once, however young

@@ -13,7 +13,7 @@ from runtime.errors import Error, LeaseLost, NoSuchJob
 from runtime.master import events
 from runtime.master.held import AHEAD_S, FLUSH_AFTER_S, FLUSH_BATCH, LOOK_LATE_S, Held, Where
 from runtime.master.state import BookState
-from runtime.queue.aio import Leased
+from runtime.queue.leases import Leased
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from runtime import config
 from runtime.master import preflight
 from runtime.master.master import Master
 from runtime.proctitle import set_title
-from runtime.queue.client import default_worker_id, resolve_url
+from runtime.queue.connection import default_worker_id, resolve_url
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ import os
 
 from runtime import config
 from runtime.errors import ConfigError
-from runtime.queue.connection import Connection, redact
+from runtime.queue.connection import Connection
+from runtime.queue.faults import redact
 from runtime.queue.server import ServerFacts, server_facts
 from runtime.sandbox import sandbox
 

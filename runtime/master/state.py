@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from runtime.master.held import Held
     from runtime.master.link import Link
     from runtime.master.slots import Slot, Slots
-    from runtime.queue.aio import Outcomes
+    from runtime.queue.leases import Outcomes
 
 
 class BookState:

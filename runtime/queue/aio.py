@@ -35,11 +35,8 @@ from runtime.errors import BadArgument, Error, RedisTransient
 from runtime.queue import ops, recur, routing, scripts, urls
 from runtime.queue.faults import classify, closed_transport, from_redis
 from runtime.queue.keys import Keys
-from runtime.queue.leases import Exchanged, Leased, Outcomes, Popped, Renewed
+from runtime.queue.leases import Exchanged, Outcomes, Popped, Renewed
 from runtime.queue.ops import Call, text
-
-# the reply types of runtime.queue.leases (and `text`) stay importable from here
-__all__ = ["AsyncClient", "Exchanged", "Leased", "Outcomes", "Popped", "Renewed", "text"]
 
 T = TypeVar("T")
 COMMAND_TIMEOUT_S = 5.0

@@ -5,7 +5,8 @@ classified (runtime.queue.faults) and, for calls safe to repeat, retried.
 Retries: a call marked `repeatable` that meets a `RedisTransient` (connection
 lost, timeout, BUSY, LOADING, READONLY, OOM ...) is sent again after a capped,
 jittered backoff, for at most `retry_for_s` seconds in all; then the error is
-raised. Other calls raise at once. `Client` builds its operations on this.
+raised. Other calls raise at once. `Client` and its parts (runtime.queue.admin,
+scheduling, holder) share one `Connection`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from runtime.errors import ConfigError, Error, RedisTransient, WrongState
 from runtime.queue import embedded, ops, routing, scripts, urls
 from runtime.queue.faults import classify, redact
 from runtime.queue.keys import Keys
-from runtime.queue.ops import Call, text
+from runtime.queue.ops import Call
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -39,8 +40,6 @@ BACKOFF_FIRST_S = 0.05
 BACKOFF_CAP_S = 0.5
 SOCKET_TIMEOUT_S = 10.0  # no answer to a command within this: the connection is lost
 CONNECT_TIMEOUT_S = 5.0
-
-__all__ = ["Connection", "default_worker_id", "redact", "resolve_url", "text"]
 
 
 def default_worker_id() -> str:
@@ -112,7 +111,9 @@ def backoff_s(attempt: int) -> float:
 
 
 class Connection:
-    """A connection to one deployment (a namespace in one Redis)."""
+    """A connection to one deployment (a namespace in one Redis): its URL, settings
+    and keys, and the running of calls (`call`, `calls`; `run` and `run_json` for
+    tests and tools)."""
 
     def __init__(
         self,
@@ -238,7 +239,7 @@ class Connection:
             self._reroute()
 
     @contextmanager
-    def _reaching(self) -> Iterator[None]:
+    def reaching(self) -> Iterator[None]:
         """For the few things that use redis-py directly (pub/sub): its errors classified."""
         try:
             yield

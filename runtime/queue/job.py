@@ -7,15 +7,9 @@ TIME in milliseconds since the epoch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-
-from runtime.errors import WrongState
-
-if TYPE_CHECKING:
-    from runtime.queue.client import Client
+from typing import Any
 
 STATES = ("scheduled", "waiting", "running", "complete", "failed", "depends", "throttled")
 
@@ -100,8 +94,9 @@ def _history(meta: dict[str, Any]) -> tuple[HistoryEvent, ...]:
 
 @dataclass(frozen=True)
 class Job:
-    """A job as read from Redis. Jobs returned by a pop carry their lease
-    (`worker`, `token`) and can report their outcome."""
+    """A job as read from Redis: a plain value. A running job names its lease
+    holder (`worker`) and the lease's `token`; reporting on it takes the lease
+    handle a pop returned (runtime.queue.holder.Lease)."""
 
     jid: str
     klass: str
@@ -130,10 +125,9 @@ class Job:
     result: Any = None  # a complete job's return value (decoded JSON), None for none
     output: str = ""  # the output tail of its last attempt
     progress: dict[str, Any] | None = None  # {"done", "total", "message", "at_ms"}
-    client: Client | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_reply(cls, reply: dict[str, Any], client: Client | None = None) -> Job:
+    def from_reply(cls, reply: dict[str, Any]) -> Job:
         meta: dict[str, Any] = reply["meta"]
         failure = meta.get("f")
         backoff = meta.get("bo")
@@ -167,47 +161,7 @@ class Job:
             result=reply.get("result"),
             output=str(reply.get("output", "")),
             progress=_progress(reply.get("progress")),
-            client=client,
         )
-
-    def wait(self, timeout: float | None = None) -> Any:
-        """Waits for this job to end: its result (Client.wait)."""
-        if self.client is None:
-            raise WrongState(f"job {self.jid} was not read through a client")
-        return self.client.wait(self.jid, timeout)
-
-    # --- the lease holder's reports (jobs from a pop) ---------------------------
-
-    def _holder(self) -> tuple[Client, str, str]:
-        if self.client is None or self.worker is None or self.token is None:
-            raise WrongState(f"job {self.jid} carries no lease; pop it first")
-        return self.client, self.worker, self.token
-
-    def heartbeat(self) -> None:
-        """Renews this job's lease; raises LeaseLost if it is gone."""
-        client, worker, token = self._holder()
-        client.heartbeat(worker, {self.jid: token}, strict=True)
-
-    def complete(
-        self,
-        next: str | None = None,
-        delay: float | None = None,
-        depends: Iterable[str] = (),
-        *,
-        result: Any = None,
-    ) -> str:
-        client, worker, token = self._holder()
-        return client.complete(
-            self.jid, worker, token, next=next, delay=delay, depends=depends, result=result
-        )
-
-    def fail(self, group: str, message: str) -> str:
-        client, worker, token = self._holder()
-        return client.fail(self.jid, worker, token, group, message)
-
-    def retry(self, group: str, message: str, delay: float | None = None) -> str:
-        client, worker, token = self._holder()
-        return client.retry(self.jid, worker, token, group, message, delay=delay)
 
     @property
     def put_at(self) -> datetime | None:

@@ -258,10 +258,6 @@ class Exchanged:
     unsent: Outcomes = field(default_factory=Outcomes)
     put: dict[str, str | Error] = field(default_factory=dict)
 
-    def __iter__(self) -> Iterator[Any]:
-        """(states, popped): the older two-value form, for callers not yet switched."""
-        return iter((self.states, self.popped))
-
 
 @dataclass(frozen=True)
 class Renewed:

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from runtime.errors import CorruptReply, Error
 from runtime.queue import stats, wire
@@ -35,9 +35,6 @@ from runtime.queue.leases import (
 )
 from runtime.queue.recur import Recurrence
 from runtime.queue.stats import QueueStats
-
-if TYPE_CHECKING:
-    from runtime.queue.client import Client
 
 T = TypeVar("T")
 Arg = str | int | float | bytes
@@ -110,27 +107,27 @@ def _strings(reply: Any) -> list[str]:
     return items
 
 
-def get(jids: Sequence[str], owner: Client | None = None) -> Call[list[Job | None]]:
+def get(jids: Sequence[str]) -> Call[list[Job | None]]:
     def decode(reply: Any) -> list[Job | None]:
-        return [None if r is None else _job(r, owner) for r in read_json(reply)]
+        return [None if r is None else _job(r) for r in read_json(reply)]
 
     return _op("get", *jids, decode=decode, repeatable=True)
 
 
-def _job(reply: Any, owner: Client | None) -> Job:
+def _job(reply: Any) -> Job:
     try:
-        return Job.from_reply(reply, owner)
+        return Job.from_reply(reply)
     except DECODE_ERRORS as err:
         jid = reply.get("jid") if isinstance(reply, dict) else None
         raise CorruptReply(f"a job does not decode: {err!r}", jid) from err
 
 
-def _jobs(owner: Client | None) -> Callable[[Any], list[Job]]:
-    return lambda reply: [_job(r, owner) for r in read_json(reply)]
+def _jobs(reply: Any) -> list[Job]:
+    return [_job(r) for r in read_json(reply)]
 
 
-def peek(queue: str, count: int, owner: Client | None = None) -> Call[list[Job]]:
-    return _op("peek", queue, count, decode=_jobs(owner), repeatable=True)
+def peek(queue: str, count: int) -> Call[list[Job]]:
+    return _op("peek", queue, count, decode=_jobs, repeatable=True)
 
 
 def message_status(jid: str) -> Call[str | None]:
@@ -263,14 +260,14 @@ def failed_groups() -> Call[dict[str, int]]:
     return _op("failed", "", 0, 0, decode=lambda r: dict(_object(r)["groups"]), repeatable=True)
 
 
-def failed_jobs(
-    group: str, start: int, count: int, owner: Client | None = None
-) -> Call[tuple[int, list[Job]]]:
-    def decode(reply: Any) -> tuple[int, list[Job]]:
-        page = _object(reply)
-        return int(page["total"]), [_job(r, owner) for r in page["jobs"]]
+def failed_jobs(group: str, start: int, count: int) -> Call[tuple[int, list[Job]]]:
+    return _op("failed", group, start, count, decode=_page, repeatable=True)
 
-    return _op("failed", group, start, count, decode=decode, repeatable=True)
+
+def _page(reply: Any) -> tuple[int, list[Job]]:
+    """A page of jobs: (how many there are in all, these jobs)."""
+    page = _object(reply)
+    return int(page["total"]), [_job(r) for r in page["jobs"]]
 
 
 # --- the lease holder's side ----------------------------------------------------------------
@@ -292,10 +289,11 @@ def pop(
     return _op("pop", *args, decode=lambda r: Popped.from_reply(_object(r)))
 
 
-def pop_jobs(worker: str, count: int, queue: str, owner: Client | None = None) -> Call[list[Job]]:
-    """A pop by hand (not a master): the jobs with their lease, as `Job`s."""
+def pop_jobs(worker: str, count: int, queue: str) -> Call[list[Job]]:
+    """A pop by hand (not a master): the leased jobs as `Job` values (each names
+    its `worker` and lease `token`)."""
     args = (worker, wire.check_count(count), wire.seed(), "ordered", 0, 0, queue)
-    return _op("pop", *args, decode=lambda r: [_job(j, owner) for j in _object(r)["jobs"]])
+    return _op("pop", *args, decode=lambda r: [_job(j) for j in _object(r)["jobs"]])
 
 
 def heartbeat(worker: str, leases: Mapping[str, str]) -> Call[Heartbeat]:
@@ -528,17 +526,11 @@ LISTED_STATES = ("waiting", "throttled", "scheduled", "running", "depends", "com
 
 
 def jobs(
-    queue: str, state: str, start: int, count: int, oldest_first: bool,
-    owner: Client | None = None,
-) -> Call[tuple[int, list[Job]]]:  # fmt: skip
+    queue: str, state: str, start: int, count: int, oldest_first: bool
+) -> Call[tuple[int, list[Job]]]:
     """A page of a queue's jobs in one state (lua/jobs.lua): (total, jobs)."""
-
-    def decode(reply: Any) -> tuple[int, list[Job]]:
-        page = _object(reply)
-        return int(page["total"]), [_job(r, owner) for r in page["jobs"]]
-
     order = "oldest" if oldest_first else "newest"
-    return _op("jobs", queue, state, start, count, order, decode=decode, repeatable=True)
+    return _op("jobs", queue, state, start, count, order, decode=_page, repeatable=True)
 
 
 def queue_forget(queue: str) -> Call[bool]:

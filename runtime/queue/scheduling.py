@@ -1,26 +1,20 @@
-"""The scheduler's side of `Client`: tags and tracking (with the events of
-tracked jobs), statistics per queue and day, recurring jobs and domain rate
-limits. `Scheduling` is a base of `Client` (and has the operator's side,
-`Operating`, as its own base); use it through `Client`."""
+"""The scheduler's side of a client (`client.scheduling`): when and after what
+jobs run (dependencies, priority, running a job again), tags and tracking (with
+the events of tracked jobs), recurring jobs and domain rate limits."""
 
 from __future__ import annotations
 
 import re
 import time
 from collections.abc import Iterator, Mapping
-from datetime import date
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runtime.errors import BadArgument
-from runtime.queue import ops, recur, stats, wire
-from runtime.queue.operating import Operating
+from runtime.queue import ops, recur, wire
+from runtime.queue.connection import Connection
+from runtime.queue.job import Job
 from runtime.queue.recur import Recurrence
-from runtime.queue.stats import QueueStats
 from runtime.queue.wire import JobSpec
-
-if TYPE_CHECKING:
-    from runtime.queue.job import Job
-
 
 _IDENT = r"[A-Za-z_]\w*"
 _DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
@@ -36,61 +30,75 @@ def check_klass(klass: str) -> str:
     return klass
 
 
-class Scheduling(Operating):
-    if TYPE_CHECKING:
+class Scheduling:
+    """The scheduler's operations over a client's connection."""
 
-        def get_jobs(self, jids: list[str]) -> list[Job | None]: ...  # Client has it
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def _jobs(self, jids: list[str]) -> list[Job]:
+        """The jobs of `jids` that exist, in order."""
+        return [j for j in self.conn.call(ops.get(jids)) if j is not None] if jids else []
+
+    # --- one job's schedule -------------------------------------------------------
+
+    def depend(self, jid: str, *on: str) -> str:
+        """Makes a job that has not run yet wait on more jobs; returns its state."""
+        return self.conn.call(ops.depends(jid, "on", on))
+
+    def undepend(self, jid: str, *on: str) -> str:
+        """Stops a job waiting on these jobs; with none left it moves on."""
+        return self.conn.call(ops.depends(jid, "off", on))
+
+    def requeue(self, jid: str, queue: str | None = None) -> str:
+        """Runs a failed, complete or scheduled job again now (retries renewed)."""
+        return self.conn.call(ops.requeue(jid, "" if queue is None else wire.check_queue(queue)))
+
+    def set_priority(self, jid: str, priority: int) -> str:
+        return self.conn.call(ops.priority(jid, wire.check_priority(priority)))
 
     # --- tags and tracking --------------------------------------------------------
 
     def tag(self, jid: str, *tags: str) -> list[str]:
         """Adds tags to a job; returns its tags."""
-        return self.call(ops.tag(jid, "add", tags))
+        return self.conn.call(ops.tag(jid, "add", tags))
 
     def untag(self, jid: str, *tags: str) -> list[str]:
-        return self.call(ops.tag(jid, "remove", tags))
+        return self.conn.call(ops.tag(jid, "remove", tags))
 
     def tagged(self, tag: str, start: int = 0, count: int = 25) -> tuple[int, list[Job]]:
         """(how many jobs carry `tag`, a page of them, newest first)."""
-        key = self.keys.key("tag", tag=tag)
+        key = self.conn.keys.key("tag", tag=tag)
         page = ops.members(key, start, start + count - 1, newest_first=True)
-        total, jids = self.calls([ops.cardinality(key), page])
-        return total, [j for j in self.get_jobs(jids) if j is not None]
+        total, jids = self.conn.calls([ops.cardinality(key), page])
+        return total, self._jobs(jids)
 
     def track(self, jid: str) -> None:
         """Lists the job among the tracked ones and publishes its events."""
-        self.call(ops.track(jid, True))
+        self.conn.call(ops.track(jid, True))
 
     def untrack(self, jid: str) -> None:
-        self.call(ops.track(jid, False))
+        self.conn.call(ops.track(jid, False))
 
     def tracked(self) -> list[Job]:
-        jids = self.call(ops.members(self.keys.key("tracked"), 0, 999))
-        return [j for j in self.get_jobs(jids) if j is not None]
+        return self._jobs(self.conn.call(ops.members(self.conn.keys.key("tracked"), 0, 999)))
 
     def events(self, idle_s: float | None = None) -> Iterator[dict[str, Any]]:
         """Yields the events of tracked jobs as they happen; stops after `idle_s`
         seconds without one (never, by default)."""
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-        with self._reaching():
-            pubsub.subscribe(self.keys.key("events"))
+        pubsub = self.conn.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        with self.conn.reaching():
+            pubsub.subscribe(self.conn.keys.key("events"))
         last = time.monotonic()
         try:
             while idle_s is None or time.monotonic() - last < idle_s:
-                with self._reaching():
+                with self.conn.reaching():
                     message = pubsub.get_message(timeout=1.0)
                 if message is not None:
                     last = time.monotonic()
                     yield ops.event(message["data"])
         finally:
             pubsub.close()
-
-    # --- statistics ---------------------------------------------------------------
-
-    def stats(self, queue: str, day: date | None = None) -> QueueStats:
-        """Wait and run times, failures, failed and retries of a queue on a UTC day."""
-        day = day or stats.today()
-        return self.call(ops.queue_stats(self.keys, wire.check_queue(queue), day))
 
     # --- recurring jobs -----------------------------------------------------------
 
@@ -136,19 +144,15 @@ class Scheduling(Operating):
         else:
             recur.zone(tz)
             definition["cron"] = recur.check_cron(cron or "")
-            ticks = recur.cron_ticks(definition["cron"], tz, self.now_ms())
-        return self.call(ops.recur(wire.dumps(definition), spec.data_json, ticks))
+            ticks = recur.cron_ticks(definition["cron"], tz, self.conn.now_ms())
+        return self.conn.call(ops.recur(wire.dumps(definition), spec.data_json, ticks))
 
     def unrecur(self, id: str) -> bool:
         """Removes a recurrence (the jobs it spawned stay); False if there was none."""
-        return self.call(ops.unrecur(id))
+        return self.conn.call(ops.unrecur(id))
 
     def recurrences(self) -> list[Recurrence]:
-        return self.call(ops.recurrences(self.keys))
-
-    def extend_recurrence(self, id: str, cron: str, tz: str, after_ms: int) -> int:
-        """Adds the next cron ticks of a recurrence running low (masters do this)."""
-        return self.call(ops.recur_ticks(id, cron, recur.cron_ticks(cron, tz, after_ms)))
+        return self.conn.call(ops.recurrences(self.conn.keys))
 
     # --- domain rate limits -------------------------------------------------------
 
@@ -157,13 +161,13 @@ class Scheduling(Operating):
     ) -> None:
         """Limits `domain` to `rate` job starts per `period` seconds (+ `burst`). Takes
         effect at once, also for the domain's jobs already throttled in any queue."""
-        self.call(ops.domain_limit(domain, wire.domain_limit(domain, rate, period, burst)))
+        self.conn.call(ops.domain_limit(domain, wire.domain_limit(domain, rate, period, burst)))
 
     def domain_limits(self) -> dict[str, dict[str, float]]:
         """{domain: {"rate", "period", "burst"}} for the domains with a limit of their own."""
-        return self.call(ops.domain_limits(self.keys))
+        return self.conn.call(ops.domain_limits(self.conn.keys))
 
     def clear_domain_limit(self, domain: str) -> None:
         """Removes `domain`'s own limit (the default limit applies, if one is set);
         its throttled jobs are re-scheduled at once."""
-        self.call(ops.domain_limit(domain, ""))
+        self.conn.call(ops.domain_limit(domain, ""))

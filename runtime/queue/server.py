@@ -16,8 +16,9 @@ from typing import Any
 
 import redis
 
-from runtime.queue.connection import Connection, text
+from runtime.queue.connection import Connection
 from runtime.queue.faults import classify
+from runtime.queue.ops import text
 
 NO_EVICTION = "noeviction"
 

@@ -53,7 +53,7 @@ def test_every_page_opens_and_shows_what_the_workload_left(
     failing = queue.put(f"{JOBS}:fail", {"n": 1}, retries=0)
     later = queue.put(f"{JOBS}:noop", {}, delay=3600)
     queue.put(f"{JOBS}:noop", {}, depends=[later])
-    client.recur("pages", f"{JOBS}:noop", every=3600, id="hourly-noop")
+    client.scheduling.recur("pages", f"{JOBS}:noop", every=3600, id="hourly-noop")
     client.set_domain_limit("example.com", rate=1, period=60)
     limited = [queue.put(f"{JOBS}:noop", {"i": i}, domain="example.com") for i in range(2)]
     wait_for(lambda: ended(client, talk, failing, limited[0]), 30, what="the jobs to end")
@@ -156,7 +156,7 @@ def test_a_running_job_is_cancelled_from_its_page(
     assert client.get_job(jid) is None
 
     def let_go() -> bool:
-        return all(jid not in info.get("jobs", ()) for info in client.workers().values())
+        return all(jid not in info.get("jobs", ()) for info in client.admin.workers().values())
 
     wait_for(let_go, 15, what="the worker to let the cancelled job go")
 
@@ -195,7 +195,7 @@ def test_a_dashboard_started_after_the_jobs_ran_draws_them_from_its_first_page(
     for i in range(4):
         queue.put(f"{JOBS}:noop", {"i": i}, retries=0)
     jobs = queue.pop(4, worker="w")
-    client.complete_many("w", {j.jid: j.token or "" for j in jobs[:3]})
+    client.leases.complete_many("w", {j.jid: j.token or "" for j in jobs[:3]})
     jobs[3].fail("tests.Gone", "failed before any dashboard looked")
 
     fresh = Client.from_url(client.url, namespace=client.keys.namespace)

@@ -58,8 +58,8 @@ class Workload:
 def workload(dashboard: Dashboard) -> Iterator[Workload]:
     client = dashboard.client
     clock = FrozenClock(client.redis, client.keys)
-    client.config_set("heartbeat", 86400)
-    client.register_worker(WORKER, host="worker-host-with-a-long-name.example.internal",
+    client.admin.config_set("heartbeat", 86400)
+    client.leases.register_worker(WORKER, host="worker-host-with-a-long-name.example.internal",
                            pid=4242, queues=["billing", "emails"], concurrency=8)  # fmt: skip
     queue = client.queue("billing")
     jids = [

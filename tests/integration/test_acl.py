@@ -83,7 +83,7 @@ def test_a_user_with_only_the_documented_rights_runs_the_core_of_the_suite(
     q = limited.queue("q")
     done = q.put(f"{J}:noop", {"n": 1})
     failing = q.put(f"{J}:fail", {"n": 2}, retries=0)
-    limited.track(done)
+    limited.scheduling.track(done)
     master = start_master("q", url=url)
     wait_for(lambda: all(limited.get_job(j).state in ("complete", "failed")  # type: ignore[union-attr]
                          for j in (done, failing)), 30, what="both jobs to end")  # fmt: skip
@@ -91,7 +91,7 @@ def test_a_user_with_only_the_documented_rights_runs_the_core_of_the_suite(
     assert limited.get_job(failing).state == "failed"  # type: ignore[union-attr]
     assert limited.failed() == {"builtins.ValueError": 1} or sum(limited.failed().values()) == 1
     assert q.counts()["waiting"] == 0 and limited.queues() == ["q"]
-    assert limited.workers() and limited.config_get()["heartbeat"] > 0
+    assert limited.admin.workers() and limited.admin.config_get()["heartbeat"] > 0
     assert "denies" not in master.log() and "NOPERM" not in master.log()
 
 
@@ -103,7 +103,7 @@ def test_a_user_without_function_rights_runs_everything_by_evalsha(
     jid = limited.queue("q").put(f"{J}:noop")
     [job] = limited.queue("q").pop(1)
     assert job.complete() == "complete" and limited.get_job(jid).state == "complete"  # type: ignore[union-attr]
-    assert not limited.session.functions
+    assert not limited.conn.session.functions
 
 
 @pytest.mark.parametrize(

@@ -231,7 +231,7 @@ def test_a_url_that_is_not_redis_exits_3_with_one_line(
 
 def test_config_defaults_through_the_client_and_the_cli(cli: Invoke, plain_client: Client) -> None:
     defaults = {"heartbeat": 60, "jobs-history": 604800, "jobs-history-count": 50000}
-    values = plain_client.config_get()
+    values = plain_client.admin.config_get()
     assert {name: values[name] for name in defaults} == defaults
     for name, value in {**defaults, "max-data-bytes": 1 << 20}.items():
         assert cli("config", name)[1] == f"{name} = {value}\n"

@@ -23,10 +23,12 @@ def test_job_shows_result_output_tail_progress_puts_and_notes(
     q = plain_client.queue("q")
     q.put("app.jobs:crawl", {"url": "a"}, jid="j1")
     [job] = q.pop(1, worker=W)
-    plain_client.progress("j1", W, job.token or "", 3, 4, "page 3")
+    plain_client.leases.progress("j1", W, job.token or "", 3, 4, "page 3")
     output = "".join(f"line {i}\n" for i in range(50))
     kids = [plain_client.queue("links").spec("app.jobs:crawl", jid=f"k{i}") for i in range(2)]
-    plain_client.complete("j1", W, job.token or "", result={"links": 2}, output=output, puts=kids)
+    plain_client.leases.complete(
+        "j1", W, job.token or "", result={"links": 2}, output=output, puts=kids
+    )
     code, out, _ = cli("job", "j1")
     assert code == 0
     lines = out.splitlines()
@@ -77,8 +79,8 @@ def test_status_lists_the_running_jobs_that_told_their_progress(
     for jid in ("p1", "p2", "quiet"):
         q.put("app:a", {}, jid=jid)
     jobs = {j.jid: j for j in q.pop(3, worker=W)}
-    plain_client.progress("p1", W, jobs["p1"].token or "", 1, 10, "first")
-    plain_client.progress("p2", W, jobs["p2"].token or "", 5, None, None)
+    plain_client.leases.progress("p1", W, jobs["p1"].token or "", 1, 10, "first")
+    plain_client.leases.progress("p2", W, jobs["p2"].token or "", 5, None, None)
     code, out, _ = cli("status")
     assert code == 0
     lines = out.splitlines()
@@ -119,8 +121,8 @@ def test_status_json_and_watch_show_the_running_jobs_plain_status_shows(
     for jid in ("p1", "p2", "quiet"):
         q.put("app:a", {}, jid=jid)
     jobs = {j.jid: j for j in q.pop(3, worker=W)}
-    plain_client.progress("p1", W, jobs["p1"].token or "", 1, 10, "first")
-    plain_client.progress("p2", W, jobs["p2"].token or "", 5, None, None)
+    plain_client.leases.progress("p1", W, jobs["p1"].token or "", 1, 10, "first")
+    plain_client.leases.progress("p2", W, jobs["p2"].token or "", 5, None, None)
     _, plain, _ = cli("status")
     drawn = plain.splitlines()
     assert "in progress (latest told first)" in drawn

@@ -108,7 +108,7 @@ def test_workers_shows_host_pid_queues_concurrency_and_running_jobs(
 ) -> None:
     plain_client.queue("q").put("myapp.jobs:send", {}, jid="r1")
     plain_client.queue("q").pop(1, worker="box-4242")
-    plain_client.register_worker("box-4242", host="box", pid=4242, queues=["q", "other"],
+    plain_client.leases.register_worker("box-4242", host="box", pid=4242, queues=["q", "other"],
                                  concurrency=8)  # fmt: skip
     code, out, _ = cli("workers")
     first, job = out.splitlines()
@@ -269,14 +269,14 @@ def test_embedded_stop_refuses_a_server_that_is_not_the_embedded_one(
     assert run(["embedded", "stop"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("runtime: error: a Redis URL is configured") and err.count("\n") == 1
-    assert plain_client.now_ms() > 0, "the configured server still runs"
+    assert plain_client.conn.now_ms() > 0, "the configured server still runs"
     monkeypatch.delenv("REDIS_URL")
     state_dir.mkdir(parents=True)
     os.symlink(plain_client.url.removeprefix("unix://"), state_dir / "redis.sock")
     assert run(["embedded", "stop"]) == 1
     err = capsys.readouterr().err
     assert "is not one runtime started" in err and err.count("\n") == 1
-    assert plain_client.now_ms() > 0
+    assert plain_client.conn.now_ms() > 0
 
 
 def test_workers_shows_a_real_master_and_its_running_job(

@@ -61,7 +61,7 @@ def test_a_scheduler_verb_with_bad_input_prints_one_line_naming_the_problem(
     assert err.count("\n") == 1 and err.startswith("runtime"), err
     assert "Traceback" not in err and "unexpected" not in err, err
     assert fragment in err, err
-    assert env.domain_limits() == {} and env.recurrences() == []
+    assert env.scheduling.domain_limits() == {} and env.scheduling.recurrences() == []
 
 
 def test_a_bad_domain_is_blamed_on_the_domain_from_a_real_process(env: Client) -> None:

@@ -27,11 +27,12 @@ from runtime.errors import (
     RedisTransient,
     RedisUnavailable,
 )
-from runtime.queue.aio import AsyncClient, Outcomes
+from runtime.queue.aio import AsyncClient
 from runtime.queue.client import Client
 from runtime.queue.embedded import ServerProcess
 from runtime.queue.faults import classify, from_redis
 from runtime.queue.keys import Keys
+from runtime.queue.leases import Outcomes
 from tests.support import redis_faults
 from tests.support.proxy import Proxy
 
@@ -146,7 +147,7 @@ def test_a_server_that_refuses_writes_refuses_the_operations_with_its_condition(
             client.queue("q").put(J)
         assert refused.value.condition is condition
         # functions are refused whole (none is flagged no-writes); plain reads are served
-        assert client.queues() == ["q"] and client.config_get()["heartbeat"] > 0
+        assert client.queues() == ["q"] and client.admin.config_get()["heartbeat"] > 0
         for what in ("exchange", "heartbeat"):
             assert transient(run(master_call(server.url, ns, what)), condition)
         lost = run(master_call(server.url, ns, "connect"))  # FUNCTION LOAD refused too
@@ -415,13 +416,13 @@ def test_reports_with_their_token_are_retried_through_a_lost_reply(
     proxy.drop_reply(b"complete_")
     assert job.complete() == "complete"  # the repeat with the same token answers done
     with pytest.raises(LeaseLost):
-        client.heartbeat(job.worker or "", {job.jid: job.token or ""}, strict=True)
+        client.leases.heartbeat(job.worker or "", {job.jid: job.token or ""}, strict=True)
 
 
 def test_the_master_reads_shared_settings_and_counts_through_the_boundary(
     plain_client: Client,
 ) -> None:
-    plain_client.config_set("size-warning-every", 30)
+    plain_client.admin.config_set("size-warning-every", 30)
 
     async def read() -> tuple[Any, Any, Any]:
         aio = AsyncClient(plain_client.url, plain_client.keys, "host-1")

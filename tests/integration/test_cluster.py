@@ -46,7 +46,7 @@ def cluster() -> Iterator[Cluster]:
 @pytest.fixture
 def plain_client(cluster: Cluster) -> Iterator[Client]:
     c = Client.from_url(cluster.url(), namespace="t" + uuid.uuid4().hex[:12])
-    c.now_ms()  # the first call follows MOVED: c.redis is the slot's owner from now on
+    c.conn.now_ms()  # the first call follows MOVED: c.redis is the slot's owner from now on
     yield c
     c.close()
 
@@ -86,7 +86,7 @@ def test_a_migration_of_the_namespaces_slot_during_a_drain_loses_no_job(
         assert not command(source.conn(), "CLUSTER", "COUNTKEYSINSLOT", slot)
         libraries = command(target.conn(), "FUNCTION", "LIST")
         assert libraries, "the masters loaded the function library on the slot's new owner"
-        wait_for(lambda: run.client.route.url.endswith(f":{target.port}/0"), 5,
+        wait_for(lambda: run.client.conn.route.url.endswith(f":{target.port}/0"), 5,
                  what="the client to follow the slot")  # fmt: skip
     finally:
         run.close()

@@ -205,7 +205,7 @@ def test_flush_scripts_forgets_functions_and_scripts(server: ServerProcess) -> N
     conn = redis_faults.connect(server)
     sha = conn.script_load("return 1")
     client = Client.from_url(server.url, namespace="rig")
-    client.now_ms()  # loads the library
+    client.conn.now_ms()  # loads the library
     assert conn.function_list()
     redis_faults.flush_scripts(conn)
     assert conn.script_exists(sha) == [False]

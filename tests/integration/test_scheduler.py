@@ -65,8 +65,8 @@ def test_recurring_jobs_spawn_once_per_tick_with_three_masters_and_a_restart(
     path = workdir / "runs"
     every = 0.2
     if stop == signal.SIGKILL:  # the killed master's leases expire soon: its jobs come back
-        plain_client.config_set("q-heartbeat", 1)
-    plain_client.recur("q", f"{J}:record", {"path": str(path)}, every=every, id="r",
+        plain_client.admin.config_set("q-heartbeat", 1)
+    plain_client.scheduling.recur("q", f"{J}:record", {"path": str(path)}, every=every, id="r",
                        policy="all")  # fmt: skip
     masters = [start_master("q", "-c", "1") for _ in range(3)]
 
@@ -78,7 +78,7 @@ def test_recurring_jobs_spawn_once_per_tick_with_three_masters_and_a_restart(
     assert masters[0].wait(15) == (0 if stop == signal.SIGTERM else -signal.SIGKILL)
     start_master("q", "-c", "1")
     wait_for(lambda: runs() >= 14, 15)
-    plain_client.unrecur("r")
+    plain_client.scheduling.unrecur("r")
     wait_for(lambda: plain_client.status("q")["q"]["running"] == 0
              and plain_client.status("q")["q"]["waiting"] == 0, 15)  # fmt: skip
     jids = [line.split()[0] for line in path.read_text().splitlines()]

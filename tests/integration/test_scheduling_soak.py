@@ -98,9 +98,9 @@ def test_delayed_jobs_start_on_time_through_pauses_limits_recurrences_and_master
     namespace = f"sched-{uuid.uuid4().hex[:8]}"
     client = Client.from_url(tcp_server.url, namespace=namespace)
     for queue in QUEUES:
-        client.config_set(f"{queue}-heartbeat", 2)  # a killed master's leases come back soon
+        client.admin.config_set(f"{queue}-heartbeat", 2)  # a killed master's leases come back soon
     client.set_domain_limit("slow.example", rate=5, period=1.0)
-    client.recur("c", f"{J}:noop", {}, every=1.0)
+    client.scheduling.recur("c", f"{J}:noop", {}, every=1.0)
     masters = [_master(tcp_server, namespace, workdir) for _ in range(3)]
     rng = random.Random(int(os.environ.get("SCHEDULING_SOAK_SEED", "0")) or None)
     path = workdir / "runs"

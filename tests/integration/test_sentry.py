@@ -161,7 +161,7 @@ def test_retries_are_not_reported(
 def test_an_unresponsive_sentry_never_stalls_the_master_or_its_leases(
     start_master: StartMaster, plain_client: Client, workdir: Path, hung_sentry: Unresponsive
 ) -> None:
-    plain_client.config_set("q-heartbeat", 1)  # a stalled master would lose this lease
+    plain_client.admin.config_set("q-heartbeat", 1)  # a stalled master would lose this lease
     master = start_master("q", "-c", "2", "--grace", "1", env={"SENTRY_DSN": hung_sentry.dsn})
     q = plain_client.queue("q")
     path = workdir / "alive"

@@ -39,7 +39,7 @@ def aof_server() -> Iterator[ServerProcess]:
 def _client(server: ServerProcess, namespace: str) -> Client:
     """A client whose queue `q` has a 2 s heartbeat, so lost leases come back fast."""
     client = Client.from_url(server.url, namespace=namespace)
-    client.config_set("q-heartbeat", 2)
+    client.admin.config_set("q-heartbeat", 2)
     return client
 
 
@@ -50,7 +50,7 @@ def _master(server: ServerProcess, namespace: str, workdir: Path) -> MasterProce
 def _answers(client: Client) -> bool:
     """False while Redis is still loading its append-only file after a restart."""
     try:
-        client.now_ms()
+        client.conn.now_ms()
     except RedisUnavailable:
         return False
     return True

@@ -1,4 +1,4 @@
-"""Waiting for a job (Client.wait, Job.wait) against a real Redis, the jobs
+"""Waiting for a job (Client.wait) against a real Redis, the jobs
 ended by hand by a lease holder in another thread; the master's asyncio side:
 progress and immediate puts sent first in an exchange, and the cancels of its
 running jobs as they come."""
@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from runtime import Client, JobExists, NoSuchJob
+from runtime import Client, JobExists, Lease, NoSuchJob
 from runtime.errors import Error, JobFailed, WaitTimeout
-from runtime.queue.aio import AsyncClient, Exchanged, Outcomes
-from runtime.queue.job import Job
+from runtime.queue.aio import AsyncClient
+from runtime.queue.leases import Exchanged, Outcomes
 from tests.support.waiting import stays, wait_for
 
 W = "host-1"
@@ -45,7 +45,7 @@ class Waiter:
 
 
 @pytest.fixture
-def leased(plain_client: Client) -> Job:
+def leased(plain_client: Client) -> Lease:
     plain_client.queue("q").put("a.b:c", {}, jid="j1", retries=0)
     [job] = plain_client.queue("q").pop(1, worker=W)
     return job
@@ -57,16 +57,18 @@ def blocked_on(client: Client, jid: str) -> bool:
     return job is not None and b'"wt":' in job
 
 
-def test_wait_returns_the_result_once_the_job_completes(plain_client: Client, leased: Job) -> None:
+def test_wait_returns_the_result_once_the_job_completes(
+    plain_client: Client, leased: Lease
+) -> None:
     waiter = Waiter(lambda: plain_client.wait("j1", timeout=30))
     wait_for(lambda: blocked_on(plain_client, "j1"), what="the waiter to register")
     assert not waiter.outcome
     leased.complete(result={"sent": True})
     assert waiter.result() == ("returned", {"sent": True})
-    assert plain_client.get_job("j1").wait(timeout=0) == {"sent": True}  # type: ignore[union-attr]
+    assert plain_client.wait("j1", timeout=0) == {"sent": True}  # a job that ended answers at once
 
 
-def test_wait_raises_job_failed_with_the_failure(plain_client: Client, leased: Job) -> None:
+def test_wait_raises_job_failed_with_the_failure(plain_client: Client, leased: Lease) -> None:
     waiter = Waiter(lambda: plain_client.wait("j1"))
     wait_for(lambda: blocked_on(plain_client, "j1"), what="the waiter to register")
     leased.fail("app.errors.Bounced", "Traceback ...\napp.errors.Bounced: no such address")
@@ -77,7 +79,7 @@ def test_wait_raises_job_failed_with_the_failure(plain_client: Client, leased: J
     assert str(err) == "job j1 failed (app.errors.Bounced): app.errors.Bounced: no such address"
 
 
-def test_wait_times_out_and_the_job_goes_on(plain_client: Client, leased: Job) -> None:
+def test_wait_times_out_and_the_job_goes_on(plain_client: Client, leased: Lease) -> None:
     started = time.monotonic()
     with pytest.raises(WaitTimeout) as caught:
         plain_client.wait("j1", timeout=0.3)
@@ -87,7 +89,7 @@ def test_wait_times_out_and_the_job_goes_on(plain_client: Client, leased: Job) -
     assert plain_client.wait("j1", timeout=0) is None
 
 
-def test_wait_on_a_cancelled_job_raises_no_such_job(plain_client: Client, leased: Job) -> None:
+def test_wait_on_a_cancelled_job_raises_no_such_job(plain_client: Client, leased: Lease) -> None:
     waiter = Waiter(lambda: plain_client.wait("j1", timeout=30))
     wait_for(lambda: blocked_on(plain_client, "j1"), what="the waiter to register")
     plain_client.cancel("j1")
@@ -97,7 +99,7 @@ def test_wait_on_a_cancelled_job_raises_no_such_job(plain_client: Client, leased
         plain_client.wait("never-put", timeout=1)
 
 
-def test_many_waiters_on_one_job_all_wake(plain_client: Client, leased: Job) -> None:
+def test_many_waiters_on_one_job_all_wake(plain_client: Client, leased: Lease) -> None:
     waiters = [Waiter(lambda: plain_client.wait("j1", timeout=30)) for _ in range(5)]
     wait_for(lambda: b'"wn":5' in (plain_client.redis.hget(plain_client.keys.key("jobs"), "j1")
                                     or b""), what="five waiters")  # fmt: skip
@@ -106,7 +108,7 @@ def test_many_waiters_on_one_job_all_wake(plain_client: Client, leased: Job) -> 
 
 
 def test_a_wait_longer_than_one_slice_keeps_waiting(
-    plain_client: Client, leased: Job, monkeypatch: pytest.MonkeyPatch
+    plain_client: Client, leased: Lease, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("runtime.queue.client.WAIT_SLICE_S", 0.2)
     waiter = Waiter(lambda: plain_client.wait("j1", timeout=30))
@@ -134,7 +136,7 @@ def on_aio(client: Client, work: Callable[[AsyncClient], Awaitable[T]]) -> T:
 
 
 def test_an_exchange_sends_progress_and_puts_first_then_the_reports(
-    plain_client: Client, leased: Job
+    plain_client: Client, leased: Lease
 ) -> None:
     out = Outcomes()
     out.add_progress("j1", leased.token or "", 10, 10, "all")

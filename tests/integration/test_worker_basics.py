@@ -236,8 +236,8 @@ def test_process_titles_tell_what_each_process_does(
 def test_a_queue_over_its_size_warning_is_warned_about_once_per_interval(
     start_master: StartMaster, plain_client: Client
 ) -> None:
-    plain_client.config_set("q-size-warning", 2)
-    plain_client.config_set("size-warning-every", 1)
+    plain_client.admin.config_set("q-size-warning", 2)
+    plain_client.admin.config_set("size-warning-every", 1)
     q = plain_client.queue("q")
     for _ in range(3):
         q.put(f"{J}:noop", {}, delay=3600)  # scheduled jobs count, and never run here
@@ -269,7 +269,7 @@ def test_runtime_workers_lists_a_live_master_and_its_jobs(
     assert info["jobs"] == [jid]
     master.send(signal.SIGTERM)
     assert master.wait(10) == 0
-    assert plain_client.workers() == {}, "a master that exits is forgotten"
+    assert plain_client.admin.workers() == {}, "a master that exits is forgotten"
 
 
 def test_an_idle_master_only_blocks_waiting_for_work(

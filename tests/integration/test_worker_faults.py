@@ -107,7 +107,7 @@ def test_the_cpu_limit_kills_the_child_with_a_reason(
 def test_a_job_past_its_timeout_is_terminated_then_killed(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
-    plain_client.config_set("q-timeout", 1)
+    plain_client.admin.config_set("q-timeout", 1)
     master = start_master("q", "-c", "2", "--kill-grace", "0.5")
     q = plain_client.queue("q")
     slow = q.put(f"{J}:sleep", {"seconds": 30}, retries=0)
@@ -129,7 +129,7 @@ def test_a_job_past_its_timeout_is_terminated_then_killed(
 def test_a_job_that_heartbeats_outlives_its_timeout(
     start_master: StartMaster, plain_client: Client
 ) -> None:
-    plain_client.config_set("q-timeout", 0.6)
+    plain_client.admin.config_set("q-timeout", 0.6)
     start_master("q", "-c", "1")
     jid = plain_client.queue("q").put(f"{J}:beat", {"seconds": 2}, retries=0)
     wait_state(plain_client, jid, "complete")

@@ -38,7 +38,7 @@ def test_a_put_reaches_an_idle_master_without_a_pop(
 def test_a_frozen_master_never_starts_a_handed_job_whose_first_lease_ran_out(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
-    plain_client.config_set("q-heartbeat", 1)  # a first lease of 1 s
+    plain_client.admin.config_set("q-heartbeat", 1)  # a first lease of 1 s
     frozen = start_master("q", "-c", "1")
     wait_for(lambda: _idle(plain_client) == 1, 10, what="the master to wait on q")
     frozen.send(signal.SIGSTOP)

@@ -46,7 +46,7 @@ def assert_no_overlap(path: Path) -> dict[tuple[str, int], tuple[float, float]]:
 def test_a_cpu_bound_job_without_heartbeats_keeps_its_lease(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
-    plain_client.config_set("q-heartbeat", 1)
+    plain_client.admin.config_set("q-heartbeat", 1)
     start_master("q", "-c", "1")
     path = workdir / "spin"
     jid = plain_client.queue("q").put(f"{J}:spin", {"seconds": 3.5, "path": str(path)})
@@ -60,7 +60,7 @@ def test_a_cpu_bound_job_without_heartbeats_keeps_its_lease(
 def test_a_killed_master_s_jobs_run_again_elsewhere_once(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
-    plain_client.config_set("q-heartbeat", 1)
+    plain_client.admin.config_set("q-heartbeat", 1)
     first = start_master("q", "-c", "2")
     path = workdir / "alive"
     jids = [plain_client.queue("q").put(f"{J}:alive", {"seconds": 1.5, "path": str(path)})
@@ -83,7 +83,7 @@ def test_a_killed_master_s_jobs_run_again_elsewhere_once(
 def test_a_frozen_master_s_children_stop_themselves_before_the_lease_expires(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
-    plain_client.config_set("q-heartbeat", 1)
+    plain_client.admin.config_set("q-heartbeat", 1)
     frozen = start_master("q", "-c", "1")
     path = workdir / "alive"
     jid = plain_client.queue("q").put(f"{J}:alive", {"seconds": 4, "path": str(path)})
@@ -128,7 +128,7 @@ def test_a_master_cut_off_from_redis_stops_its_jobs_before_their_lease_expires(
     own_server: ServerProcess, workdir: Path
 ) -> None:
     client = Client.from_url(own_server.url, namespace="cutoff")
-    client.config_set("q-heartbeat", 1)
+    client.admin.config_set("q-heartbeat", 1)
     master = MasterProcess(own_server, "cutoff", workdir, "q", "-c", "1").start()
     try:
         path = workdir / "alive"
@@ -151,7 +151,7 @@ def test_a_master_cut_off_from_redis_stops_its_jobs_before_their_lease_expires(
 def test_a_job_leased_ahead_is_not_started_after_its_lease_ran_out(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
-    plain_client.config_set("q-heartbeat", 1)
+    plain_client.admin.config_set("q-heartbeat", 1)
     # the master's buffer, not a child's pipeline (see test_worker_pipeline.py)
     master = start_master("q", "-c", "1", "--prefetch", "1", "--pipeline", "0")
     q = plain_client.queue("q")
@@ -201,7 +201,7 @@ def _take_lease(client: Client, jid: str) -> None:
 def test_a_lease_reported_lost_kills_the_child_at_once(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
-    plain_client.config_set("q-heartbeat", 3)  # renewals every 0.45 s
+    plain_client.admin.config_set("q-heartbeat", 3)  # renewals every 0.45 s
     master = start_master("q", "-c", "1")
     path = workdir / "alive"
     jid = plain_client.queue("q").put(f"{J}:alive", {"seconds": 30, "path": str(path)})

@@ -108,7 +108,7 @@ def test_term_gives_pipelined_jobs_back_at_once(
 def test_a_pipelined_job_never_starts_once_its_frozen_master_lost_the_lease(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
-    plain_client.config_set("q-heartbeat", 1)
+    plain_client.admin.config_set("q-heartbeat", 1)
     master = start_master("q", "-c", "1")
     _warm_up(plain_client, "q", 100)
     first, ahead = workdir / "first", workdir / "ahead"

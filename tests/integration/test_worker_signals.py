@@ -48,7 +48,7 @@ def test_term_gives_back_jobs_longer_than_the_grace_and_exits_on_time(
         assert job.remaining == job.retries and job.history[-1].event == "released"
     assert running(plain_client) == 0 and plain_client.status("q")["q"]["stalled"] == 0
     master.wait_notified("STOPPING=1")
-    assert plain_client.workers() == {}
+    assert plain_client.admin.workers() == {}
 
 
 def test_term_lets_short_jobs_finish(

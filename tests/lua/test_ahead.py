@@ -14,7 +14,7 @@ MS = 1000  # microseconds in a millisecond
 
 
 def pop(client: Client, ahead_us: int, *queues: str, count: int = 100) -> list[dict[str, Any]]:
-    reply: dict[str, Any] = client.run_json(
+    reply: dict[str, Any] = client.conn.run_json(
         "pop", "w", count, "seed", "ordered", ahead_us, 0, *queues
     )
     jobs: list[dict[str, Any]] = reply["jobs"]

@@ -108,7 +108,7 @@ def test_jobs_that_failed_with_their_dependency_return_to_depends_when_it_is_unf
 def test_requeue_of_the_failed_job_brings_them_back_too(client: Client, clock: FrozenClock) -> None:
     graph(client)
     fail_a(client, clock, "lease-expired")
-    assert client.requeue("a") == "waiting"
+    assert client.scheduling.requeue("a") == "waiting"
     assert states(client, "b", "c", "d") == ["depends"] * 3
     assert client.failed() == {}
 
@@ -125,9 +125,9 @@ def test_a_job_waiting_on_another_failed_job_stays_failed(
     e = client.get_job("e")
     assert e is not None and e.failure is not None
     assert e.failure.message.startswith("job a, which it depends on"), "the first to fail"
-    client.requeue("a")
+    client.scheduling.requeue("a")
     assert states(client, "e") == ["failed"], "f has still failed"
-    client.requeue("f")
+    client.scheduling.requeue("f")
     assert states(client, "e") == ["depends"]
     assert client.failed() == {}
 
@@ -137,7 +137,7 @@ def test_retrying_a_job_that_failed_with_its_dependency_runs_it_without_that_one
 ) -> None:
     graph(client)
     fail_a(client, clock, "fail")
-    assert client.requeue("b") == "waiting"
+    assert client.scheduling.requeue("b") == "waiting"
     b = client.get_job("b")
     assert b is not None and b.depends == () and b.failure is None
     assert client.get_job("a").dependents == ("d",)  # type: ignore[union-attr]
@@ -151,7 +151,7 @@ def test_retrying_a_job_that_failed_with_its_dependency_runs_it_without_that_one
     "make",
     [
         lambda c: c.queue("q").put("app:n", {}, jid="n", depends=["a"]),
-        lambda c: (c.queue("q").put("app:n", {}, jid="n", delay=5), c.depend("n", "a")),
+        lambda c: (c.queue("q").put("app:n", {}, jid="n", delay=5), c.scheduling.depend("n", "a")),
     ],
     ids=["put", "depends-on"],
 )
@@ -168,7 +168,7 @@ def test_waiting_on_a_job_already_failed_fails_at_once(
         DF, "job a, which it depends on, failed for good (app.Boom)",
     )  # fmt: skip
     assert client.queue("q").counts()["depends"] == 0
-    client.requeue("a")
+    client.scheduling.requeue("a")
     assert states(client, "n") == ["depends"]
 
 
@@ -192,4 +192,4 @@ def test_a_cancelled_job_waiting_on_a_failed_one_leaves_no_trace(
     assert client.cancel("c", "b", "d") == ["c", "b", "d"]
     assert client.get_job("a").dependents == ()  # type: ignore[union-attr]
     assert client.failed() == {"app.Boom": 1}
-    assert client.requeue("a") == "waiting"
+    assert client.scheduling.requeue("a") == "waiting"

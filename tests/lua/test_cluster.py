@@ -41,7 +41,7 @@ def cluster() -> Iterator[Cluster]:
 def client(cluster: Cluster) -> Iterator[Client]:
     """A client on the cluster in a namespace of its own, routed to its slot."""
     c = Client.from_url(cluster.url(), namespace="t" + uuid.uuid4().hex[:12])
-    c.now_ms()  # the first call follows MOVED: c.redis is the slot's owner from now on
+    c.conn.now_ms()  # the first call follows MOVED: c.redis is the slot's owner from now on
     yield c
     c.close()
 
@@ -57,5 +57,5 @@ def test_namespaces_spread_over_the_nodes_and_reach_their_slot(cluster: Cluster)
         with Client.from_url(cluster.url(), namespace=f"spread{i}") as c:
             c.queue("q").put("tests.integration.jobs:ledger", {})
             assert c.status("q")["q"]["waiting"] == 1
-            owners.add(c.route.url)
+            owners.add(c.conn.route.url)
     assert len(owners) == len(cluster.nodes)

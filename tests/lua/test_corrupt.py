@@ -142,7 +142,7 @@ def test_a_pop_fails_a_corrupt_head_and_returns_the_good_jobs_behind_it(
     raw = corrupt(client, "bad", kind)
     jobs = client.queue("q").pop(5, worker="w")
     assert [j.jid for j in jobs] == ["good1", "good2"]
-    assert [j.data for j in jobs] == [{"to": "a@b.c"}] * 2
+    assert [j.job.data for j in jobs] == [{"to": "a@b.c"}] * 2
     assert record(client, "bad") == (
         failed_record("bad", kind, raw, clock.now_ms, before, "q"),
         "{}",
@@ -201,7 +201,7 @@ def test_heartbeat_and_reports_of_a_corrupt_running_job_lose_the_lease(
     queued(client, "j1")
     [job] = client.queue("q").pop(1, worker="w")
     raw = corrupt(client, "j1", RECORD_KINDS[name])
-    assert client.heartbeat("w", {"j1": job.token or ""}).lost == ("j1",)
+    assert client.leases.heartbeat("w", {"j1": job.token or ""}).lost == ("j1",)
     meta, data = record(client, "j1")  # type: ignore[misc]
     assert meta["f"] == failure("j1", RECORD_KINDS[name], raw, clock.now_ms) and data == "{}"
     # a meta that was lost does not say which running set holds it: that entry
@@ -240,7 +240,7 @@ def test_reports_do_not_read_the_data_the_next_reply_does(
     queued(client, "j1")
     [job] = client.queue("q").pop(1, worker="w")
     corrupt(client, "j1", REPLY_KINDS[name])
-    assert client.heartbeat("w", {"j1": job.token or ""}).renewed == ("j1",)
+    assert client.leases.heartbeat("w", {"j1": job.token or ""}).renewed == ("j1",)
     assert job.complete() == "complete"
     assert client.get_job("j1").failure.group == GROUP  # type: ignore[union-attr]
     assert client.failed() == {}, "a read (no-writes) shows it failed, and fails nothing"
@@ -292,7 +292,7 @@ def test_a_corrupt_scheduled_job_is_failed_when_it_comes_due(
 def test_retention_fails_a_corrupt_completed_job_instead_of_deleting_it(
     client: Client, clock: FrozenClock, name: str
 ) -> None:
-    client.config_set("jobs-history", 10)
+    client.admin.config_set("jobs-history", 10)
     for jid in ("bad", "old"):
         queued(client, jid)
         [job] = client.queue("q").pop(1, worker="w")
@@ -314,7 +314,7 @@ def test_a_pop_drops_at_most_drop_batch_entries_then_asks_again(
         queued(client, f"bad{i}")
         client.redis.hset(client.keys.key("jobs"), f"bad{i}", b"\x80\x04garbage")
     queued(client, "good")
-    first = client.run_json("pop", "w", 1, "seed", "ordered", 0, 0, "q")
+    first = client.conn.run_json("pop", "w", 1, "seed", "ordered", 0, 0, "q")
     assert (first["jobs"], first["wake_in_ms"]) == ([], 0), "stopped short: ask again at once"
     assert client.failed() == {GROUP: LIMITS["drop_batch"]}
     [job] = client.queue("q").pop(1, worker="w")
@@ -331,9 +331,9 @@ def test_a_corrupt_job_handed_to_an_idle_master_is_failed_and_the_next_handed(
     q.put("a.b:c", {}, jid="bad", domain="d.example")
     q.put("a.b:c", {"n": 2}, jid="good", domain="d.example")
     corrupt(client, "bad", RECORD_KINDS["pickle"])
-    idle = client.run_json("pop", "m1", 2, "seed", "ordered", 0, 1, "q")
+    idle = client.conn.run_json("pop", "m1", 2, "seed", "ordered", 0, 1, "q")
     assert idle["jobs"] == [], "both throttled: m1 waits, registered"
-    client.clear_domain_limit("d.example")  # the lane is ready: handed at once
+    client.scheduling.clear_domain_limit("d.example")  # the lane is ready: handed at once
     handed = client.redis.lrange(client.keys.key("worker_wake", worker="m1"), 0, -1)
     assert [json.loads(h)["jid"] for h in handed] == ["good"]
     assert client.get_job("bad").failure.group == GROUP  # type: ignore[union-attr]
@@ -345,7 +345,7 @@ def test_garbage_on_a_masters_handoff_list_never_reaches_its_pop_reply(
     key = client.keys.key("worker_wake", worker="m1")
     client.redis.rpush(key, b'{"jid":"x"', b"\x80\x04", b'{"jid":"x","meta":{"l":"\xff"}}', b"1")
     queued(client, "good")
-    reply = client.run_json("pop", "m1", 5, "seed", "ordered", 0, 1, "q")
+    reply = client.conn.run_json("pop", "m1", 5, "seed", "ordered", 0, 1, "q")
     assert [j["jid"] for j in reply["jobs"]] == ["good"]
     assert client.redis.llen(key) == 0
-    assert int(client.run("forget_worker", "m1", "q")) == 1
+    assert int(client.conn.run("forget_worker", "m1", "q")) == 1

@@ -20,14 +20,14 @@ from tests.support.clock import FrozenClock
 # Each script that loads a record by jid, and what it answers for a corrupt
 # one: its usual reply (about the failed record) or a typed error.
 SCRIPTS: dict[str, tuple[Callable[[Client], Any], type[Error] | Any]] = {
-    "priority": (lambda c: c.run("priority", "bad", 3), b"failed"),
-    "tag": (lambda c: c.run_json("tag", "bad", "add", "t1"), ["t1"]),
-    "track": (lambda c: c.run("track", "bad", "on"), 1),
-    "depends": (lambda c: c.run("depends", "bad", "on", "good"), WrongState),
-    "requeue": (lambda c: c.run("requeue", "bad", ""), WrongState),
-    "release": (lambda c: c.release("bad", "w", "token"), LeaseLost),
-    "fail": (lambda c: c.fail("bad", "w", "token", "g", "m"), LeaseLost),
-    "retry": (lambda c: c.retry("bad", "w", "token", "g", "m", delay=0), LeaseLost),
+    "priority": (lambda c: c.conn.run("priority", "bad", 3), b"failed"),
+    "tag": (lambda c: c.conn.run_json("tag", "bad", "add", "t1"), ["t1"]),
+    "track": (lambda c: c.conn.run("track", "bad", "on"), 1),
+    "depends": (lambda c: c.conn.run("depends", "bad", "on", "good"), WrongState),
+    "requeue": (lambda c: c.conn.run("requeue", "bad", ""), WrongState),
+    "release": (lambda c: c.leases.release("bad", "w", "token"), LeaseLost),
+    "fail": (lambda c: c.leases.fail("bad", "w", "token", "g", "m"), LeaseLost),
+    "retry": (lambda c: c.leases.retry("bad", "w", "token", "g", "m", delay=0), LeaseLost),
     "put-depending-on-it": (
         lambda c: c.queue("q").put("a.b:c", {}, jid="new", depends=["bad"]),
         "new",
@@ -67,7 +67,7 @@ def test_a_corrupt_record_can_neither_be_unfailed_nor_requeued(
     with pytest.raises(BadArgument, match="cannot run again"):
         client.unfail(GROUP, "q")
     with pytest.raises(WrongState, match="cannot run again"):
-        client.requeue("bad")
+        client.scheduling.requeue("bad")
     assert client.cancel("bad") == ["bad"]
     assert client.failed() == {}
 
@@ -80,7 +80,7 @@ def test_a_failed_job_found_corrupt_is_listed_as_corrupt_and_moved_by_the_next_w
         [job] = client.queue("q").pop(1, worker="w")
         job.fail("app.Error", "boom")
     corrupt(client, "bad", RECORD_KINDS["meta-not-json"])
-    total, jobs = client.failed_jobs("app.Error")
+    total, jobs = client.admin.failed_jobs("app.Error")
     assert (total, [(j.jid, j.failure.group) for j in jobs]) == (  # type: ignore[union-attr]
         2, [("other", "app.Error"), ("bad", GROUP)],
     )  # fmt: skip
@@ -111,7 +111,7 @@ def test_a_job_whose_data_turned_deep_is_listed_failed_as_corrupt(
     meta_text = json.dumps(record(client, "bad")[0], separators=(",", ":"))  # type: ignore[index]
     deep = '{"a":' * 100 + "{}" + "}" * 100
     client.redis.hset(client.keys.key("jobs"), "bad", meta_text + "\n" + deep)
-    total, jobs = client.failed_jobs("app.Error")
+    total, jobs = client.admin.failed_jobs("app.Error")
     assert (total, [j.failure.group for j in jobs]) == (1, [GROUP])  # type: ignore[union-attr]
 
 
@@ -123,7 +123,7 @@ def test_a_recurrence_that_does_not_decode_leaves_the_schedule_and_pops_go_on(
     queued(client, "good")
     assert [j.jid for j in client.queue("q").pop(5, worker="w")] == ["good"]
     assert client.redis.zcard(client.keys.key("recurring", queue="q")) == 0
-    assert client.run("unrecur", "r1") == 1
+    assert client.conn.run("unrecur", "r1") == 1
     assert client.redis.hlen(client.keys.key("recur")) == 0
 
 
@@ -131,8 +131,8 @@ def test_a_recurrence_whose_jobs_no_longer_pass_put_stops_with_its_reason(
     client: Client, clock: FrozenClock
 ) -> None:
     definition = {"id": "r1", "queue": "q", "spec": {"klass": "a.b:c"}, "every": 10}
-    client.run("recur", json.dumps(definition), json.dumps({"text": "x" * 100}))
-    client.config_set("max-data-bytes", 50)
+    client.conn.run("recur", json.dumps(definition), json.dumps({"text": "x" * 100}))
+    client.admin.config_set("max-data-bytes", 50)
     clock.advance(11)
     assert client.queue("q").pop(5, worker="w") == []
     stored = json.loads(client.redis.hget(client.keys.key("recur"), "r1") or "")
@@ -154,9 +154,9 @@ def test_messages_and_tokens_that_are_not_utf8_never_make_a_record_corrupt(
 ) -> None:
     queued(client, "j1")
     [job] = client.queue("q").pop(1, worker="w")
-    [refused] = client.run_json("fail", "w", "j1", job.token, b"bad\xffgroup", "m", "")
+    [refused] = client.conn.run_json("fail", "w", "j1", job.token, b"bad\xffgroup", "m", "")
     assert refused["error"] == "BAD_ARG" and "bad\\xffgroup" in refused["message"]
-    reply = client.run_json("fail", "w", "j1", job.token, "g", b"caf\xe9 \xff", "")
+    reply = client.conn.run_json("fail", "w", "j1", job.token, "g", b"caf\xe9 \xff", "")
     assert reply[0]["state"] == "failed"
     got = client.get_job("j1")
     assert got is not None and got.failure is not None

@@ -38,7 +38,7 @@ def test_complete_and_failed_are_counted_per_queue(client: Client, clock: Frozen
 
 
 def test_totals_add_up_and_survive_retention(client: Client, clock: FrozenClock) -> None:
-    client.config_set("jobs-history-count", 1)
+    client.admin.config_set("jobs-history-count", 1)
     for i in range(3):
         run_one(client, "q", f"c{i}", "complete")
     run_one(client, "q", "r0", "retry")
@@ -69,13 +69,13 @@ def test_oldest_waiting_age_follows_the_oldest_eligible_job(
 def test_an_empty_queue_is_forgotten_with_its_keys(client: Client, clock: FrozenClock) -> None:
     run_one(client, "q", "done", "complete")
     client.queue("q").pause()
-    assert client.queue_known("q")
-    assert client.queue_forget("q") is True
-    assert not client.queue_known("q") and "q" not in client.queues()
+    assert client.admin.queue_known("q")
+    assert client.admin.queue_forget("q") is True
+    assert not client.admin.queue_known("q") and "q" not in client.queues()
     left = [k for k in client.redis.keys(client.keys.root + ":*") if b":q:" in k or b"q:q" in k]
     assert left == []
     assert client.get_job("done") is not None, "complete jobs stay until retention"
-    assert client.queue_forget("q") is False
+    assert client.admin.queue_forget("q") is False
     client.queue("q").put("a.b:c", {}, jid="again")
     assert client.queue("q").counts()["paused"] is False
 
@@ -86,7 +86,7 @@ def test_an_empty_queue_is_forgotten_with_its_keys(client: Client, clock: Frozen
         (lambda q: q.put("a.b:c", {}), "1 waiting"),
         (lambda q: q.put("a.b:c", {}, delay=60), "1 scheduled"),
         (lambda q: (q.put("a.b:c", {}), q.pop(1, worker="w")), "1 running"),
-        (lambda q: q.client.recur("q", "a.b:c", every=60), "1 recurring"),
+        (lambda q: q.client.scheduling.recur("q", "a.b:c", every=60), "1 recurring"),
     ],
 )
 def test_a_queue_that_is_not_empty_is_not_forgotten(
@@ -95,14 +95,14 @@ def test_a_queue_that_is_not_empty_is_not_forgotten(
     setup(client.queue("q"))  # type: ignore[operator]
     before = snapshot(client)
     with pytest.raises(WrongState, match=f"queue q is not empty \\({held}\\)"):
-        client.queue_forget("q")
+        client.admin.queue_forget("q")
     assert snapshot(client) == before
 
 
 def test_a_queue_with_failed_jobs_is_not_forgotten(client: Client, clock: FrozenClock) -> None:
     run_one(client, "q", "f", "fail")
     with pytest.raises(WrongState, match="1 failed"):
-        client.queue_forget("q")
+        client.admin.queue_forget("q")
 
 
 def test_workers_show_what_a_master_told_and_what_it_holds(
@@ -112,12 +112,12 @@ def test_workers_show_what_a_master_told_and_what_it_holds(
     q.put("myapp.jobs:send", {}, jid="j1")
     q.pop(1, worker="host-a-123")
     clock.advance(2.5)
-    client.register_worker("host-a-123", host="host-a", pid=123, queues=["q", "r"],
+    client.leases.register_worker("host-a-123", host="host-a", pid=123, queues=["q", "r"],
                            concurrency=4, started_ms=clock.now_ms - 60_000)  # fmt: skip
     q.put("a.b:c", {}, jid="j2")
     q.pop(1, worker="elsewhere-77")
     clock.advance(1)
-    found = client.workers()
+    found = client.admin.workers()
     assert list(found) == ["host-a-123", "elsewhere-77"] or list(found) == [
         "elsewhere-77", "host-a-123"
     ]  # fmt: skip
@@ -138,12 +138,12 @@ def test_workers_show_what_a_master_told_and_what_it_holds(
 
 def test_worker_info_is_checked(client: Client, clock: FrozenClock) -> None:
     with pytest.raises(BadArgument, match="queues entry"):
-        client.register_worker("w", host="h", pid=1, queues=["a:b"], concurrency=1)
+        client.leases.register_worker("w", host="h", pid=1, queues=["a:b"], concurrency=1)
     with pytest.raises(BadArgument, match="pid"):
-        client.register_worker("w", host="h", pid=0, queues=["a"], concurrency=1)
+        client.leases.register_worker("w", host="h", pid=0, queues=["a"], concurrency=1)
     with pytest.raises(BadArgument, match="host"):
-        client.register_worker("w", host="two words", pid=5, queues=["a"], concurrency=1)
-    assert client.workers() == {}
+        client.leases.register_worker("w", host="two words", pid=5, queues=["a"], concurrency=1)
+    assert client.admin.workers() == {}
 
 
 def test_every_failed_job_of_a_group_is_deleted_but_those_others_wait_on(
@@ -155,9 +155,9 @@ def test_every_failed_job_of_a_group_is_deleted_but_those_others_wait_on(
     client.queue("q").put("a.b:c", {}, jid="child", depends=["parent"])
     [parent] = client.queue("q").pop(1, worker="w")
     parent.fail("boom.Error", "it broke")  # child fails too, as runtime.DependencyFailed
-    assert client.delete_failed("boom.Error", batch=2) == 5
+    assert client.admin.delete_failed("boom.Error", batch=2) == 5
     assert client.failed() == {"boom.Error": 1, "runtime.DependencyFailed": 1}
-    assert [j.jid for j in client.failed_jobs("boom.Error")[1]] == ["parent"]
+    assert [j.jid for j in client.admin.failed_jobs("boom.Error")[1]] == ["parent"]
 
 
 def test_domains_show_their_limit_throttled_jobs_and_next_start(
@@ -169,7 +169,7 @@ def test_domains_show_their_limit_throttled_jobs_and_next_start(
     for i in range(3):
         q.put("a.b:c", {}, jid=f"s{i}", domain="slow.com")
     q.pop(1, worker="w")
-    assert client.domains() == {
+    assert client.admin.domains() == {
         "slow.com": {"limit": {"rate": 1, "period": 60, "burst": 0}, "throttled": 2,
                      "next_start_ms": clock.now_ms + 60_000},
         "idle.com": {"limit": {"rate": 5, "period": 1, "burst": 0}, "throttled": 0,

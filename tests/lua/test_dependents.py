@@ -25,7 +25,7 @@ def test_a_job_takes_at_most_graph_max_dependents_and_releases_them_all(
     q.put("a.b:c", {}, jid="last", depends=["root"])  # the graph_max-th
     q.put("a.b:c", {}, jid="free")
     with pytest.raises(BadArgument, match="root would have more than"):
-        client.depend("free", "root")
+        client.scheduling.depend("free", "root")
     assert client.get_job("free").state == "waiting"  # type: ignore[union-attr]
     client.queue("r").put("a.b:c", {}, jid="moving")
     [moving] = client.queue("r").pop(1, worker="w")
@@ -33,7 +33,9 @@ def test_a_job_takes_at_most_graph_max_dependents_and_releases_them_all(
         moving.complete(next="q", depends=["root"])
     assert client.get_job("moving").state == "running"  # type: ignore[union-attr]
     assert client.redis.scard(client.keys.key("dependents", jid="root")) == MAX
-    assert client.depend("last", "root") == "depends", "an edge that exists is no new one"
+    assert client.scheduling.depend("last", "root") == "depends", (
+        "an edge that exists is no new one"
+    )
     [job] = q.pop(1, worker="w")
     assert job.jid == "root"
     job.complete()

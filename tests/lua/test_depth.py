@@ -30,7 +30,7 @@ def nested(levels: int) -> dict[str, object]:
 
 def raw_put(client: Client, data: str | bytes, jid: str = "j1") -> object:
     spec = json.dumps({"jid": jid, "klass": "a.b:c", "queue": "q"})
-    return client.run_json("put", spec, data)
+    return client.conn.run_json("put", spec, data)
 
 
 @pytest.mark.parametrize("levels", [1, 2, DEPTH_MAX])
@@ -41,7 +41,7 @@ def test_data_at_the_depth_limit_is_stored_and_popped_as_given(
     assert raw_put(client, text) == ["j1"]
     assert record(client, "j1")[1] == text  # type: ignore[index]
     [job] = client.queue("q").pop(1, worker="w")
-    assert json.dumps(job.data, separators=(",", ":")) == text
+    assert json.dumps(job.job.data, separators=(",", ":")) == text
 
 
 @pytest.mark.parametrize("levels", [DEPTH_MAX + 1, 1000, 1001, 5000])
@@ -103,7 +103,7 @@ def test_utf8_text_of_every_length_is_stored(client: Client, clock: FrozenClock)
     data = {"t": "a é € 𝄞 \u07ff \uffff \U0010ffff"}
     client.queue("q").put("a.b:c", data, jid="j1")
     [job] = client.queue("q").pop(1, worker="w")
-    assert job.data == data
+    assert job.job.data == data
 
 
 def test_cjson_settings_are_left_as_they_were(client: Client, clock: FrozenClock) -> None:
@@ -115,7 +115,7 @@ def test_cjson_settings_are_left_as_they_were(client: Client, clock: FrozenClock
     client.get_job("fine")
     [job] = client.queue("q").pop(1, worker="w")  # strict decodes, then the at_end writes
     assert job.token is not None
-    client.complete_many("w", {job.jid: job.token})
+    client.leases.complete_many("w", {job.jid: job.token})
     probe = "return {cjson.decode_max_depth(), tostring(cjson.decode_invalid_numbers())}"
     assert client.redis.eval(probe, 0) == [1000, b"true"]
     major = int(str(client.redis.info("server")["redis_version"]).split(".")[0])

@@ -17,9 +17,11 @@ S = 1_000_000  # microseconds in a second
 def pop(client: Client, *queues: str, count: int = 1000) -> dict[str, Any]:
     """The pop script's whole reply (jobs, wake_in_ms, refill); the jobs it leased
     complete at once, so no lease expiry is due."""
-    reply: dict[str, Any] = client.run_json("pop", "w", count, "seed", "ordered", 0, 0, *queues)
+    reply: dict[str, Any] = client.conn.run_json(
+        "pop", "w", count, "seed", "ordered", 0, 0, *queues
+    )
     for job in reply["jobs"]:
-        client.complete(job["jid"], "w", job["meta"]["l"])
+        client.leases.complete(job["jid"], "w", job["meta"]["l"])
     return reply
 
 
@@ -50,8 +52,8 @@ def most_in_a_window(times_us: list[int], period_us: int) -> int:
 def test_the_default_limit_from_config_applies_to_domains_without_their_own(
     client: Client, clock: FrozenClock
 ) -> None:
-    client.config_set("domain-rate", 2)
-    client.config_set("domain-period", 10)
+    client.admin.config_set("domain-rate", 2)
+    client.admin.config_set("domain-period", 10)
     q = client.queue("q")
     for i in range(4):
         q.put("a.b:c", {}, jid=f"d{i}", domain="default.com")
@@ -64,7 +66,7 @@ def test_the_default_limit_from_config_applies_to_domains_without_their_own(
     assert counts(client, "q") == (0, 3)
     clock.advance(5)
     assert jids(pop(client, "q")) == ["d1"]
-    client.config_set("domain-burst", 1)  # one extra start at once, from the next start on
+    client.admin.config_set("domain-burst", 1)  # one extra start at once, from the next start on
     clock.advance(5)
     assert jids(pop(client, "q")) == ["d2", "d3"]
     assert namespace_keys(client, "domain-lanes:*") == [], "the domains' lane index is cleaned up"
@@ -148,8 +150,8 @@ def test_a_throttled_domain_never_holds_back_other_domains_or_jobs_without_one(
     # 1,100 domains limited to one start a minute, shared by queues a and b:
     # once a spent their budgets, b's jobs of those domains are throttled, and
     # b's younger jobs of other domains (and the one without a domain) go at once.
-    client.config_set("domain-rate", 1)
-    client.config_set("domain-period", 60)
+    client.admin.config_set("domain-rate", 1)
+    client.admin.config_set("domain-period", 60)
     spent = [f"d{i}.com" for i in range(1100)]
     client.put_many(client.queue("a").spec("a.b:c", {}, domain=d) for d in spent)
     b = client.queue("b")
@@ -172,15 +174,15 @@ def test_a_pop_sets_aside_a_few_lanes_at_most_then_asks_to_be_called_again_at_on
     # With burst 1, one start each leaves every domain free; the default burst
     # then drops to 0: every lane is ready but its domain is spent, which only
     # a pop finds out (lane by lane, at most pop_skips of them per call).
-    client.config_set("domain-rate", 1000)
-    client.config_set("domain-burst", 1)
+    client.admin.config_set("domain-rate", 1000)
+    client.admin.config_set("domain-burst", 1)
     n = LIMITS["pop_skips"] + 8
     q = client.queue("q")
     for round_ in range(2):
         client.put_many(q.spec("a.b:c", {}, jid=f"d{i}-{round_}", domain=f"d{i}") for i in range(n))
     assert len(jids(pop(client, "q", count=n))) == n
     assert counts(client, "q") == (n, 0)
-    client.config_set("domain-burst", 0)
+    client.admin.config_set("domain-burst", 0)
     q.put("a.b:c", {}, jid="free")
     reply = pop(client, "q", count=1)
     assert {k: reply[k] for k in ("jobs", "wake_in_ms", "refill")} == {
@@ -217,8 +219,8 @@ def test_clearing_a_limit_frees_the_throttled_jobs_of_every_queue_at_once(
     assert jids(pop(client, "a")) == ["a0"]
     assert counts(client, "a") == (0, 1) and counts(client, "b") == (0, 2)
     client.redis.delete(client.keys.wake("a"), client.keys.wake("b"))
-    client.clear_domain_limit("slow.com")
-    assert client.domain_limits() == {}
+    client.scheduling.clear_domain_limit("slow.com")
+    assert client.scheduling.domain_limits() == {}
     assert counts(client, "a") == (1, 0) and counts(client, "b") == (2, 0)
     assert state(client, "b0") == "waiting"
     assert client.redis.llen(client.keys.wake("a")) == 1, "idle masters of a are woken"
@@ -264,7 +266,7 @@ def test_a_stricter_limit_throttles_ready_jobs_of_a_spent_domain(
 def test_pops_forget_spent_budgets_as_fast_as_they_grant_new_ones(
     client: Client, clock: FrozenClock
 ) -> None:
-    client.config_set("domain-rate", 1000)
+    client.admin.config_set("domain-rate", 1000)
     q = client.queue("q")
     for round_ in range(2):
         client.put_many(q.spec("a.b:c", {}, domain=f"r{round_}-{i}") for i in range(300))
@@ -276,8 +278,8 @@ def test_pops_forget_spent_budgets_as_fast_as_they_grant_new_ones(
 def test_domains_freed_at_once_are_released_a_bounded_batch_per_pop_until_none_is_left(
     client: Client, clock: FrozenClock
 ) -> None:
-    client.config_set("domain-rate", 1)
-    client.config_set("domain-period", 10)
+    client.admin.config_set("domain-rate", 1)
+    client.admin.config_set("domain-period", 10)
     q = client.queue("q")
     for round_ in range(2):
         client.put_many(q.spec("a.b:c", {}, jid=f"d{i:03d}-{round_}", domain=f"d{i:03d}")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from runtime import BadArgument, Client
+from runtime import BadArgument, Client, Lease
 from tests.conftest import record
 from tests.support.clock import FrozenClock
 
 
-def pop_one(client: Client, queue: str = "q"):  # type: ignore[no-untyped-def]
+def pop_one(client: Client, queue: str = "q") -> Lease:
     [job] = client.queue(queue).pop(1, worker="w")
     return job
 
@@ -31,14 +31,14 @@ def test_retry_with_an_explicit_delay_schedules_the_job(client: Client, clock: F
                              "dl": 30_000}  # fmt: skip
     clock.advance(30)
     again = pop_one(client)
-    assert (again.jid, again.attempt, again.remaining) == ("j1", 2, 1)
+    assert (again.jid, again.job.attempt, again.job.remaining) == ("j1", 2, 1)
 
 
 def test_backoff_grows_exponentially_with_jitter_between_min_and_max(
     client: Client, clock: FrozenClock
 ) -> None:
-    client.config_set("q-backoff-min", 2)
-    client.config_set("q-backoff-max", 20)
+    client.admin.config_set("q-backoff-min", 2)
+    client.admin.config_set("q-backoff-max", 20)
     client.queue("q").put("a.b:c", {}, jid="j1", retries=6)
     delays = []
     for _ in range(6):
@@ -76,7 +76,7 @@ def test_fail_skips_the_retries(client: Client, clock: FrozenClock) -> None:
     client.queue("q").put("a.b:c", {}, jid="j1", retries=5)
     assert pop_one(client).fail("runtime.KlassNotAllowed", "klass not allowed") == "failed"
     assert client.get_job("j1").remaining == 5  # type: ignore[union-attr]
-    total, jobs = client.failed_jobs("runtime.KlassNotAllowed")
+    total, jobs = client.admin.failed_jobs("runtime.KlassNotAllowed")
     assert total == 1 and [j.jid for j in jobs] == ["j1"]
 
 
@@ -94,7 +94,7 @@ def test_lua_caps_messages_too_without_splitting_characters(
 ) -> None:
     client.queue("q").put("a.b:c", {}, jid="j1", retries=0)
     job = pop_one(client)
-    client.run_json("fail", "w", "j1", job.token, "g", "é" * 40_000 + "TAIL", "")
+    client.conn.run_json("fail", "w", "j1", job.token, "g", "é" * 40_000 + "TAIL", "")
     stored = client.get_job("j1").failure.message  # type: ignore[union-attr]
     assert len(stored.encode()) <= 64 * 1024 and stored.endswith("TAIL")
 
@@ -111,7 +111,10 @@ def test_unfail_moves_oldest_first_with_retries_renewed(client: Client, clock: F
     assert client.unfail("boom", "again", 2) == 2
     assert client.failed() == {"boom": 1, "other-group": 1}
     moved = [pop_one(client, "again") for _ in range(2)]
-    assert [(j.jid, j.remaining, j.failure) for j in moved] == [("j0", 2, None), ("j1", 2, None)]
+    assert [(j.jid, j.job.remaining, j.job.failure) for j in moved] == [
+        ("j0", 2, None),
+        ("j1", 2, None),
+    ]
     assert client.unfail("boom", "again", 10) == 1
     assert client.failed() == {"other-group": 1}
 
@@ -130,13 +133,13 @@ def test_requeue_runs_a_failed_complete_or_scheduled_job_again(
     q.put("a.b:c", {}, jid="f", retries=1)
     pop_one(client).fail("g", "m")
     assert client.failed() == {"g": 1}
-    assert client.requeue("f") == "waiting"
+    assert client.scheduling.requeue("f") == "waiting"
     assert client.failed() == {}
     again = pop_one(client)
-    assert (again.jid, again.remaining, again.failure) == ("f", 1, None)
+    assert (again.jid, again.job.remaining, again.job.failure) == ("f", 1, None)
     again.complete()
-    assert client.requeue("f", "elsewhere") == "waiting"
+    assert client.scheduling.requeue("f", "elsewhere") == "waiting"
     assert pop_one(client, "elsewhere").jid == "f"
     q.put("a.b:c", {}, jid="later", delay=3600)
-    assert client.requeue("later") == "waiting"
+    assert client.scheduling.requeue("later") == "waiting"
     assert pop_one(client).jid == "later"

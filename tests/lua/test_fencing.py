@@ -9,30 +9,29 @@ from collections.abc import Callable
 
 import pytest
 
-from runtime import Client, LeaseLost, NoSuchJob
-from runtime.queue.job import Job
+from runtime import Client, Lease, LeaseLost, NoSuchJob
 from tests.conftest import raw_record, snapshot
 from tests.support.clock import FrozenClock
 
 
 @pytest.fixture
-def leased(client: Client, clock: FrozenClock) -> Job:
+def leased(client: Client, clock: FrozenClock) -> Lease:
     client.queue("q").put("a.b:c", {"x": 1}, jid="j1")
     [job] = client.queue("q").pop(1, worker="holder")
     return job
 
 
 REPORTS: dict[str, Callable[[Client, str, str], object]] = {
-    "heartbeat": lambda c, w, t: c.heartbeat(w, {"j1": t}, strict=True),
-    "complete": lambda c, w, t: c.complete("j1", w, t),
-    "complete-next": lambda c, w, t: c.complete("j1", w, t, next="other"),
-    "fail": lambda c, w, t: c.fail("j1", w, t, "g", "m"),
-    "retry": lambda c, w, t: c.retry("j1", w, t, "g", "m", delay=0),
-    "progress": lambda c, w, t: c.progress("j1", w, t, 1, 2, "half"),
-    "complete-with-puts": lambda c, w, t: c.complete(
+    "heartbeat": lambda c, w, t: c.leases.heartbeat(w, {"j1": t}, strict=True),
+    "complete": lambda c, w, t: c.leases.complete("j1", w, t),
+    "complete-next": lambda c, w, t: c.leases.complete("j1", w, t, next="other"),
+    "fail": lambda c, w, t: c.leases.fail("j1", w, t, "g", "m"),
+    "retry": lambda c, w, t: c.leases.retry("j1", w, t, "g", "m", delay=0),
+    "progress": lambda c, w, t: c.leases.progress("j1", w, t, 1, 2, "half"),
+    "complete-with-puts": lambda c, w, t: c.leases.complete(
         "j1", w, t, result={"ok": 1}, output="out", puts=[c.queue("n").spec("a.b:c", jid="kid")]
     ),
-    "fail-with-output": lambda c, w, t: c.fail("j1", w, t, "g", "m", output="out"),
+    "fail-with-output": lambda c, w, t: c.leases.fail("j1", w, t, "g", "m", output="out"),
 }
 
 
@@ -43,7 +42,7 @@ REPORTS: dict[str, Callable[[Client, str, str], object]] = {
     ids=["wrong-token", "wrong-worker", "both-wrong"],
 )
 def test_reports_from_anyone_but_the_holder_raise_lease_lost_and_change_nothing(
-    client: Client, leased: Job, report: Callable[[Client, str, str], object],
+    client: Client, leased: Lease, report: Callable[[Client, str, str], object],
     worker: str, token: str | None,
 ) -> None:  # fmt: skip
     before = snapshot(client)
@@ -54,7 +53,7 @@ def test_reports_from_anyone_but_the_holder_raise_lease_lost_and_change_nothing(
 
 @pytest.mark.parametrize("report", REPORTS.values(), ids=REPORTS.keys())
 def test_reports_after_the_lease_was_reclaimed_change_nothing(
-    client: Client, clock: FrozenClock, leased: Job, report: Callable[[Client, str, str], object]
+    client: Client, clock: FrozenClock, leased: Lease, report: Callable[[Client, str, str], object]
 ) -> None:
     clock.advance(61)
     [again] = client.queue("q").pop(1, worker="other-host")
@@ -77,7 +76,7 @@ def test_reports_after_the_lease_was_reclaimed_change_nothing(
     ],
 )
 def test_a_report_repeated_with_the_same_token_answers_and_changes_nothing(
-    client: Client, leased: Job, name: str, expected: str
+    client: Client, leased: Lease, name: str, expected: str
 ) -> None:
     report = REPORTS[name]
     assert report(client, "holder", leased.token or "") == expected
@@ -86,7 +85,7 @@ def test_a_report_repeated_with_the_same_token_answers_and_changes_nothing(
     assert snapshot(client) == after_first
 
 
-def test_a_different_report_after_success_is_lease_lost(client: Client, leased: Job) -> None:
+def test_a_different_report_after_success_is_lease_lost(client: Client, leased: Lease) -> None:
     leased.complete()
     stored = raw_record(client, "j1")
     with pytest.raises(LeaseLost):
@@ -94,9 +93,9 @@ def test_a_different_report_after_success_is_lease_lost(client: Client, leased: 
     assert raw_record(client, "j1") == stored
 
 
-def test_reports_on_a_cancelled_job(client: Client, leased: Job) -> None:
+def test_reports_on_a_cancelled_job(client: Client, leased: Lease) -> None:
     client.cancel("j1")
-    assert client.heartbeat("holder", {"j1": leased.token or ""}).lost == ("j1",)
+    assert client.leases.heartbeat("holder", {"j1": leased.token or ""}).lost == ("j1",)
     with pytest.raises(NoSuchJob):
         leased.complete()
 
@@ -109,7 +108,7 @@ def test_batched_complete_reports_each_job_on_its_own(client: Client, clock: Fro
     args = ["w"]
     for job in jobs:
         args += [job.jid, (job.token or "") if job.jid != "j1" else "bad", "{}", "", ""]
-    reply = client.run_json("complete", *args)
+    reply = client.conn.run_json("complete", *args)
     assert [r.get("state") or r["error"] for r in reply] == ["complete", "LEASE_LOST", "complete"]
     assert client.get_job("j1").state == "running"  # type: ignore[union-attr]
 
@@ -149,10 +148,10 @@ TAIL = {"complete": ("", ""), "fail": ("",), "retry": ("",), "progress": ()}  # 
 
 @pytest.mark.parametrize(("op", "rest"), ITEM_ERRORS.values(), ids=ITEM_ERRORS.keys())
 def test_a_malformed_report_item_answers_bad_arg_and_changes_nothing(
-    client: Client, leased: Job, op: str, rest: tuple[str, ...]
+    client: Client, leased: Lease, op: str, rest: tuple[str, ...]
 ) -> None:
     before = snapshot(client)
-    reply = client.run_json(op, "holder", "j1", leased.token or "", *rest, *TAIL[op])
+    reply = client.conn.run_json(op, "holder", "j1", leased.token or "", *rest, *TAIL[op])
     assert [(r["jid"], r["error"]) for r in reply] == [("j1", "BAD_ARG")], reply
     assert "\n" not in reply[0]["message"]
     assert snapshot(client) == before

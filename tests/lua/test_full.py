@@ -87,12 +87,12 @@ def test_a_full_redis_answers_every_read_frees_memory_on_request_then_takes_puts
         "get_job": client.get_job(jids[0]),
         "message_status": client.message_status(jids[0]),
         "failed": client.failed(),
-        "failed_jobs": client.failed_jobs("app.Boom", 0, 3)[0],
-        "jobs": client.jobs("q", "waiting", 0, 3)[0],
-        "stats": client.stats("q", day).failed,
-        "workers": client.workers(),
-        "domains": client.domains(),
-        "metrics": families(client.snapshot()),  # what /metrics and the dashboard read
+        "failed_jobs": client.admin.failed_jobs("app.Boom", 0, 3)[0],
+        "jobs": client.admin.jobs("q", "waiting", 0, 3)[0],
+        "stats": client.admin.stats("q", day).failed,
+        "workers": client.admin.workers(),
+        "domains": client.admin.domains(),
+        "metrics": families(client.admin.snapshot()),  # what /metrics and the dashboard read
     }
     assert reads["status"]["q"]["waiting"] == len(jids)
     assert reads["peek"] == jids[:3]
@@ -103,10 +103,10 @@ def test_a_full_redis_answers_every_read_frees_memory_on_request_then_takes_puts
     assert "w" in reads["workers"] and reads["metrics"]
 
     before = used_bytes(client)
-    assert client.trim_retention() == 5, "retention runs while Redis is full"
+    assert client.admin.trim_retention() == 5, "retention runs while Redis is full"
     assert client.cancel(*jids[:5]) == jids[:5]
     assert used_bytes(client) < before, "a cancel frees memory"
-    assert client.delete_failed("app.Boom") == 10
+    assert client.admin.delete_failed("app.Boom") == 10
     assert client.failed() == {}
     assert used_bytes(client) < before - 10 * len(BIG["blob"])
     jid = q.put("app.jobs:run", BIG)
@@ -119,7 +119,7 @@ def test_the_reads_run_on_a_replica_where_writes_are_refused(client: Client) -> 
         assert client.status()["q"]["waiting"] == 1
         assert [j.jid for j in client.queue("q").peek(3)] == [jid]
         assert client.get_job(jid) is not None and client.failed() == {}
-        assert families(client.snapshot())
+        assert families(client.admin.snapshot())
         with pytest.raises(RedisTransient) as caught:
             client.queue("q").put("app.jobs:run", {})
         assert caught.value.condition is RedisCondition.READONLY

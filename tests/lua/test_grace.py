@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from runtime import Client, LeaseLost
-from runtime.queue.job import Job
+from runtime import Client, Lease, LeaseLost
 from tests.conftest import record
 from tests.support.clock import FrozenClock
 
@@ -19,18 +18,18 @@ S = 1_000_000
 
 
 def resumed(client: Client, worker: str, outage_s: float) -> dict[str, Any]:
-    reply: dict[str, Any] = client.run_json("resumed", worker, round(outage_s * 1000))
+    reply: dict[str, Any] = client.conn.run_json("resumed", worker, round(outage_s * 1000))
     return reply
 
 
 def master_pop(client: Client, worker: str, *queues: str) -> dict[str, Any]:
-    reply: dict[str, Any] = client.run_json(
+    reply: dict[str, Any] = client.conn.run_json(
         "pop", worker, 5, "seed", "ordered", 0, 1, *(queues or ("q",))
     )
     return reply
 
 
-def leased(client: Client, jid: str, worker: str, queue: str = "q") -> Job:
+def leased(client: Client, jid: str, worker: str, queue: str = "q") -> Lease:
     client.queue(queue).put("a.b:c", {"n": 1}, jid=jid)
     [job] = client.queue(queue).pop(1, worker=worker)
     assert job.jid == jid
@@ -39,7 +38,7 @@ def leased(client: Client, jid: str, worker: str, queue: str = "q") -> Job:
 
 @pytest.fixture
 def short_leases(client: Client) -> None:
-    client.config_set("heartbeat", 10)
+    client.admin.config_set("heartbeat", 10)
 
 
 def test_a_lease_that_ran_out_during_the_outage_is_renewed_and_completed_by_its_holder(
@@ -58,9 +57,9 @@ def test_a_lease_that_ran_out_during_the_outage_is_renewed_and_completed_by_its_
     other = master_pop(client, "m2")
     assert other["jobs"] == [], "not reclaimed while grace lasts"
     assert other["wake_in_ms"] == 10_000, "m2 looks again when the grace is over"
-    assert client.heartbeat("m1", {"j1": job.token or ""}).renewed == ("j1",)
+    assert client.leases.heartbeat("m1", {"j1": job.token or ""}).renewed == ("j1",)
     clock.advance(5)
-    assert client.heartbeat("m1", {"j1": job.token or ""}).renewed == ("j1",)
+    assert client.leases.heartbeat("m1", {"j1": job.token or ""}).renewed == ("j1",)
     clock.advance(7)  # past the grace: the renewed lease holds on its own
     assert job.complete() == "complete"
     meta, _ = record(client, "j1")  # type: ignore[misc]
@@ -78,7 +77,7 @@ def test_a_lease_that_ran_out_during_the_outage_is_renewed_and_completed_by_its_
         (lambda j: j.complete(), "complete"),
         (lambda j: j.fail("app.Error", "m"), "failed"),
         (lambda j: j.retry("app.Error", "m", delay=0), "waiting"),
-        (lambda j: j.client.release(j.jid, j.worker, j.token), "waiting"),
+        (lambda j: j.release(), "waiting"),
     ],
     ids=["complete", "fail", "retry", "release"],
 )
@@ -99,8 +98,8 @@ def test_others_still_cannot_report_on_a_lease_grace_holds(
     clock.advance(40)
     resumed(client, "m1", 35)
     with pytest.raises(LeaseLost):
-        client.complete("j1", "m2", "0" * 24)
-    assert client.heartbeat("m2", {"j1": "0" * 24}).lost == ("j1",)
+        client.leases.complete("j1", "m2", "0" * 24)
+    assert client.leases.heartbeat("m2", {"j1": "0" * 24}).lost == ("j1",)
 
 
 def test_a_lease_that_ran_out_before_the_outage_is_reclaimed_as_usual(
@@ -115,7 +114,7 @@ def test_a_lease_that_ran_out_before_the_outage_is_reclaimed_as_usual(
     reply = master_pop(client, "m2")
     assert [j["jid"] for j in reply["jobs"]] == ["dead"]
     assert reply["jobs"][0]["meta"]["h"][-2] == {"e": "lease-lost", "t": clock.now_ms, "w": "m0"}
-    assert client.heartbeat("m1", {"live": live.token or ""}).renewed == ("live",)
+    assert client.leases.heartbeat("m1", {"live": live.token or ""}).renewed == ("live",)
 
 
 def test_the_grace_ends_one_lease_length_after_the_report(
@@ -130,7 +129,7 @@ def test_the_grace_ends_one_lease_length_after_the_report(
     reply = master_pop(client, "m2")
     assert [j["jid"] for j in reply["jobs"]] == ["j1"], "reclaimed: its holder never came"
     assert client.redis.exists(grace) == 0, "a pop that finds it over removes it"
-    assert client.heartbeat("m1", {"j1": job.token or ""}).lost == ("j1",)
+    assert client.leases.heartbeat("m1", {"j1": job.token or ""}).lost == ("j1",)
     with pytest.raises(LeaseLost):
         job.complete()
 
@@ -138,7 +137,7 @@ def test_the_grace_ends_one_lease_length_after_the_report(
 def test_each_lease_gets_the_grace_of_its_own_queues_heartbeat(
     client: Client, clock: FrozenClock, short_leases: None
 ) -> None:
-    client.config_set("slow-heartbeat", 30)
+    client.admin.config_set("slow-heartbeat", 30)
     leased(client, "fast", "m1", "q")
     leased(client, "slow", "m1", "slow")
     clock.advance(60)
@@ -182,8 +181,8 @@ def test_a_new_outage_while_the_last_ones_grace_lasts_keeps_both(
     assert [j["jid"] for j in master_pop(client, "m3")["jobs"]] == ["early"]
     clock.advance(2)  # +33: late ran out at +32, after the second outage began
     assert master_pop(client, "m3")["jobs"] == []
-    assert client.heartbeat("m2", {"late": late.token or ""}).renewed == ("late",)
-    assert client.heartbeat("m1", {"early": early.token or ""}).lost == ("early",)
+    assert client.leases.heartbeat("m2", {"late": late.token or ""}).renewed == ("late",)
+    assert client.leases.heartbeat("m1", {"early": early.token or ""}).lost == ("early",)
 
 
 def test_without_an_outage_expired_leases_are_reclaimed_as_before(

@@ -18,7 +18,7 @@ S = 1_000_000
 
 
 def master_pop(client: Client, worker: str, count: int = 2, *queues: str) -> dict[str, Any]:
-    reply: dict[str, Any] = client.run_json(
+    reply: dict[str, Any] = client.conn.run_json(
         "pop", worker, count, "seed", "ordered", 0, 1, *(queues or ("q",))
     )
     return reply
@@ -106,7 +106,7 @@ def test_a_leaving_master_gives_back_what_was_handed_to_it(client: Client) -> No
     FrozenClock(client.redis, client.keys)
     master_pop(client, "m1")
     jid = client.queue("q").put("app.jobs:run", {})
-    assert client.run("forget_worker", "m1", "q") == 0
+    assert client.conn.run("forget_worker", "m1", "q") == 0
     job = client.get_job(jid)
     assert job is not None and job.state == "waiting" and job.remaining == job.retries
     assert [e.event for e in job.history] == ["put", "popped", "released"]
@@ -120,8 +120,8 @@ def test_a_dead_master_s_job_comes_back_when_its_first_lease_runs_out(client: Cl
     assert client.queue("q").pop(1, worker="m2") == []
     clock.advance(1.001)  # m1 never took it: its first lease runs out
     [job] = client.queue("q").pop(1, worker="m2")
-    assert job.jid == jid and job.remaining == job.retries - 1
-    assert [e.event for e in job.history] == ["put", "popped", "lease-lost", "popped"]
+    assert job.jid == jid and job.job.remaining == job.job.retries - 1
+    assert [e.event for e in job.job.history] == ["put", "popped", "lease-lost", "popped"]
 
 
 def wake_token(client: Client, queue: str = "q") -> str | None:
@@ -142,8 +142,8 @@ def test_a_job_handed_while_another_master_waits_leaves_its_first_lease_s_end(
     assert registered(client) == ["m2"]
     clock.advance(1.001)  # m1 died: it never renewed
     [job] = client.queue("q").pop(1, worker="m2")
-    assert job.jid == jid and job.remaining == job.retries - 1
-    assert [e.event for e in job.history] == ["put", "popped", "lease-lost", "popped"]
+    assert job.jid == jid and job.job.remaining == job.job.retries - 1
+    assert [e.event for e in job.job.history] == ["put", "popped", "lease-lost", "popped"]
 
 
 def test_a_job_handed_to_the_only_waiting_master_leaves_no_token(client: Client) -> None:

@@ -38,7 +38,7 @@ def test_put_pop_heartbeat_complete_timeline(client: Client, clock: FrozenClock)
     clock.advance(1.5)
     [job] = q.pop(5, worker=W1)
     pop_ms = clock.now_ms
-    assert (job.jid, job.state, job.worker, job.attempt, job.priority) == (
+    assert (job.jid, job.job.state, job.worker, job.job.attempt, job.job.priority) == (
         "j1",
         "running",
         W1,
@@ -46,9 +46,9 @@ def test_put_pop_heartbeat_complete_timeline(client: Client, clock: FrozenClock)
         -3,
     )
     assert len(job.token or "") == 24
-    assert job.data == {"n": 1}
+    assert job.job.data == {"n": 1}
     clock.advance(20)
-    beat = client.heartbeat(W1, {"j1": job.token or ""})
+    beat = client.leases.heartbeat(W1, {"j1": job.token or ""})
     assert beat.renewed == ("j1",) and beat.lost == ()
     running = client.keys.key("running", queue="emails")
     assert client.redis.zscore(running, "j1") == clock.now_us + 60_000_000
@@ -100,7 +100,7 @@ def test_public_job_fields_follow_the_record(client: Client, clock: FrozenClock)
 def test_expired_lease_makes_the_job_poppable_again_with_one_retry_spent(
     client: Client, clock: FrozenClock
 ) -> None:
-    client.config_set("heartbeat", 10)
+    client.admin.config_set("heartbeat", 10)
     q = client.queue("q")
     q.put("a.b:c", {}, jid="j1", retries=3)
     q.put("a.b:c", {}, jid="j2", retries=3)
@@ -110,9 +110,9 @@ def test_expired_lease_makes_the_job_poppable_again_with_one_retry_spent(
     assert client.status("q")["q"]["stalled"] == 1
     [again] = q.pop(1, worker="host-2")
     assert again.jid == "j1", "a reclaimed job goes before younger ones"
-    assert (again.remaining, again.attempt, again.worker) == (2, 2, "host-2")
+    assert (again.job.remaining, again.job.attempt, again.worker) == (2, 2, "host-2")
     assert again.token != first.token
-    assert [(e.event, e.worker) for e in again.history] == [
+    assert [(e.event, e.worker) for e in again.job.history] == [
         ("put", None), ("popped", W1), ("lease-lost", W1), ("popped", "host-2"),
     ]  # fmt: skip
     before = client.redis.hget(client.keys.key("jobs"), "j1")
@@ -124,7 +124,7 @@ def test_expired_lease_makes_the_job_poppable_again_with_one_retry_spent(
 def test_expired_lease_with_no_retries_left_fails_with_a_clear_group(
     client: Client, clock: FrozenClock
 ) -> None:
-    client.config_set("q-heartbeat", 5)
+    client.admin.config_set("q-heartbeat", 5)
     q = client.queue("q")
     q.put("a.b:c", {}, jid="j1", retries=0)
     q.pop(1, worker=W1)
@@ -140,20 +140,20 @@ def test_expired_lease_with_no_retries_left_fails_with_a_clear_group(
 def test_lease_expired_but_not_reclaimed_is_already_lost(
     client: Client, clock: FrozenClock
 ) -> None:
-    client.config_set("heartbeat", 2)
+    client.admin.config_set("heartbeat", 2)
     q = client.queue("q")
     q.put("a.b:c", {}, jid="j1")
     [job] = q.pop(1, worker=W1)
     clock.advance(2.5)
     before = snapshot(client)
-    assert client.heartbeat(W1, {"j1": job.token or ""}).lost == ("j1",)
+    assert client.leases.heartbeat(W1, {"j1": job.token or ""}).lost == ("j1",)
     with pytest.raises(LeaseLost):
         job.complete()
     assert snapshot(client) == before
 
 
 def test_per_queue_heartbeat_sets_the_lease_length(client: Client, clock: FrozenClock) -> None:
-    client.config_set("fast-heartbeat", 3)
+    client.admin.config_set("fast-heartbeat", 3)
     client.queue("fast").put("a.b:c", {}, jid="f")
     client.queue("slow").put("a.b:c", {}, jid="s")
     client.queue("fast").pop(1, worker=W1)

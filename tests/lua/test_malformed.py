@@ -277,11 +277,11 @@ def test_malformed_arguments_raise_a_typed_error_and_write_nothing(
     client: Client, clock: FrozenClock, op: str, args: tuple[object, ...],
     error: type[Error], fragment: str,
 ) -> None:  # fmt: skip
-    client.config_set("max-data-bytes", 1000)
+    client.admin.config_set("max-data-bytes", 1000)
     client.queue("q").put("a.b:c", {}, jid="old")
     before = snapshot(client)
     with pytest.raises(error) as caught:
-        client.run(op, *args)
+        client.conn.run(op, *args)
     assert fragment in str(caught.value)
     assert "\n" not in str(caught.value)
     assert snapshot(client) == before

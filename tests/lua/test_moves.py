@@ -123,7 +123,7 @@ def test_complete_with_next_moves_the_job_on_with_retries_renewed(
     assert (moved.queue, moved.remaining, moved.attempt, moved.failure) == ("second", 2, 0, None)
     assert moved.history[-1].event == "completed" and moved.history[-1].queue == "second"
     [again] = client.queue("second").pop(1, worker="w")
-    assert again.data == {"k": 1}
+    assert again.job.data == {"k": 1}
 
 
 def test_the_put_event_keeps_the_queue_the_job_was_put_on_through_moves(
@@ -171,7 +171,7 @@ def test_complete_rejects_delay_without_next_and_changes_nothing(
 
 
 def test_retention_keeps_at_most_jobs_history_count(client: Client, clock: FrozenClock) -> None:
-    client.config_set("jobs-history-count", 2)
+    client.admin.config_set("jobs-history-count", 2)
     q = client.queue("q")
     for i in range(4):
         q.put("a.b:c", {}, jid=f"j{i}", tags=["t"])
@@ -182,7 +182,7 @@ def test_retention_keeps_at_most_jobs_history_count(client: Client, clock: Froze
 
 
 def test_retention_removes_jobs_older_than_jobs_history(client: Client, clock: FrozenClock) -> None:
-    client.config_set("jobs-history", 3600)
+    client.admin.config_set("jobs-history", 3600)
     q = client.queue("q")
     q.put("a.b:c", {}, jid="old")
     finish(client, "q")
@@ -198,10 +198,10 @@ def test_depends_on_and_off_later(client: Client, clock: FrozenClock) -> None:
     q.put("a.b:c", {}, jid="a")
     q.put("a.b:c", {}, jid="b")
     q.put("a.b:c", {}, jid="job", delay=30)
-    assert client.depend("job", "a", "b") == "depends"
+    assert client.scheduling.depend("job", "a", "b") == "depends"
     assert q.counts()["scheduled"] == 0 and q.counts()["depends"] == 1
-    assert client.undepend("job", "a") == "depends"
-    assert client.undepend("job", "b") == "scheduled", "its due time still lies ahead"
+    assert client.scheduling.undepend("job", "a") == "depends"
+    assert client.scheduling.undepend("job", "b") == "scheduled", "its due time still lies ahead"
     clock.advance(31)
     assert "job" in [j.jid for j in q.pop(10, worker="w")]
 
@@ -211,7 +211,7 @@ def test_depending_on_complete_jobs_changes_nothing(client: Client, clock: Froze
     q.put("a.b:c", {}, jid="a")
     finish(client, "q")
     q.put("a.b:c", {}, jid="job")
-    assert client.depend("job", "a") == "waiting"
+    assert client.scheduling.depend("job", "a") == "waiting"
 
 
 def test_cycles_are_refused(client: Client, clock: FrozenClock) -> None:
@@ -221,7 +221,7 @@ def test_cycles_are_refused(client: Client, clock: FrozenClock) -> None:
     q.put("a.b:c", {}, jid="c", depends=["b"])
     before = snapshot(client)
     with pytest.raises(BadArgument, match="cycle"):
-        client.depend("a", "c")
+        client.scheduling.depend("a", "c")
     assert snapshot(client) == before
     [a] = q.pop(1, worker="w")
     with pytest.raises(BadArgument, match="cycle"):
@@ -234,13 +234,13 @@ def test_only_jobs_that_have_not_run_take_dependencies(client: Client, clock: Fr
     q.put("a.b:c", {}, jid="b")
     q.pop(1, worker="w")
     with pytest.raises(WrongState):
-        client.depend("a", "b")
+        client.scheduling.depend("a", "b")
 
 
 def test_a_dependent_moves_once_when_its_dependency_completes_after_a_redelivery(
     client: Client, clock: FrozenClock
 ) -> None:
-    client.config_set("q-heartbeat", 5)
+    client.admin.config_set("q-heartbeat", 5)
     q = client.queue("q")
     q.put("a.b:c", {}, jid="dep")
     q.put("a.b:c", {}, jid="after", depends=["dep"])

@@ -75,9 +75,9 @@ def test_jobs_due_in_the_same_millisecond_keep_put_order(
 def test_pop_wakes_in_ms_reports_the_next_due_time(client: Client, clock: FrozenClock) -> None:
     q = client.queue("q")
     q.put("a.b:c", {}, jid="later", delay=2.5)
-    reply = client.run_json("pop", "w", 1, "seed", "ordered", 0, 0, "q")
+    reply = client.conn.run_json("pop", "w", 1, "seed", "ordered", 0, 0, "q")
     assert reply == {"jobs": [], "now_us": clock.now_us, "wake_in_ms": 2500, "refill": []}
-    reply = client.run_json("pop", "w", 1, "seed", "ordered", 0, 0, "empty")
+    reply = client.conn.run_json("pop", "w", 1, "seed", "ordered", 0, 0, "empty")
     assert reply["wake_in_ms"] == -1
 
 
@@ -85,7 +85,7 @@ def test_ordered_pop_drains_the_first_queue_first(client: Client, clock: FrozenC
     for queue in ("a", "b"):
         for i in range(3):
             client.queue(queue).put("a.b:c", {}, jid=f"{queue}{i}")
-    reply = client.run_json("pop", "w", 4, "seed", "ordered", 0, 0, "a", "b")
+    reply = client.conn.run_json("pop", "w", 4, "seed", "ordered", 0, 0, "a", "b")
     assert [j["jid"] for j in reply["jobs"]] == ["a0", "a1", "a2", "b0"]
 
 
@@ -93,7 +93,7 @@ def test_round_robin_pop_alternates_queues_in_one_call(client: Client, clock: Fr
     for queue, n in (("a", 3), ("b", 1), ("c", 2)):
         for i in range(n):
             client.queue(queue).put("a.b:c", {}, jid=f"{queue}{i}")
-    reply = client.run_json("pop", "w", 10, "seed", "round-robin", 0, 0, "a", "b", "c")
+    reply = client.conn.run_json("pop", "w", 10, "seed", "round-robin", 0, 0, "a", "b", "c")
     assert [j["jid"] for j in reply["jobs"]] == ["a0", "b0", "c0", "a1", "c1", "a2"]
 
 
@@ -114,8 +114,8 @@ def test_priority_change_moves_a_waiting_job_keeping_its_age(
     for name in ("a", "b", "c", "d"):
         q.put("a.b:c", {}, jid=name, priority=1)
     q.put("a.b:c", {}, jid="e")
-    assert client.set_priority("c", 0) == "waiting"
-    assert client.set_priority("a", 0) == "waiting"
+    assert client.scheduling.set_priority("c", 0) == "waiting"
+    assert client.scheduling.set_priority("a", 0) == "waiting"
     assert [j.jid for j in q.peek(10)] == ["a", "c", "e", "b", "d"]
     assert pop_all(client, "q") == ["a", "c", "e", "b", "d"]
 
@@ -151,7 +151,7 @@ def test_a_throttled_domain_does_not_hold_back_other_jobs(
     assert pop_all(client, "q") == ["s1", "n1", "n2"]
     assert client.get_job("s2").state == "throttled"  # type: ignore[union-attr]
     assert q.counts()["throttled"] == 1 and q.counts()["waiting"] == 0
-    reply = client.run_json("pop", "w", 1, "seed", "ordered", 0, 0, "q")
+    reply = client.conn.run_json("pop", "w", 1, "seed", "ordered", 0, 0, "q")
     assert reply == {"jobs": [], "now_us": clock.now_us, "wake_in_ms": 10_000, "refill": []}
     clock.advance(10)
     q.put("a.b:c", {}, jid="n3")

@@ -11,7 +11,7 @@ def test_a_whole_run_on_the_real_clock_never_sets_the_test_clock(client: Client)
     q.put("a.b:c", {}, jid="j1")
     q.put("a.b:c", {}, jid="j2", delay=0.001)
     [job] = q.pop(1, worker="w")
-    client.heartbeat("w", {job.jid: job.token or ""})
+    client.leases.heartbeat("w", {job.jid: job.token or ""})
     job.retry("g", "m", delay=0)
     for job in q.pop(5, worker="w"):
         job.complete()

@@ -38,8 +38,8 @@ def test_a_record_of_an_earlier_version_with_its_history_first_pops_and_complete
     assert not history_is_last(client, "old")
     clock.advance(2)
     [job] = q.pop(1, worker=W)
-    assert (job.jid, job.data, job.put_at_ms) == ("old", {"n": 1}, put_ms)
-    assert [e.event for e in job.history] == ["put", "popped"]
+    assert (job.jid, job.job.data, job.job.put_at_ms) == ("old", {"n": 1}, put_ms)
+    assert [e.event for e in job.job.history] == ["put", "popped"]
     assert history_is_last(client, "old"), "saved in the new layout"
     assert job.complete() == "complete"
     meta, _ = record(client, "old")  # type: ignore[misc]
@@ -77,7 +77,7 @@ def test_the_history_keeps_its_first_event_and_the_newest_up_to_history_max(
     events = LIMITS["history_max"] + 5
     for i in range(events):
         clock.advance(1)
-        client.set_priority("j1", i % 3)
+        client.scheduling.set_priority("j1", i % 3)
     meta, _ = record(client, "j1")  # type: ignore[misc]
     history = meta["h"]
     assert len(history) == LIMITS["history_max"]
@@ -85,7 +85,7 @@ def test_the_history_keeps_its_first_event_and_the_newest_up_to_history_max(
     assert history[-1]["t"] == clock.now_ms
     assert [e["t"] for e in history[1:]] == sorted(e["t"] for e in history[1:])
     [job] = q.pop(1, worker=W)
-    assert len(job.history) == LIMITS["history_max"] and job.put_at_ms == put_ms
+    assert len(job.job.history) == LIMITS["history_max"] and job.job.put_at_ms == put_ms
 
 
 def test_a_record_rewritten_with_other_bytes_after_the_scripts_saved_it_is_checked(

@@ -14,12 +14,12 @@ from tests.support.clock import FrozenClock
 def pop_jids(client: Client, queue: str = "q") -> list[str]:
     """Pops and completes what is there."""
     jobs = client.queue(queue).pop(100, worker="w")
-    client.complete_many("w", {j.jid: j.token or "" for j in jobs})
+    client.leases.complete_many("w", {j.jid: j.token or "" for j in jobs})
     return [j.jid for j in jobs]
 
 
 def test_every_spawns_one_job_per_tick(client: Client, clock: FrozenClock) -> None:
-    r = client.recur("q", "a.b:c", {"x": 1}, every=60, id="tick")
+    r = client.scheduling.recur("q", "a.b:c", {"x": 1}, every=60, id="tick")
     assert r.next_ms == clock.now_ms + 60_000
     assert pop_jids(client) == []
     clock.advance(60)
@@ -29,13 +29,13 @@ def test_every_spawns_one_job_per_tick(client: Client, clock: FrozenClock) -> No
     assert pop_jids(client) == []
     clock.advance(0.001)
     [job] = client.queue("q").pop(1, worker="w")
-    assert job.data == {"x": 1} and job.klass == "a.b:c"
+    assert job.job.data == {"x": 1} and job.job.klass == "a.b:c"
     job.complete()
-    assert client.recurrences()[0].count == 2
+    assert client.scheduling.recurrences()[0].count == 2
 
 
 def test_first_at_sets_the_first_tick(client: Client, clock: FrozenClock) -> None:
-    client.recur("q", "a.b:c", every=3600, id="r", first_at=clock.now_us / 1e6 + 5)
+    client.scheduling.recur("q", "a.b:c", every=3600, id="r", first_at=clock.now_us / 1e6 + 5)
     clock.advance(5)
     assert len(pop_jids(client)) == 1
 
@@ -44,7 +44,7 @@ def test_first_at_sets_the_first_tick(client: Client, clock: FrozenClock) -> Non
 def test_missed_ticks_follow_the_policy(
     client: Client, clock: FrozenClock, policy: str, spawned: int
 ) -> None:
-    client.recur("q", "a.b:c", every=10, id="r", policy=policy, grace=5)
+    client.scheduling.recur("q", "a.b:c", every=10, id="r", policy=policy, grace=5)
     clock.advance(57)  # ticks at 10, 20, 30, 40, 50 are due; the newest is 7 s late
     assert len(pop_jids(client)) == spawned
     clock.advance(3)  # the tick at 60 is on time
@@ -52,14 +52,14 @@ def test_missed_ticks_follow_the_policy(
 
 
 def test_skip_runs_a_tick_within_its_grace(client: Client, clock: FrozenClock) -> None:
-    client.recur("q", "a.b:c", every=10, id="r", policy="skip", grace=5)
+    client.scheduling.recur("q", "a.b:c", every=10, id="r", policy="skip", grace=5)
     clock.advance(14)
     assert len(pop_jids(client)) == 1
 
 
 def test_cron_ticks_in_a_time_zone(client: Client, clock: FrozenClock) -> None:
     # the frozen clock starts 2027-01-15 08:00 UTC
-    r = client.recur("q", "a.b:c", cron="30 9 * * *", tz="Europe/Paris", id="daily")
+    r = client.scheduling.recur("q", "a.b:c", cron="30 9 * * *", tz="Europe/Paris", id="daily")
     assert r.next_ms is not None
     assert datetime.fromtimestamp(r.next_ms / 1000, UTC) == datetime(2027, 1, 15, 8, 30, tzinfo=UTC)
     clock.advance(1800)
@@ -71,52 +71,52 @@ def test_cron_ticks_in_a_time_zone(client: Client, clock: FrozenClock) -> None:
 def test_cron_ticks_running_low_are_asked_for_and_extended(
     client: Client, clock: FrozenClock
 ) -> None:
-    r = client.recur("q", "a.b:c", cron="* * * * *", id="minutely")
+    r = client.scheduling.recur("q", "a.b:c", cron="* * * * *", id="minutely")
     clock.advance(60 * 50)
-    reply = client.run_json("pop", "w", 100, "seed", "ordered", 0, 0, "q")
+    reply = client.conn.run_json("pop", "w", 100, "seed", "ordered", 0, 0, "q")
     assert len(reply["jobs"]) == 1  # policy once
-    client.complete_many("w", {j["jid"]: j["meta"]["l"] for j in reply["jobs"]})
+    client.leases.complete_many("w", {j["jid"]: j["meta"]["l"] for j in reply["jobs"]})
     [low] = reply["refill"]
     assert (low["id"], low["cron"], low["tz"]) == ("minutely", "* * * * *", "UTC")
-    added = client.extend_recurrence(low["id"], low["cron"], low["tz"], low["after"])
+    added = client.leases.extend_recurrence(low["id"], low["cron"], low["tz"], low["after"])
     assert added == 64
-    assert client.extend_recurrence(low["id"], low["cron"], low["tz"], low["after"]) == 0
+    assert client.leases.extend_recurrence(low["id"], low["cron"], low["tz"], low["after"]) == 0
     clock.advance(60)
     assert len(pop_jids(client)) == 1
     assert r.next_ms is not None
 
 
 def test_a_cron_recurrence_out_of_ticks_keeps_asking(client: Client, clock: FrozenClock) -> None:
-    client.recur("q", "a.b:c", cron="0 0 1 1 *", id="yearly")  # ticks for five years
+    client.scheduling.recur("q", "a.b:c", cron="0 0 1 1 *", id="yearly")  # ticks for five years
     clock.advance(86400 * 365 * 6)  # all of them passed and nobody extended them
-    first = client.run_json("pop", "w", 10, "seed", "ordered", 0, 0, "q")
+    first = client.conn.run_json("pop", "w", 10, "seed", "ordered", 0, 0, "q")
     assert len(first["jobs"]) == 1 and first["refill"][0]["id"] == "yearly"
-    again = client.run_json("pop", "w", 10, "seed", "ordered", 0, 0, "q")
+    again = client.conn.run_json("pop", "w", 10, "seed", "ordered", 0, 0, "q")
     assert again["jobs"] == [] and again["refill"][0]["id"] == "yearly"
 
 
 def test_recurring_again_replaces_and_unrecur_removes(client: Client, clock: FrozenClock) -> None:
-    client.recur("q", "a.b:c", every=10, id="r")
-    client.recur("other", "a.b:d", every=20, id="r")
-    [r] = client.recurrences()
+    client.scheduling.recur("q", "a.b:c", every=10, id="r")
+    client.scheduling.recur("other", "a.b:d", every=20, id="r")
+    [r] = client.scheduling.recurrences()
     assert (r.queue, r.klass, r.every) == ("other", "a.b:d", 20)
     clock.advance(20)
     assert pop_jids(client, "q") == [] and len(pop_jids(client, "other")) == 1
-    assert client.unrecur("r") is True
-    assert client.unrecur("r") is False
+    assert client.scheduling.unrecur("r") is True
+    assert client.scheduling.unrecur("r") is False
     clock.advance(20)
     assert pop_jids(client, "other") == []
 
 
 def test_the_default_id_makes_recurring_idempotent(client: Client, clock: FrozenClock) -> None:
-    client.recur("q", "a.b:c", every=10)
-    client.recur("q", "a.b:c", every=10)
-    assert [r.id for r in client.recurrences()] == ["q/a.b:c"]
+    client.scheduling.recur("q", "a.b:c", every=10)
+    client.scheduling.recur("q", "a.b:c", every=10)
+    assert [r.id for r in client.scheduling.recurrences()] == ["q/a.b:c"]
 
 
 def test_a_pop_reports_when_the_next_tick_is_due(client: Client, clock: FrozenClock) -> None:
-    client.recur("q", "a.b:c", every=2.5, id="r")
-    reply = client.run_json("pop", "w", 1, "seed", "ordered", 0, 0, "q")
+    client.scheduling.recur("q", "a.b:c", every=2.5, id="r")
+    reply = client.conn.run_json("pop", "w", 1, "seed", "ordered", 0, 0, "q")
     assert reply["wake_in_ms"] == 2500
 
 
@@ -135,5 +135,5 @@ def test_bad_recurrences_are_refused(
     client: Client, clock: FrozenClock, kwargs: dict[str, object], fragment: str
 ) -> None:
     with pytest.raises(BadArgument, match=fragment):
-        client.recur("q", "a.b:c", **kwargs)  # type: ignore[arg-type]
-    assert client.recurrences() == []
+        client.scheduling.recur("q", "a.b:c", **kwargs)  # type: ignore[arg-type]
+    assert client.scheduling.recurrences() == []

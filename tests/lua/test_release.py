@@ -13,12 +13,12 @@ def test_a_started_job_given_back_keeps_its_attempt_and_an_unstarted_one_does_no
     q = client.queue("q")
     jid = q.put("m:f", {})
     [first] = q.pop(1, worker="w")
-    assert first.attempt == 1 and first.token is not None
-    assert client.call(ops.release("w", {jid: first.token}, {jid})) == {jid: "waiting"}
+    assert first.job.attempt == 1 and first.token is not None
+    assert client.conn.call(ops.release("w", {jid: first.token}, {jid})) == {jid: "waiting"}
     [second] = q.pop(1, worker="w")
-    assert second.attempt == 2, "the stopped run counted"
+    assert second.job.attempt == 2, "the stopped run counted"
     assert second.token is not None
-    client.call(ops.release("w", {jid: second.token}))
+    client.conn.call(ops.release("w", {jid: second.token}))
     [third] = q.pop(1, worker="w")
-    assert third.attempt == 2, "a job that never started is not an attempt"
-    assert third.remaining == first.remaining, "neither spent a retry"
+    assert third.job.attempt == 2, "a job that never started is not an attempt"
+    assert third.job.remaining == first.job.remaining, "neither spent a retry"

@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from runtime import Client
+from runtime import Client, Lease
 from runtime.queue import ops
-from runtime.queue.job import Job
 from runtime.queue.leases import Outcomes
 from tests.conftest import raw_record, record, snapshot
 from tests.support.clock import FrozenClock
@@ -17,7 +16,7 @@ from tests.support.clock import FrozenClock
 W = "host-1"
 
 
-def popped(client: Client, queue: str = "q") -> Job:
+def popped(client: Client, queue: str = "q") -> Lease:
     [job] = client.queue(queue).pop(1, worker=W)
     return job
 
@@ -26,7 +25,7 @@ def send(client: Client, outcomes: Outcomes) -> dict[str, object]:
     """The master's reports, sent as its exchange sends them (ops.reports)."""
     states: dict[str, object] = {}
     for _, call in ops.reports(W, outcomes):
-        answered = client.call(call)
+        answered = client.conn.call(call)
         states.update(answered)
     return states
 
@@ -83,10 +82,10 @@ def test_a_completion_stores_result_output_and_puts_in_one_step(
 def test_a_result_too_big_or_not_json_completes_the_job_without_one_and_says_why(
     client: Client, clock: FrozenClock, result: str | bytes, note: str
 ) -> None:
-    client.config_set("result-max-bytes", 1000)
+    client.admin.config_set("result-max-bytes", 1000)
     client.queue("q").put("a.b:c", {}, jid="j1")
     job = popped(client)
-    [reply] = client.run_json("complete", W, "j1", job.token, "{}", result, "")
+    [reply] = client.conn.run_json("complete", W, "j1", job.token, "{}", result, "")
     assert reply == {"jid": "j1", "ok": True, "state": "complete"}
     meta, data = record(client, "j1")  # type: ignore[misc]
     assert "rl" not in meta and data == "{}"
@@ -98,7 +97,7 @@ def test_a_result_too_big_or_not_json_completes_the_job_without_one_and_says_why
 def test_no_result_and_null_store_nothing(client: Client, clock: FrozenClock, result: str) -> None:
     client.queue("q").put("a.b:c", {}, jid="j1")
     job = popped(client)
-    client.run_json("complete", W, "j1", job.token, "{}", result, "")
+    client.conn.run_json("complete", W, "j1", job.token, "{}", result, "")
     meta, data = record(client, "j1")  # type: ignore[misc]
     assert "rl" not in meta and "ot" not in meta and data == "{}"
     assert meta["h"][-1] == {"e": "completed", "t": clock.now_ms, "w": W}
@@ -153,7 +152,7 @@ def test_a_put_waiting_on_its_parent_runs_once_the_parent_completes(
     client.queue("q").put("a.b:c", {}, jid="j1")
     job = popped(client)
     kid = client.queue("n").spec("a.b:c", {}, jid="kid", depends=["j1"])
-    client.complete("j1", W, job.token or "", puts=[kid])
+    client.leases.complete("j1", W, job.token or "", puts=[kid])
     assert client.get_job("kid").state == "waiting"  # type: ignore[union-attr]
     assert client.get_job("kid").depends == ()  # type: ignore[union-attr]
 
@@ -163,17 +162,17 @@ def test_retry_and_fail_keep_the_output_of_the_last_attempt(
 ) -> None:
     client.queue("q").put("a.b:c", {}, jid="j1", retries=1)
     first = popped(client)
-    client.retry("j1", W, first.token or "", "app.Boom", "tb", delay=0, output="first try\n")
+    client.leases.retry("j1", W, first.token or "", "app.Boom", "tb", delay=0, output="first try\n")
     assert client.get_job("j1").output == "first try\n"  # type: ignore[union-attr]
     second = popped(client)
-    client.fail("j1", W, second.token or "", "app.Boom", "tb", output="é" * 40_000 + "END")
+    client.leases.fail("j1", W, second.token or "", "app.Boom", "tb", output="é" * 40_000 + "END")
     found = client.get_job("j1")
     assert found is not None and found.state == "failed"
     assert found.output.endswith("END") and len(found.output.encode()) <= 64 * 1024
     assert found.output.startswith("[... cut ")
-    third = client.requeue("j1")
+    third = client.scheduling.requeue("j1")
     assert third == "waiting"
-    client.complete("j1", W, popped(client).token or "")
+    client.leases.complete("j1", W, popped(client).token or "")
     meta, _ = record(client, "j1")  # type: ignore[misc]
     assert "ot" not in meta, "an attempt without output drops the last one's"
     assert client.redis.hexists(client.keys.key("output"), "j1") == 0
@@ -182,17 +181,17 @@ def test_retry_and_fail_keep_the_output_of_the_last_attempt(
 def test_requeue_of_a_complete_job_drops_its_result(client: Client, clock: FrozenClock) -> None:
     client.queue("q").put("a.b:c", {"n": 1}, jid="j1")
     popped(client).complete(result={"v": 1})
-    assert client.requeue("j1") == "waiting"
+    assert client.scheduling.requeue("j1") == "waiting"
     meta, data = record(client, "j1")  # type: ignore[misc]
     assert "rl" not in meta and data == '{"n":1}'
     again = popped(client)
-    assert again.data == {"n": 1} and again.result is None
+    assert again.job.data == {"n": 1} and again.job.result is None
 
 
 def test_completing_with_next_keeps_no_result(client: Client, clock: FrozenClock) -> None:
     client.queue("q").put("a.b:c", {"n": 1}, jid="j1")
     job = popped(client)
-    client.complete("j1", W, job.token or "", next="other", result={"v": 1})
+    client.leases.complete("j1", W, job.token or "", next="other", result={"v": 1})
     meta, data = record(client, "j1")  # type: ignore[misc]
     assert (meta["s"], meta["q"], data) == ("waiting", "other", '{"n":1}')
     assert "rl" not in meta
@@ -201,12 +200,12 @@ def test_completing_with_next_keeps_no_result(client: Client, clock: FrozenClock
 def test_retention_removes_the_result_output_and_progress_with_the_job(
     client: Client, clock: FrozenClock
 ) -> None:
-    client.config_set("jobs-history-count", 1)
+    client.admin.config_set("jobs-history-count", 1)
     for jid in ("j1", "j2"):
         client.queue("q").put("a.b:c", {}, jid=jid)
         job = popped(client)
-        client.progress(jid, W, job.token or "", 1, 1, "done")
-        client.complete(jid, W, job.token or "", result=[jid], output="out " + jid)
+        client.leases.progress(jid, W, job.token or "", 1, 1, "done")
+        client.leases.complete(jid, W, job.token or "", result=[jid], output="out " + jid)
         clock.advance(1)
     assert client.get_jobs(["j1"]) == [None]
     for key in ("output", "progress"):
@@ -229,7 +228,7 @@ def test_a_put_at_once_names_its_parent_and_counts_in_its_history(
     out.add_put(*client.queue("links").spec("a.b:c", {}, jid="z").to_wire())
     calls = ops.puts_at_once(out)
     assert [jids for jids, _ in calls] == [["x", "y"], ["z"]], "one all-or-nothing put per job"
-    assert [client.call(call) for _, call in calls] == [["x", "y"], ["z"]]
+    assert [client.conn.call(call) for _, call in calls] == [["x", "y"], ["z"]]
     meta, _ = record(client, "j1")  # type: ignore[misc]
     assert meta["s"] == "running"
     assert meta["h"][-1] == {"e": "puts", "t": clock.now_ms, "c": 2, "j": ["x", "y"]}
@@ -241,6 +240,6 @@ def test_the_history_keeps_the_first_jids_of_many_puts(client: Client, clock: Fr
     client.queue("q").put("a.b:c", {}, jid="j1")
     job = popped(client)
     kids = [client.queue("n").spec("a.b:c", {}, jid=f"k{i:02}") for i in range(25)]
-    client.complete("j1", W, job.token or "", puts=kids)
+    client.leases.complete("j1", W, job.token or "", puts=kids)
     puts = client.get_job("j1").history[-2]  # type: ignore[union-attr]
     assert (puts.event, puts.count, puts.jids) == ("puts", 25, tuple(f"k{i:02}" for i in range(10)))

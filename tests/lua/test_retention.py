@@ -29,9 +29,9 @@ INTEGER_SETTINGS = ["jobs-history-count", "max-data-bytes", "size-warning", "dom
 def test_count_settings_refuse_fractions_and_store_nothing(client: Client, name: str) -> None:
     assert SHARED[name].integer
     with pytest.raises(ConfigError, match="whole number"):
-        client.config_set(name, "2.5")
+        client.admin.config_set(name, "2.5")
     assert client.redis.hgetall(client.keys.key("config")) == {}
-    assert client.config_set(name, "1e3") == 1000
+    assert client.admin.config_set(name, "1e3") == 1000
 
 
 def test_a_fractional_count_stored_by_other_means_rounds_down_and_completes_whole(
@@ -49,11 +49,11 @@ def test_a_complete_whose_every_item_is_rejected_deletes_no_old_job(
     finish(client, "q", ["j1", "j2", "j3"])
     client.queue("q").put("a.b:c", {}, jid="j4")
     [job] = client.queue("q").pop(1, worker="w")
-    client.config_set("jobs-history-count", 1)
+    client.admin.config_set("jobs-history-count", 1)
     before = snapshot(client)
     with pytest.raises(LeaseLost):
-        client.complete("j4", "w", "0" * 24)
-    outcomes = client.complete_many("w", {"j4": "0" * 24, "nope": "0" * 24})
+        client.leases.complete("j4", "w", "0" * 24)
+    outcomes = client.leases.complete_many("w", {"j4": "0" * 24, "nope": "0" * 24})
     assert [type(v).__name__ for v in outcomes.values()] == ["LeaseLost", "NoSuchJob"]
     assert snapshot(client) == before
     assert job.complete() == "complete"
@@ -63,7 +63,7 @@ def test_a_complete_whose_every_item_is_rejected_deletes_no_old_job(
 def test_pops_remove_jobs_older_than_jobs_history_when_none_complete(
     client: Client, clock: FrozenClock
 ) -> None:
-    client.config_set("jobs-history", 3600)
+    client.admin.config_set("jobs-history", 3600)
     finish(client, "q", ["old"])
     clock.advance(3601)
     assert client.queue("elsewhere").pop(1, worker="w") == []
@@ -76,10 +76,10 @@ def test_pops_trim_to_jobs_history_count_a_bounded_batch_at_a_time(
     batch = LIMITS["retention_pop_batch"]
     client.put_many(client.queue("q").spec("a.b:c", {}, jid=f"j{i:02d}") for i in range(batch + 7))
     jobs = client.queue("q").pop(batch + 7, worker="w")
-    assert set(client.complete_many("w", {j.jid: j.token or "" for j in jobs}).values()) == {
+    assert set(client.leases.complete_many("w", {j.jid: j.token or "" for j in jobs}).values()) == {
         "complete"
     }
-    client.config_set("jobs-history-count", 2)
+    client.admin.config_set("jobs-history-count", 2)
     client.queue("q").pop(1, worker="w")
     assert kept(client) == 7, "one pop deletes one batch"
     client.queue("q").pop(1, worker="w")

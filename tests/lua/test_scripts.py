@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 import pytest
 
 from runtime.queue import scripts
-from runtime.queue.aio import AsyncClient, Outcomes
+from runtime.queue.aio import AsyncClient
 from runtime.queue.client import Client
+from runtime.queue.leases import Outcomes
 from tests.support.clock import FrozenClock
 from tests.support.redis_server import RedisServer
 
@@ -52,20 +53,20 @@ def test_state_kept_for_one_call_does_not_leak_into_the_next(client: Client) -> 
     for i in range(4):
         q.put("app.jobs:run", {"n": i}, domain="limited.example" if i >= 2 else None)
 
-    client.config_set("leaks-heartbeat", 10)  # read by Config.get, memoized per call
+    client.admin.config_set("leaks-heartbeat", 10)  # read by Config.get, memoized per call
     [first] = q.pop(1)
-    client.config_set("leaks-heartbeat", 20)
+    client.admin.config_set("leaks-heartbeat", 20)
     [second] = q.pop(1)
     leases = [client.get_job(j.jid).lease_expires_ms for j in (first, second)]  # type: ignore[union-attr]
     assert leases == [clock.now_ms + 10_000, clock.now_ms + 20_000]
 
     client.set_domain_limit("limited.example", rate=1, period=3600)  # memoized per call
-    assert [j.data["n"] for j in q.pop(2)] == [2]
-    client.clear_domain_limit("limited.example")
-    assert [j.data["n"] for j in q.pop(2)] == [3]
+    assert [j.job.data["n"] for j in q.pop(2)] == [2]
+    client.scheduling.clear_domain_limit("limited.example")
+    assert [j.job.data["n"] for j in q.pop(2)] == [3]
 
     day = datetime.fromtimestamp(clock.now_ms / 1000, UTC).date()
-    waits = client.stats("leaks", day).wait  # Stats collects per call, flushes at its end
+    waits = client.admin.stats("leaks", day).wait  # Stats collects per call, flushes at its end
     assert waits.count == 4
 
 
@@ -76,7 +77,7 @@ def test_a_server_that_lost_the_library_and_scripts_gets_them_again(client: Clie
         client.redis.function_flush()
     client.redis.script_flush()
     q.put("app.jobs:run", {"n": 2})
-    assert [j.data["n"] for j in q.pop(2)] == [1, 2]
+    assert [j.job.data["n"] for j in q.pop(2)] == [1, 2]
 
 
 def test_a_master_s_pipeline_reloads_what_the_server_lost(redis_server: RedisServer) -> None:
@@ -91,7 +92,7 @@ def test_a_master_s_pipeline_reloads_what_the_server_lost(redis_server: RedisSer
             if _major(client) >= 7:
                 await aio.redis.function_flush()
             await aio.redis.script_flush()
-            _, popped = await aio.exchange(Outcomes(), 1, ["lost"], "ordered")
+            popped = (await aio.exchange(Outcomes(), 1, ["lost"], "ordered")).popped
             assert popped is not None
             return [job.jid for job in popped.jobs]
         finally:

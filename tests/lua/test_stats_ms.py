@@ -13,14 +13,14 @@ from tests.support.clock import FrozenClock
 
 
 def run_times(client: Client, clock: FrozenClock, seconds: list[float]) -> stats.QueueStats:
-    client.config_set("heartbeat", 86400)
+    client.admin.config_set("heartbeat", 86400)
     q = client.queue("q")
     for i, run_s in enumerate(seconds):
         q.put("a.b:c", {}, jid=f"j{i}")
         [job] = q.pop(1, worker="w")
         clock.advance(run_s)
         job.complete()
-    return client.stats("q", datetime.fromtimestamp(clock.now_us / 1e6, UTC).date())
+    return client.admin.stats("q", datetime.fromtimestamp(clock.now_us / 1e6, UTC).date())
 
 
 def test_times_below_a_second_land_in_millisecond_buckets(
@@ -52,7 +52,7 @@ def test_percentiles_come_from_the_histogram(client: Client, clock: FrozenClock)
 
 
 def test_a_day_without_jobs_has_no_percentiles(client: Client, clock: FrozenClock) -> None:
-    found = client.stats("never")
+    found = client.admin.stats("never")
     assert (found.run.count, found.run.p50, found.run.p95, found.run.p99) == (0, None, None, None)
 
 
@@ -77,6 +77,6 @@ def test_days_written_before_millisecond_buckets_still_read(
 ) -> None:
     key = client.keys.key("stats", queue="old", day=stats.day_number(stats.today()))
     client.redis.hset(key, mapping={"run:n": 3, "run:mean": 2, "run:hist:s0": 2, "run:hist:s5": 1})
-    found = client.stats("old")
+    found = client.admin.stats("old")
     assert found.run.histogram == ((0.0, 2), (5.0, 1))
     assert found.run.p99 is not None and 5 <= found.run.p99 < 6

@@ -14,12 +14,12 @@ from tests.support.waiting import wait_for
 def test_tags_are_added_and_removed_later(client: Client, clock: FrozenClock) -> None:
     q = client.queue("q")
     q.put("a.b:c", {}, jid="j1", tags=["a"])
-    assert client.tag("j1", "b", "a", "c") == ["a", "b", "c"]
-    assert client.untag("j1", "a", "zzz") == ["b", "c"]
+    assert client.scheduling.tag("j1", "b", "a", "c") == ["a", "b", "c"]
+    assert client.scheduling.untag("j1", "a", "zzz") == ["b", "c"]
     assert record(client, "j1")[0]["g"] == ["b", "c"]  # type: ignore[index]
-    assert client.untag("j1", "b", "c") == []
+    assert client.scheduling.untag("j1", "b", "c") == []
     assert "g" not in record(client, "j1")[0]  # type: ignore[index]
-    assert client.tagged("a") == (0, [])
+    assert client.scheduling.tagged("a") == (0, [])
 
 
 def test_jobs_by_tag_are_paged_newest_first(client: Client, clock: FrozenClock) -> None:
@@ -27,20 +27,20 @@ def test_jobs_by_tag_are_paged_newest_first(client: Client, clock: FrozenClock) 
     for i in range(5):
         q.put("a.b:c", {}, jid=f"j{i}", tags=["batch"])
         clock.advance(1)
-    total, page = client.tagged("batch", start=1, count=2)
+    total, page = client.scheduling.tagged("batch", start=1, count=2)
     assert total == 5 and [j.jid for j in page] == ["j3", "j2"]
 
 
 def test_tracked_jobs_are_listed_and_publish_their_events(
     client: Client, clock: FrozenClock
 ) -> None:
-    client.config_set("q-heartbeat", 5)
+    client.admin.config_set("q-heartbeat", 5)
     seen: list[dict[str, Any]] = []
     ready = threading.Event()
 
     def listen() -> None:
         listener = Client.from_url(client.url, namespace=client.keys.namespace)
-        events = listener.events(idle_s=5)
+        events = listener.scheduling.events(idle_s=5)
         ready.set()
         for event in events:
             seen.append(event)
@@ -54,7 +54,7 @@ def test_tracked_jobs_are_listed_and_publish_their_events(
     q = client.queue("q")
     q.put("a.b:c", {}, jid="t1", tracked=True)
     client.queue("other").put("a.b:c", {}, jid="quiet")
-    assert [j.jid for j in client.tracked()] == ["t1"]
+    assert [j.jid for j in client.scheduling.tracked()] == ["t1"]
     [job] = q.pop(1, worker="w")
     job.retry("g", "m", delay=0)
     q.pop(1, worker="w")
@@ -76,6 +76,6 @@ def test_tracked_jobs_are_listed_and_publish_their_events(
     assert failed == {"event": "failed", "jid": "t2", "queue": "q", "t": clock.now_ms,
                       "worker": "w3", "group": "myapp.Broken"}  # fmt: skip
     assert client.get_job("t2").state == "failed"  # type: ignore[union-attr]
-    client.untrack("t1")
-    client.untrack("t2")
-    assert client.tracked() == []
+    client.scheduling.untrack("t1")
+    client.scheduling.untrack("t2")
+    assert client.scheduling.tracked() == []

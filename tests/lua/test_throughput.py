@@ -20,14 +20,14 @@ def test_completions_and_final_failures_are_counted_by_minute_across_queues_and_
     client: Client, clock: FrozenClock
 ) -> None:
     clock.set(START_US + 59 * MINUTE_US)  # the last minute of an hour (START_US is on one)
-    client.config_set("q-heartbeat", 1)
+    client.admin.config_set("q-heartbeat", 1)
     a, b, q = client.queue("a"), client.queue("b"), client.queue("q")
     for i in range(3):
         a.put("a.b:c", {}, jid=f"a{i}", retries=1)
     b.put("a.b:c", {}, jid="b0")
     q.put("a.b:c", {}, jid="expires", retries=0)
     jobs = a.pop(3, worker="w")
-    client.complete_many("w", {j.jid: j.token or "" for j in jobs[:2]})
+    client.leases.complete_many("w", {j.jid: j.token or "" for j in jobs[:2]})
     b.pop(1, worker="w")[0].complete()
     jobs[2].fail("g", "for good")
     q.pop(1, worker="w")
@@ -39,7 +39,7 @@ def test_completions_and_final_failures_are_counted_by_minute_across_queues_and_
     clock.advance(120)
     a.pop(1, worker="w")[0].complete()
 
-    seen = client.throughput(5)
+    seen = client.admin.throughput(5)
     assert seen.now_ms == clock.now_ms
     assert seen.from_ms == (START_US + 58 * MINUTE_US) // 1000
     assert seen.completed == (0, 3, 0, 0, 1)
@@ -65,11 +65,11 @@ def test_a_minute_counts_a_call_with_one_command_whatever_it_reported(
     jobs[1].complete()
     one = calls_of(client, "hincrby", "expire")
     client.redis.config_resetstat()
-    client.complete_many("w", {j.jid: j.token or "" for j in jobs[2:]})
+    client.leases.complete_many("w", {j.jid: j.token or "" for j in jobs[2:]})
     ten = calls_of(client, "hincrby", "expire")
     assert ten == one  # nothing paid per job
     assert one["expire"] == 1  # the day's statistics only: no expiry per call
-    assert client.throughput(1).completed == (12,)
+    assert client.admin.throughput(1).completed == (12,)
 
 
 def test_a_call_that_completes_and_fails_counts_both_in_the_minute(
@@ -80,7 +80,7 @@ def test_a_call_that_completes_and_fails_counts_both_in_the_minute(
     q.put("a.b:c", {}, jid="refused")
     jobs = {j.jid: j for j in q.pop(2, worker="w")}
     bad_put = '{"puts": [["not json", "{}"]]}'
-    client.run(
+    client.conn.run(
         "complete", "w",
         "done", jobs["done"].token or "", "{}", "", "",
         "refused", jobs["refused"].token or "", bad_put, "", "",
@@ -93,12 +93,12 @@ def test_a_call_that_completes_and_fails_counts_both_in_the_minute(
         f"c:{of_hour}".encode(): b"1",
         f"f:{of_hour}".encode(): b"1",
     }
-    seen = client.throughput(2)
+    seen = client.admin.throughput(2)
     assert (seen.completed, seen.failed) == ((0, 1), (0, 1))
 
 
 def test_minutes_are_read_at_most_a_kept_day_at_a_time(client: Client, clock: FrozenClock) -> None:
-    assert len(client.throughput(24 * 60).completed) == 24 * 60
+    assert len(client.admin.throughput(24 * 60).completed) == 24 * 60
     for bad in (0, 24 * 60 + 1, 1.5, True):
         with pytest.raises(BadArgument, match="minutes"):
-            client.throughput(bad)  # type: ignore[arg-type]
+            client.admin.throughput(bad)  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ def test_the_complete_and_failed_counts_follow_the_job(client: Client, clock: Fr
     [a] = q.pop(1, worker=W)
     a.fail("app.Boom", "tb")
     assert (q.counts()["failed"], q.counts()["complete"]) == (2, 0), "b failed with a"
-    client.requeue("a")
+    client.scheduling.requeue("a")
     assert (q.counts()["failed"], q.counts()["depends"]) == (0, 1)
     [a] = q.pop(1, worker=W)
     a.complete()

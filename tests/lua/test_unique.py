@@ -120,7 +120,7 @@ def test_the_jid_a_job_s_duplicate_put_returned_names_the_job_it_was_folded_into
             pages.spec("app.jobs:report", {}, jid="after", depends=["dup"])]  # fmt: skip
     out = Outcomes()
     out.add_complete("index", index.token or "", puts=[p.to_wire() for p in puts])
-    assert [client.call(call) for _, call in ops.reports("w", out)] == [{"index": "complete"}]
+    assert [client.conn.call(call) for _, call in ops.reports("w", out)] == [{"index": "complete"}]
     dup = client.get_job("dup")
     assert dup is not None and (dup.jid, dup.state) == (held, "waiting")
     assert client.get_job("new").jid == "new"  # type: ignore[union-attr]
@@ -152,7 +152,7 @@ def test_a_job_s_put_at_once_folds_too_and_a_client_s_duplicate_leaves_nothing(
     held = q.put("app.jobs:crawl", {}, unique_key="page:a")
     spec, data = q.spec("app.jobs:crawl", {}, unique_key="page:a", jid="now").to_wire()
     by_job = json.dumps({**json.loads(spec), "by": "parent"})  # as a master sends ctx.put(now=True)
-    assert client.run_json("put", by_job, data) == [held]
+    assert client.conn.run_json("put", by_job, data) == [held]
     assert client.get_job("now").jid == held  # type: ignore[union-attr]
     assert q.put("app.jobs:crawl", {}, unique_key="page:a", jid="mine") == held
     assert client.get_job("mine") is None, "the client was answered the holder's jid"

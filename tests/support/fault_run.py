@@ -117,7 +117,7 @@ class FaultRun:
         self.workdir = workdir
         self.namespace = namespace
         self.client = Client.from_url(url or server.url, namespace=namespace)
-        self.client.config_set("heartbeat", LEASE_S)
+        self.client.admin.config_set("heartbeat", LEASE_S)
         self.conn = redis_faults.connect(server)
         self.ledger = Ledger(workdir / "ledger")
         self.jids: list[str] = []

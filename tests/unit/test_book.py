@@ -16,7 +16,7 @@ from runtime.master import events, plan, reasons
 from runtime.master.book import Book
 from runtime.master.held import FLUSH_AFTER_S, TICK_S, Mode, Where
 from runtime.master.slots import CRASHES_BEFORE_PAUSE, SlotState
-from runtime.queue.aio import Leased, Outcomes, Popped
+from runtime.queue.leases import Leased, Outcomes, Popped
 
 LEASE_S = 3.0
 

@@ -22,9 +22,9 @@ from runtime.errors import (
     RedisUnavailable,
 )
 from runtime.queue import ops, scripts, wire
-from runtime.queue.aio import Leased, Outcomes, Popped
 from runtime.queue.faults import classify
 from runtime.queue.keys import Keys
+from runtime.queue.leases import Leased, Outcomes, Popped
 
 URL = "redis://app:s3cret@127.0.0.1:6379/0"
 CAP = 64 * 1024

@@ -7,8 +7,7 @@ import pytest
 import redis
 
 from runtime.errors import RedisTransient, RedisUnavailable
-from runtime.queue.client import redact
-from runtime.queue.faults import classify, scrub
+from runtime.queue.faults import classify, redact, scrub
 
 FORMS = [
     ("redis://user:s3cret@host:6379/0", "redis://user:***@host:6379/0"),

@@ -9,7 +9,7 @@ import pytest
 
 from runtime import BadArgument
 from runtime.queue import wire
-from runtime.queue.client import redact
+from runtime.queue.faults import redact
 
 
 def sample_job(job: object) -> None:
