@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from runtime.vocabulary import FailureGroup
+
 
 class Error(Exception):
     """Base class of every error runtime raises on purpose."""
@@ -153,7 +155,7 @@ class Fail(Exception):
     def __init__(self, message: str, *, group: str | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.group = group or "runtime.Fail"
+        self.group: str = group or FailureGroup.FAIL
 
 
 # The closed list of error codes a script may raise, and the class each becomes.

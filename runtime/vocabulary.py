@@ -43,6 +43,10 @@ class JobState(StrEnum):
 STORED_STATES = tuple(s for s in JobState if s is not JobState.THROTTLED)
 # The states a job has ended in.
 ENDED_STATES = (JobState.COMPLETE, JobState.FAILED)
+# The states a queue's jobs are listed by (`jobs`, the CLI, the dashboard), in the
+# order they are offered; stalled jobs are listed with the running.
+LISTED_STATES = (JobState.WAITING, JobState.THROTTLED, JobState.SCHEDULED, JobState.RUNNING,
+                 JobState.DEPENDS, JobState.COMPLETE, JobState.FAILED)  # fmt: skip
 
 
 class Count(StrEnum):

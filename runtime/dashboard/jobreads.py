@@ -20,6 +20,7 @@ from runtime.queue import ops
 from runtime.queue.client import Client
 from runtime.queue.job import Job
 from runtime.queue.stats import QueueStats, Times
+from runtime.vocabulary import Count, JobState
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +158,8 @@ def domain_rows(client: Client) -> list[DomainRow]:
     limits = client.domain_limits()
     throttled: dict[str, int] = {}
     for queue, counts in client.status().items():
-        if counts.get("throttled"):
-            _, jobs = client.jobs(queue, "throttled", count=THROTTLED_LOOKED)
+        if counts.get(Count.THROTTLED):
+            _, jobs = client.jobs(queue, JobState.THROTTLED, count=THROTTLED_LOOKED)
             for job in jobs:
                 throttled[job.domain or ""] = throttled.get(job.domain or "", 0) + 1
     names = sorted(set(limits) | set(throttled))

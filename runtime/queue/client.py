@@ -23,6 +23,7 @@ from runtime.queue.job import Job
 from runtime.queue.ops import Heartbeat
 from runtime.queue.scheduling import Scheduling
 from runtime.queue.wire import JobSpec
+from runtime.vocabulary import JobState
 
 # the helpers of runtime.queue.connection stay importable from here
 __all__ = ["Client", "Heartbeat", "Queue", "default_worker_id", "redact", "resolve_url", "text"]
@@ -112,7 +113,7 @@ class Client(Scheduling):
             next_s = _slice_s(None if deadline is None else deadline - block_s)
             _, ending = self.calls([ops.wait_for_end(key, round(block_s, 3)),
                                     ops.wait(jid, _ms(next_s))])  # fmt: skip
-        if ending.state == "failed":
+        if ending.state == JobState.FAILED:
             raise JobFailed(jid, ending.group, ending.message)
         return ending.result
 
@@ -140,7 +141,7 @@ class Client(Scheduling):
         keys = [self.keys.key("progressing", queue=q) for q in names]
         pages = self.calls([ops.members(k, 0, count - 1, newest_first=True) for k in keys])
         found = [j for j in self.get_jobs([jid for page in pages for jid in page]) if j]
-        running = [j for j in found if j.state == "running" and j.progress is not None]
+        running = [j for j in found if j.state == JobState.RUNNING and j.progress is not None]
         return sorted(running, key=lambda j: -int((j.progress or {}).get("at_ms") or 0))
 
     def workers(self) -> dict[str, dict[str, Any]]:

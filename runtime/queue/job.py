@@ -13,11 +13,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from runtime.errors import WrongState
+from runtime.vocabulary import JobState
 
 if TYPE_CHECKING:
     from runtime.queue.client import Client
 
-STATES = ("scheduled", "waiting", "running", "complete", "failed", "depends", "throttled")
+STATES = tuple(JobState)
 
 
 def _when(ms: int | None) -> datetime | None:
@@ -106,7 +107,7 @@ class Job:
     jid: str
     klass: str
     queue: str
-    state: str
+    state: JobState
     data: dict[str, Any]
     priority: int
     tags: tuple[str, ...]
@@ -141,7 +142,7 @@ class Job:
             jid=reply["jid"],
             klass=meta["k"],
             queue=meta["q"],
-            state=reply.get("state", meta["s"]),
+            state=JobState(reply.get("state", meta["s"])),
             data=reply["data"],
             priority=int(meta.get("p", 0)),
             tags=tuple(meta.get("g", ())),

@@ -13,13 +13,14 @@ from runtime import config
 from runtime.errors import BadArgument, DependedOn
 from runtime.queue import ops, wire
 from runtime.queue.connection import Connection
+from runtime.vocabulary import FailureGroup
 
 if TYPE_CHECKING:
     from runtime.queue.client import Client
     from runtime.queue.job import Job
     from runtime.queue.stats import Throughput
 
-CORRUPT_GROUP = "runtime.CorruptJob"  # its jobs cannot run again (their data is lost)
+CORRUPT_GROUP = FailureGroup.CORRUPT_JOB  # its jobs cannot run again (their data is lost)
 
 
 class Operating(Connection):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from runtime import vocabulary
 from runtime.errors import CorruptReply, Error
 from runtime.queue import stats, wire
 from runtime.queue.job import Job
@@ -35,6 +36,7 @@ from runtime.queue.leases import (
 )
 from runtime.queue.recur import Recurrence
 from runtime.queue.stats import QueueStats
+from runtime.vocabulary import ENDED_STATES, JobState
 
 if TYPE_CHECKING:
     from runtime.queue.client import Client
@@ -167,7 +169,7 @@ class Ending:
     `jid`: the job's own jid when the one asked for was folded into it (a running
     job's duplicate put under a unique key), else "" ."""
 
-    state: str
+    state: JobState
     result: Any = None
     group: str = ""
     message: str = ""
@@ -175,7 +177,7 @@ class Ending:
 
     @property
     def ended(self) -> bool:
-        return self.state in ("complete", "failed")
+        return self.state in ENDED_STATES
 
 
 def wait(jid: str, for_ms: int) -> Call[Ending]:
@@ -184,8 +186,8 @@ def wait(jid: str, for_ms: int) -> Call[Ending]:
 
     def decode(reply: Any) -> Ending:
         value = _object(reply)
-        state, folded = str(value["state"]), str(value.get("jid") or "")
-        if state == "failed":
+        state, folded = JobState(value["state"]), str(value.get("jid") or "")
+        if state == JobState.FAILED:
             group, message = str(value["group"]), str(value["message"])
             return Ending(state, group=group, message=message, jid=folded)
         return Ending(state, result=value.get("result"), jid=folded)
@@ -524,7 +526,7 @@ def cardinality(key: str) -> Call[int]:
 
 # --- operating: listing, forgetting, workers, metrics ---------------------------------------
 
-LISTED_STATES = ("waiting", "throttled", "scheduled", "running", "depends", "complete", "failed")
+LISTED_STATES = vocabulary.LISTED_STATES
 
 
 def jobs(
