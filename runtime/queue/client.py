@@ -20,6 +20,7 @@ from runtime.errors import Error, JobExists, JobFailed, WaitTimeout
 from runtime.queue import ops, wire
 from runtime.queue.connection import default_worker_id, redact, resolve_url, text
 from runtime.queue.job import Job
+from runtime.queue.leases import CompleteRow, FailRow, ProgressRow, RetryRow
 from runtime.queue.ops import Heartbeat
 from runtime.queue.scheduling import Scheduling
 from runtime.queue.wire import JobSpec
@@ -191,18 +192,20 @@ class Client(Scheduling):
         `puts`: jobs put in the same step (all or none)."""
         pairs = [spec.to_wire() for spec in puts]
         options = wire.complete_options(next, delay, depends, None, pairs)
-        row = (jid, token, options, wire.result_json(result), output)
+        row = CompleteRow(jid, token, options, wire.result_json(result), output)
         return _single(self.call(ops.complete(worker, [row])), jid)
 
     def complete_many(self, worker: str, leases: Mapping[str, str]) -> dict[str, str | Error]:
         """Completes many leased jobs {jid: token} in one call: {jid: state or error}."""
-        rows = [(jid, token, "{}", "", "") for jid, token in leases.items()]
+        rows = [CompleteRow(jid, token, "{}", "", "") for jid, token in leases.items()]
         return self.call(ops.complete(worker, rows)) if rows else {}
 
     def fail(
         self, jid: str, worker: str, token: str, group: str, message: str, *, output: str = ""
     ) -> str:
-        return _single(self.call(ops.fail(worker, [(jid, token, group, message, output)])), jid)
+        return _single(
+            self.call(ops.fail(worker, [FailRow(jid, token, group, message, output)])), jid
+        )
 
     def progress(
         self, jid: str, worker: str, token: str, done: float, total: float | None = None,
@@ -210,7 +213,7 @@ class Client(Scheduling):
     ) -> str:  # fmt: skip
         """Tells a leased job's progress (stored on it, published if it is tracked)."""
         total = None if total is None else wire.check_progress(total)
-        row = (jid, token, wire.check_progress(done), total, message)
+        row = ProgressRow(jid, token, wire.check_progress(done), total, message)
         return _single(self.call(ops.progress(worker, [row])), jid)
 
     def retry(
@@ -224,7 +227,7 @@ class Client(Scheduling):
         delay: float | None = None,
         output: str = "",
     ) -> str:
-        row = (jid, token, group, message, wire.delay_ms(delay), output)
+        row = RetryRow(jid, token, group, message, wire.delay_ms(delay), output)
         return _single(self.call(ops.retry(worker, [row])), jid)
 
     def release(self, jid: str, worker: str, token: str) -> str:

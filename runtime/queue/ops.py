@@ -321,26 +321,25 @@ def _batch(name: str, worker: str, rows: Iterable[Iterable[Arg]]) -> Call[dict[s
 
 
 def complete(worker: str, rows: Iterable[CompleteRow]) -> Call[dict[str, str | Error]]:
-    """rows: (jid, token, options JSON, result JSON or "", output); outputs cut here."""
+    """Outputs are cut to the scripts' cap here."""
     return _batch("complete", worker, ((j, t, o, r, wire.cap_output(out))
                                        for j, t, o, r, out in rows))  # fmt: skip
 
 
 def fail(worker: str, rows: Iterable[FailRow]) -> Call[dict[str, str | Error]]:
-    """rows: (jid, token, group, message, output); messages and outputs cut to the
-    scripts' caps here."""
-    rows = ((j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in rows)
-    return _batch("fail", worker, rows)
+    """Messages and outputs are cut to the scripts' caps here."""
+    capped = ((j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in rows)
+    return _batch("fail", worker, capped)
 
 
 def retry(worker: str, rows: Iterable[RetryRow]) -> Call[dict[str, str | Error]]:
-    """rows: (jid, token, group, message, delay_ms, output); cut to the caps here."""
-    rows = ((j, t, g, wire.cap_message(m), d, wire.cap_output(o)) for j, t, g, m, d, o in rows)
-    return _batch("retry", worker, rows)
+    """Messages and outputs are cut to the scripts' caps here."""
+    capped = ((j, t, g, wire.cap_message(m), d, wire.cap_output(o)) for j, t, g, m, d, o in rows)
+    return _batch("retry", worker, capped)
 
 
 def progress(worker: str, rows: Iterable[ProgressRow]) -> Call[dict[str, str | Error]]:
-    """rows: (jid, token, done, total or None, message or None): running jobs' progress."""
+    """Running jobs' progress."""
     flat = ((j, t, repr(wire.check_progress(d)), "" if n is None else repr(wire.check_progress(n)),
              m or "") for j, t, d, n, m in rows)  # fmt: skip
     return _batch("progress", worker, flat)
@@ -371,8 +370,8 @@ def puts_at_once(outcomes: Outcomes) -> list[tuple[list[str], Call[list[str]]]]:
     them (all or nothing for that job), with the jids of their specs."""
     calls = []
     for rows in outcomes.puts_by_job().values():
-        args = [arg for _, spec_json, data_json, _ in rows for arg in (spec_json, data_json)]
-        jids = [row[0] for row in rows]
+        args = [arg for row in rows for arg in (row.spec, row.data)]
+        jids = [row.jid for row in rows]
         calls.append((jids, _op("put", *args, decode=_strings, repeatable=True)))
     return calls
 
