@@ -20,6 +20,7 @@ from typing import Any
 from bench.server import connect, private_server
 from runtime.queue import ops
 from runtime.queue.client import Client
+from runtime.queue.leases import CompleteRow
 
 W = "bench-host"
 BATCH = 1000
@@ -30,7 +31,7 @@ def _complete_all(client: Client, queue: str, jobs: int, result: str) -> None:
     left = jobs
     while left > 0:
         popped = client.queue(queue).pop(min(BATCH, left), worker=W)
-        rows = [(j.jid, j.token or "", "{}", result, "") for j in popped]
+        rows = [CompleteRow(j.jid, j.token or "", "{}", result, "") for j in popped]
         client.conn.call(ops.complete(W, rows))
         left -= len(popped)
 

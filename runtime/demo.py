@@ -26,6 +26,7 @@ from runtime.queue.client import Client
 from runtime.queue.job import Job
 from runtime.queue.ops import LISTED_STATES
 from runtime.typed import job
+from runtime.vocabulary import ENDED_STATES, JobState
 
 log = logging.getLogger(__name__)
 QUEUE = "demo"
@@ -71,7 +72,7 @@ def run_worker_until_done(client: Client, jids: list[str], timeout_s: float) -> 
     try:
         while time.monotonic() < deadline and worker.poll() is None:
             jobs = [j for j in client.get_jobs(jids) if j is not None]
-            if all(j.state in ("complete", "failed") for j in jobs):
+            if all(j.state in ENDED_STATES for j in jobs):
                 break
             time.sleep(0.1)
     finally:
@@ -114,7 +115,7 @@ def put_samples(client: Client) -> list[str]:
 
 def outcome(job: Job) -> str:
     """What became of a job, in a few words: its result, or its failure's last line."""
-    if job.state == "complete":
+    if job.state == JobState.COMPLETE:
         return "-> " + (json.dumps(job.result) if job.result is not None else "no result")
     if job.failure is not None:  # a traceback ends with the error; a Fail starts with it
         lines = job.failure.message.strip().splitlines() or [job.failure.group]

@@ -11,6 +11,9 @@ another attempt and `Fail` to fail at once, spending no retries.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
+
+from runtime.vocabulary import FailureGroup
 
 
 class Error(Exception):
@@ -64,6 +67,11 @@ class RedisCondition(StrEnum):
     NOREPLICAS = "noreplicas"  # writes refused: too few replicas (min-replicas-to-write)
     OOM = "oom"  # writes refused above maxmemory (noeviction)
     SCRIPTS = "scripts"  # our functions or scripts are gone and cannot be loaded now
+
+
+# What a failed call to Redis is told under, in one word: a condition that passes,
+# or "error" (anything else: the call is tried again all the same).
+Condition = RedisCondition | Literal["error"]
 
 
 class RedisTransient(RedisUnavailable):
@@ -153,7 +161,7 @@ class Fail(Exception):
     def __init__(self, message: str, *, group: str | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.group = group or "runtime.Fail"
+        self.group: str = group or FailureGroup.FAIL
 
 
 # The closed list of error codes a script may raise, and the class each becomes.

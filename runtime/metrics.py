@@ -53,12 +53,12 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from runtime.errors import Error
 from runtime.queue import stats
 from runtime.queue.client import Client
+from runtime.vocabulary import Count
 
 log = logging.getLogger(__name__)
 
 UP_S = 60.0  # a master seen within this many seconds counts as up
-STATES = ("waiting", "throttled", "scheduled", "running", "stalled", "depends", "complete",
-          "failed")  # fmt: skip
+STATES = tuple(Count)
 TOTALS = (("completed", "completions reported"), ("failed", "jobs failed for good"),
           ("retried", "retries scheduled"))  # fmt: skip
 BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 600, 3600)  # each a stored bound

@@ -51,6 +51,7 @@ from runtime.children.context import JobContext
 from runtime.config import CHILD_MARKER
 from runtime.errors import BadArgument, Fail, WrongState
 from runtime.queue.wire import JobSpec
+from runtime.vocabulary import FailureGroup
 
 if TYPE_CHECKING:
     from runtime.queue.client import Client
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 DEFAULT_QUEUE = "default"
-BAD_DATA_GROUP = "runtime.BadArgument"  # a job's data that does not fit its function
+BAD_DATA_GROUP = FailureGroup.BAD_ARGUMENT  # a job's data that does not fit its function
 
 
 class PutOptions(TypedDict, total=False):

@@ -46,6 +46,7 @@ from runtime.errors import (
 )
 from runtime.proctitle import set_title
 from runtime.sandbox import sandbox
+from runtime.vocabulary import FailureGroup
 
 log = logging.getLogger(__name__)
 
@@ -207,9 +208,9 @@ class Child:
             )
             self.functions[run.klass] = fn
         except KlassNotAllowed as err:
-            return self._failed(run, "runtime.KlassNotAllowed", str(err), retry=False)
+            return self._failed(run, FailureGroup.KLASS_NOT_ALLOWED, str(err), retry=False)
         except KlassNotFound as err:
-            return self._failed(run, "runtime.KlassNotFound", _format(err), error=err)
+            return self._failed(run, FailureGroup.KLASS_NOT_FOUND, _format(err), error=err)
         self.context = context = JobContext(
             jid=run.jid, klass=run.klass, queue=run.queue, data=run.data, attempt=run.attempt,
             retries=run.retries, remaining=run.remaining, sandbox=self.settings.workdir,
@@ -221,7 +222,7 @@ class Child:
                 result = _run_async(result)
         except Retry as retry:
             reason = retry.reason or f"the job asked for a retry (delay={retry.delay})"
-            return self._failed(run, "runtime.Retry", reason, delay=retry.delay)
+            return self._failed(run, FailureGroup.RETRY, reason, delay=retry.delay)
         except Fail as fail:
             message = f"{fail.message}\n\n{_format(fail)}"
             return self._failed(run, fail.group, message, retry=False, error=fail)

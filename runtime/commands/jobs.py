@@ -12,6 +12,7 @@ from runtime import config
 from runtime.commands.common import check_jid, client_of, emit, fail, parse_data, when
 from runtime.queue.client import Client
 from runtime.queue.job import HistoryEvent, Job
+from runtime.vocabulary import JobState
 
 
 @click.command()
@@ -74,7 +75,7 @@ def describe(job: Job, related: Mapping[str, Job | None] | None = None) -> list[
         lines.append(f"domain     {job.domain}")
     lines += _related("depends", job.depends, related)
     lines += _related("dependents", job.dependents, related)
-    if job.state == "complete":
+    if job.state == JobState.COMPLETE:
         lines.append(f"result     {_result(job.result)}")
     if job.progress is not None:
         lines.append(f"progress   {progress_text(job.progress)}")

@@ -21,9 +21,9 @@ from runtime.queue.client import Client
 from runtime.queue.job import Job
 from runtime.queue.ops import LISTED_STATES
 from runtime.units import duration
+from runtime.vocabulary import Count, JobState
 
-STATE_COLUMNS = ("waiting", "throttled", "scheduled", "running", "stalled", "depends",
-                 "complete", "failed")  # fmt: skip
+STATE_COLUMNS = tuple(Count)
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
 
@@ -108,13 +108,13 @@ def _progress_lines(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 # the time a listed job's state is about, by state
 _WHEN: dict[str, tuple[str, Any]] = {
-    "waiting": ("put", lambda j: j.put_at_ms),
-    "throttled": ("put", lambda j: j.put_at_ms),
-    "scheduled": ("due", lambda j: j.due_at_ms),
-    "running": ("lease until", lambda j: j.lease_expires_ms),
-    "depends": ("put", lambda j: j.put_at_ms),
-    "complete": ("completed", lambda j: j.history[-1].at_ms if j.history else None),
-    "failed": ("failed", lambda j: j.failure.at_ms if j.failure else None),
+    JobState.WAITING: ("put", lambda j: j.put_at_ms),
+    JobState.THROTTLED: ("put", lambda j: j.put_at_ms),
+    JobState.SCHEDULED: ("due", lambda j: j.due_at_ms),
+    JobState.RUNNING: ("lease until", lambda j: j.lease_expires_ms),
+    JobState.DEPENDS: ("put", lambda j: j.put_at_ms),
+    JobState.COMPLETE: ("completed", lambda j: j.history[-1].at_ms if j.history else None),
+    JobState.FAILED: ("failed", lambda j: j.failure.at_ms if j.failure else None),
 }
 
 
@@ -133,7 +133,9 @@ def _plain(value: Any) -> Any:
 
 @click.command("jobs")
 @click.argument("queue")
-@click.option("--state", type=click.Choice(LISTED_STATES), default="waiting", show_default=True)
+# plain strings: click takes an enum's member names for its choices
+@click.option("--state", type=click.Choice([str(s) for s in LISTED_STATES]),
+              default=str(JobState.WAITING), show_default=True)  # fmt: skip
 @click.option("--limit", type=click.IntRange(1, config.LIMITS["get_max"]), default=25,
               show_default=True, help="Most jobs to show.")  # fmt: skip
 @click.option("--start", type=click.IntRange(0), default=0, help="Jobs to skip first.")
@@ -152,10 +154,10 @@ def jobs_cmd(ctx: click.Context, queue: str, state: str, limit: int, start: int,
     label, at = _WHEN[state]
     for j in found:
         line = f"{j.jid}  {j.klass}  {label} {when(at(j))}  attempt {j.attempt}"
-        if state == "failed" and j.failure:
+        if state == JobState.FAILED and j.failure:
             last = (j.failure.message.strip().splitlines() or [""])[-1]
             line += f"  {j.failure.group}: {last[:120]}"
-        elif state == "running" and j.worker:
+        elif state == JobState.RUNNING and j.worker:
             line += f"  on {j.worker}"
         click.echo(line)
 

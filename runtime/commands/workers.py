@@ -15,6 +15,7 @@ from runtime import demo as demo_jobs
 from runtime.commands.common import client_of, emit, fail, settings_of, when
 from runtime.commands.queues import status
 from runtime.units import duration
+from runtime.vocabulary import ENDED_STATES, JobState
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +158,9 @@ def demo(ctx: click.Context, timeout: float) -> None:
     click.echo("")
     ctx.invoke(status, queues=(demo_jobs.QUEUE,))
     states = [j.state for j in jobs]
-    click.echo(f"\n{states.count('complete')} complete, {states.count('failed')} failed")
-    if any(s not in ("complete", "failed") for s in states):
+    complete, failed = states.count(JobState.COMPLETE), states.count(JobState.FAILED)
+    click.echo(f"\n{complete} complete, {failed} failed")
+    if any(s not in ENDED_STATES for s in states):
         raise click.exceptions.Exit(fail("the demo did not finish in time"))
 
 

@@ -71,7 +71,10 @@ class Rates:
             (s for s in reversed(self.samples) if newest.at_s - s.at_s >= RATE_SPAN_S),
             self.samples[0],
         )
-        return _rate(older, newest, "complete"), _rate(older, newest, "failed")
+        span_s = newest.at_s - older.at_s
+        return _rate(span_s, newest.complete - older.complete), _rate(
+            span_s, newest.failed - older.failed
+        )
 
     async def run(self, read: Callable[[], tuple[int, int]]) -> None:
         """Samples forever (a task of the server); a failed read is skipped. A read
@@ -92,12 +95,8 @@ def pause_s(interval_s: float, took_s: float) -> float:
     return max(interval_s, LOAD_SHARE * took_s)
 
 
-def _rate(older: Sample, newer: Sample, what: str) -> float | None:
-    span = newer.at_s - older.at_s
-    if span <= 0:
-        return None
-    change: int = getattr(newer, what) - getattr(older, what)
-    return max(0, change) / span
+def _rate(span_s: float, change: int) -> float | None:
+    return max(0, change) / span_s if span_s > 0 else None
 
 
 def throughput_plot(seen: Throughput) -> Markup:

@@ -13,24 +13,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime import vocabulary
 from runtime.queue.client import Client
 from runtime.queue.job import Job
+from runtime.vocabulary import Count
 
 log = logging.getLogger(__name__)
 
 # the states a queue's page lists, in the order a job meets them
-QUEUE_STATES = (
-    "waiting",
-    "scheduled",
-    "running",
-    "stalled",
-    "depends",
-    "throttled",
-    "complete",
-    "failed",
-)
-# the states a queue's jobs are listed by (stalled jobs are listed with the running)
-LISTED_STATES = ("waiting", "throttled", "scheduled", "running", "depends", "complete", "failed")
+QUEUE_STATES = (Count.WAITING, Count.SCHEDULED, Count.RUNNING, Count.STALLED, Count.DEPENDS,
+                Count.THROTTLED, Count.COMPLETE, Count.FAILED)  # fmt: skip
+LISTED_STATES = vocabulary.LISTED_STATES  # stalled jobs are listed with the running
+# the counts of the jobs that still have to run
+QUEUED = (Count.WAITING, Count.THROTTLED, Count.SCHEDULED, Count.DEPENDS, Count.RUNNING,
+          Count.STALLED)  # fmt: skip
 UP_WITHIN_MS = 60_000  # a worker seen this recently counts as up
 
 
@@ -45,10 +41,7 @@ class QueueRow:
     @property
     def size(self) -> int:
         """Jobs that still have to run: waiting, throttled, scheduled, depends, running."""
-        return sum(
-            self.counts.get(s) or 0
-            for s in ("waiting", "throttled", "scheduled", "depends", "running", "stalled")
-        )
+        return sum(self.counts.get(s) or 0 for s in QUEUED)
 
     @property
     def warned(self) -> bool:
@@ -91,7 +84,7 @@ def queue_rows(client: Client, names: Sequence[str] = ()) -> list[QueueRow]:
                 paused=bool(counts.get("paused")),
                 size_warning=_number(counts.get("size_warning")) or 0,
                 latency_s=None
-                if waiting_ms is None or not counts.get("waiting")
+                if waiting_ms is None or not counts.get(Count.WAITING)
                 else waiting_ms / 1000,
             )
         )

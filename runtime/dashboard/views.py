@@ -19,6 +19,7 @@ from runtime.dashboard.render import page, query
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
 from runtime.queue.stats import today
+from runtime.vocabulary import JobState
 
 OVERVIEW_QUEUES = 20  # the overview lists the largest queues; the queues page lists all
 ORDERS = ("newest", "oldest")
@@ -90,7 +91,7 @@ def queues(request: Request) -> Response:
 def queue(request: Request) -> Response:
     client = _client(request)
     name = request.query_params.get("name", "")
-    state = request.query_params.get("state", "waiting")
+    state = request.query_params.get("state", JobState.WAITING)
     order = request.query_params.get("order", "newest")
     if state not in reads.LISTED_STATES or order not in ORDERS:
         raise BadArgument(

@@ -37,6 +37,7 @@ from runtime.master.jobs import JobFlow
 from runtime.master.link import Link
 from runtime.master.slots import Slot, Slots, SlotState
 from runtime.queue.leases import Outcomes
+from runtime.vocabulary import FailureGroup
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class Book(Intake, JobFlow):
             self.mode = Mode.FINISH
         elif intent is Intent.KILL_JOBS:
             for slot in self.slots.busy():
-                self._kill(slot, reasons.killed(9, "SIGUSR1 to the master", "runtime.Killed"))
+                self._kill(slot, reasons.killed(9, "SIGUSR1 to the master", FailureGroup.KILLED))
         elif intent in (Intent.PAUSE, Intent.RESUME):
             self.paused = intent is Intent.PAUSE
             self.want_work = self.want_work or not self.paused
@@ -181,7 +182,7 @@ class Book(Intake, JobFlow):
         slot = self.slots.get(event.index, event.pid)
         if slot is not None:
             why = f"protocol error from child: {event.error}"
-            self._kill(slot, reasons.Ending("runtime.ProtocolError", why))
+            self._kill(slot, reasons.Ending(FailureGroup.PROTOCOL_ERROR, why))
 
     def _on_rss(self, event: events.Rss, now: float) -> None:
         for index, rss in event.by_index.items():
@@ -418,7 +419,7 @@ class Book(Intake, JobFlow):
                 self._kill(slot, reasons.UNRENEWED)
             elif held.terminated_at is None and now - held.last_sign > held.leased.timeout_s:
                 why = f"timed out after {held.leased.timeout_s:g} s"
-                self._kill(slot, reasons.Ending("runtime.Timeout", why), signal.SIGTERM)
+                self._kill(slot, reasons.Ending(FailureGroup.TIMEOUT, why), signal.SIGTERM)
                 held.terminated_at = now
             elif held.terminated_at is not None and now - held.terminated_at > self._grace():
                 if held.killed_at is None and slot.kill is not None:
@@ -428,7 +429,7 @@ class Book(Intake, JobFlow):
                 self.actions.append(events.Kill(slot.index, signal.SIGKILL))
             elif memory_limit and slot.rss_bytes > memory_limit:
                 why = f"memory limit {self.worker.memory_limit_mib} MiB"
-                self._kill(slot, reasons.killed(9, why, "runtime.MemoryLimit"))
+                self._kill(slot, reasons.killed(9, why, FailureGroup.MEMORY_LIMIT))
             elif self.drain_at is not None and now >= self.drain_at:
                 self._kill(slot, reasons.SHUTDOWN)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.children import protocol
+from runtime.errors import Condition
 from runtime.queue.leases import Leased, Outcomes, Popped
 
 
@@ -95,7 +96,7 @@ class Exchanged:
 @dataclass
 class ExchangeFailed:
     outcomes: Outcomes  # not sent (or not known to be): they go again
-    condition: str  # why, in one word (runtime.errors.RedisTransient conditions, "error")
+    condition: Condition  # why, in one word
     detail: str
     sent_at: float
 
@@ -110,7 +111,7 @@ class Renewed:
 @dataclass
 class RenewFailed:
     leases: dict[str, str]
-    condition: str
+    condition: Condition
     detail: str
     sent_at: float
 
@@ -128,7 +129,7 @@ class WaitEnded:
 
 @dataclass
 class WaitFailed:
-    condition: str
+    condition: Condition
     detail: str
     sent_at: float
 

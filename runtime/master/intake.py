@@ -158,6 +158,6 @@ class Intake(BookState):
 
 def _jids(outcomes: Any) -> list[str]:
     return [
-        *outcomes.complete, *(r[0] for r in outcomes.retry), *(f[0] for f in outcomes.fail),
+        *outcomes.complete, *(r.jid for r in outcomes.retry), *(f.jid for f in outcomes.fail),
         *outcomes.release,
     ]  # fmt: skip

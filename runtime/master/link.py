@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import random
 
+from runtime.errors import Condition
 from runtime.master import plan
 
 log = logging.getLogger(__name__)
@@ -30,8 +31,8 @@ class Link:
         self.rng = rng
         self.up = True
         self.down_since: float | None = None  # monotonic: the first failure of this outage
-        self.condition = ""
-        self.seen: list[str] = []  # the conditions met during this outage
+        self.condition: Condition | None = None  # while down: the last failure's
+        self.seen: list[Condition] = []  # the conditions met during this outage
         self.failures = 0
         self.retry_at = 0.0
         self.probing = False  # a call is out while the link is down
@@ -54,7 +55,7 @@ class Link:
         return max(1, round((now - self.down_since) * 1000))
 
     def failed(
-        self, now: float, condition: str, detail: str, shortest_lease_s: float | None
+        self, now: float, condition: Condition, detail: str, shortest_lease_s: float | None
     ) -> None:
         """A call failed: the link is down (or stays down), next try after a backoff."""
         self.probing = False
@@ -77,10 +78,10 @@ class Link:
         if self.unlogged == 0 or now - self.logged_at >= FLAP_WINDOW_S:
             log.warning("Redis available again after %.1f s (%s) worker=%s",
                         lasted_s, ", ".join(self.seen), self.worker_id)  # fmt: skip
-        self.up, self.down_since, self.condition, self.failures = True, None, "", 0
+        self.up, self.down_since, self.condition, self.failures = True, None, None, 0
         return True
 
-    def _log_down(self, now: float, condition: str, detail: str) -> None:
+    def _log_down(self, now: float, condition: Condition, detail: str) -> None:
         if now - self.logged_at < FLAP_WINDOW_S:
             self.unlogged += 1  # flapping: counted, told with the next line logged
             return

@@ -34,7 +34,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runtime import config, sentry
-from runtime.errors import ConfigError, CorruptReply, Error
+from runtime.errors import (
+    Condition,
+    ConfigError,
+    CorruptReply,
+    Error,
+    RedisCondition,
+    RedisTransient,
+)
 from runtime.master import events
 from runtime.master.book import Book
 from runtime.master.held import AHEAD_S, TICK_S
@@ -63,14 +70,13 @@ CANCELS_PAUSE_S = 1.0  # after listening for cancels failed, the wait to listen 
 MIN_PASS_S = 0.0005  # a pass that found nothing to do never comes round sooner
 
 
-def condition_of(err: BaseException) -> str:
+def condition_of(err: BaseException) -> Condition:
     """The one word a failure of Redis is logged under (see RedisTransient)."""
-    condition = getattr(err, "condition", None)
-    if condition is not None:
-        return str(getattr(condition, "value", condition))
+    if isinstance(err, RedisTransient):
+        return err.condition
     if isinstance(err, TimeoutError):
-        return "timeout"
-    return "connection" if isinstance(err, OSError | EOFError) else "error"
+        return RedisCondition.TIMEOUT
+    return RedisCondition.CONNECTION if isinstance(err, OSError | EOFError) else "error"
 
 
 class Master:

@@ -8,6 +8,7 @@ import signal
 from dataclasses import dataclass
 
 from runtime.children import child
+from runtime.vocabulary import FailureGroup
 
 
 class Fate(enum.Enum):
@@ -20,18 +21,20 @@ class Fate(enum.Enum):
 
 @dataclass(frozen=True)
 class Ending:
-    group: str
+    group: FailureGroup
     reason: str
     fate: Fate = Fate.FAILED
 
 
 FENCED = Ending(
-    "runtime.LeaseExpired", "stopped itself: its lease was not renewed in time", Fate.RELEASED
+    FailureGroup.LEASE_EXPIRED, "stopped itself: its lease was not renewed in time", Fate.RELEASED
 )
-UNRENEWED = Ending("runtime.LeaseExpired", "its lease could not be renewed in time", Fate.RELEASED)
-LOST = Ending("runtime.LeaseLost", "its lease was lost", Fate.DROPPED)
-SHUTDOWN = Ending("runtime.Released", "given back at shutdown", Fate.RELEASED)
-CANCELLED = Ending("runtime.Cancelled", "cancelled", Fate.DROPPED)
+UNRENEWED = Ending(
+    FailureGroup.LEASE_EXPIRED, "its lease could not be renewed in time", Fate.RELEASED
+)
+LOST = Ending(FailureGroup.LEASE_LOST, "its lease was lost", Fate.DROPPED)
+SHUTDOWN = Ending(FailureGroup.RELEASED, "given back at shutdown", Fate.RELEASED)
+CANCELLED = Ending(FailureGroup.CANCELLED, "cancelled", Fate.DROPPED)
 
 
 def signal_name(number: int) -> str:
@@ -47,17 +50,19 @@ def of_exit(code: int | None, sig: int | None, *, cpu_limit_s: float | None = No
         name = signal_name(sig)
         if sig == signal.SIGXCPU:
             limit = f"CPU limit {cpu_limit_s:g} s" if cpu_limit_s else "CPU limit"
-            return Ending("runtime.CPULimit", f"killed by signal {sig} ({limit})")
-        return Ending("runtime.ChildCrashed", f"killed by signal {sig} ({name})")
+            return Ending(FailureGroup.CPU_LIMIT, f"killed by signal {sig} ({limit})")
+        return Ending(FailureGroup.CHILD_CRASHED, f"killed by signal {sig} ({name})")
     if code == child.EXIT_FENCED:
         return FENCED
     if code == child.EXIT_SANDBOX:
-        return Ending("runtime.SandboxError", "could not build its sandbox (see the master's log)")
+        return Ending(
+            FailureGroup.SANDBOX_ERROR, "could not build its sandbox (see the master's log)"
+        )
     if code == child.EXIT_TERMINATED:
-        return Ending("runtime.ChildCrashed", "terminated by SIGTERM")
-    return Ending("runtime.ChildCrashed", f"exited with code {code} before reporting")
+        return Ending(FailureGroup.CHILD_CRASHED, "terminated by SIGTERM")
+    return Ending(FailureGroup.CHILD_CRASHED, f"exited with code {code} before reporting")
 
 
-def killed(sig: int, why: str, group: str) -> Ending:
+def killed(sig: int, why: str, group: FailureGroup) -> Ending:
     """A child the master killed, and why."""
     return Ending(group, f"killed by signal {sig} ({why})")

@@ -14,12 +14,13 @@ from typing import Any
 from runtime import config
 from runtime.errors import Error
 from runtime.queue.aio import AsyncClient
+from runtime.vocabulary import Count
 
 log = logging.getLogger(__name__)
 
 CHECK_EVERY_S = 10.0  # sizes are compared this often (or once per interval, if shorter)
 INTERVAL = "size-warning-every"
-COUNTED = ("waiting", "throttled", "scheduled", "depends", "running")
+COUNTED = (Count.WAITING, Count.THROTTLED, Count.SCHEDULED, Count.DEPENDS, Count.RUNNING)
 
 
 class SizeWatch:

@@ -16,8 +16,9 @@ from runtime.queue import ops, stats, wire
 from runtime.queue.connection import Connection
 from runtime.queue.job import Job
 from runtime.queue.stats import QueueStats, Throughput
+from runtime.vocabulary import FailureGroup, JobState
 
-CORRUPT_GROUP = "runtime.CorruptJob"  # its jobs cannot run again (their data is lost)
+CORRUPT_GROUP = FailureGroup.CORRUPT_JOB  # its jobs cannot run again (their data is lost)
 
 
 class Admin:
@@ -56,7 +57,7 @@ class Admin:
         pages = self.conn.calls([ops.members(k, 0, count - 1, newest_first=True) for k in keys])
         jids = [jid for page in pages for jid in page]
         found = [j for j in self.conn.call(ops.get(jids)) if j] if jids else []
-        running = [j for j in found if j.state == "running" and j.progress is not None]
+        running = [j for j in found if j.state == JobState.RUNNING and j.progress is not None]
         return sorted(running, key=lambda j: -int((j.progress or {}).get("at_ms") or 0))
 
     def queue_known(self, queue: str) -> bool:

@@ -36,6 +36,7 @@ from runtime.queue.job import Job
 from runtime.queue.keys import Keys
 from runtime.queue.scheduling import Scheduling
 from runtime.queue.wire import JobSpec
+from runtime.vocabulary import JobState
 
 WAIT_SLICE_S = 5.0  # a wait blocks at most this long per round trip (under the socket timeout)
 WAIT_MIN_S = 0.001  # BLPOP takes milliseconds (and 0 would wait forever)
@@ -173,7 +174,7 @@ class Client:
             next_s = _slice_s(None if deadline is None else deadline - block_s)
             _, ending = self.conn.calls([ops.wait_for_end(key, round(block_s, 3)),
                                          ops.wait(jid, _ms(next_s))])  # fmt: skip
-        if ending.state == "failed":
+        if ending.state == JobState.FAILED:
             raise JobFailed(jid, ending.group, ending.message)
         return ending.result
 

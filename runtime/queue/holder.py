@@ -19,6 +19,7 @@ from runtime.errors import Error, WrongState
 from runtime.queue import ops, recur, wire
 from runtime.queue.connection import Connection, default_worker_id
 from runtime.queue.job import Job
+from runtime.queue.leases import CompleteRow, FailRow, ProgressRow, RetryRow
 from runtime.queue.ops import Heartbeat
 from runtime.queue.wire import JobSpec
 
@@ -64,18 +65,18 @@ class Leases:
         `puts`: jobs put in the same step (all or none)."""
         pairs = [spec.to_wire() for spec in puts]
         options = wire.complete_options(next, delay, depends, None, pairs)
-        row = (jid, token, options, wire.result_json(result), output)
+        row = CompleteRow(jid, token, options, wire.result_json(result), output)
         return _single(self.conn.call(ops.complete(worker, [row])), jid)
 
     def complete_many(self, worker: str, leases: Mapping[str, str]) -> dict[str, str | Error]:
         """Completes many leased jobs {jid: token} in one call: {jid: state or error}."""
-        rows = [(jid, token, "{}", "", "") for jid, token in leases.items()]
+        rows = [CompleteRow(jid, token, "{}", "", "") for jid, token in leases.items()]
         return self.conn.call(ops.complete(worker, rows)) if rows else {}
 
     def fail(
         self, jid: str, worker: str, token: str, group: str, message: str, *, output: str = ""
     ) -> str:
-        row = (jid, token, group, message, output)
+        row = FailRow(jid, token, group, message, output)
         return _single(self.conn.call(ops.fail(worker, [row])), jid)
 
     def progress(
@@ -84,7 +85,7 @@ class Leases:
     ) -> str:  # fmt: skip
         """Tells a leased job's progress (stored on it, published if it is tracked)."""
         total = None if total is None else wire.check_progress(total)
-        row = (jid, token, wire.check_progress(done), total, message)
+        row = ProgressRow(jid, token, wire.check_progress(done), total, message)
         return _single(self.conn.call(ops.progress(worker, [row])), jid)
 
     def retry(
@@ -98,7 +99,7 @@ class Leases:
         delay: float | None = None,
         output: str = "",
     ) -> str:
-        row = (jid, token, group, message, wire.delay_ms(delay), output)
+        row = RetryRow(jid, token, group, message, wire.delay_ms(delay), output)
         return _single(self.conn.call(ops.retry(worker, [row])), jid)
 
     def release(self, jid: str, worker: str, token: str) -> str:

@@ -11,7 +11,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-STATES = ("scheduled", "waiting", "running", "complete", "failed", "depends", "throttled")
+from runtime.vocabulary import JobState
+
+STATES = tuple(JobState)
 
 
 def _when(ms: int | None) -> datetime | None:
@@ -101,7 +103,7 @@ class Job:
     jid: str
     klass: str
     queue: str
-    state: str
+    state: JobState
     data: dict[str, Any]
     priority: int
     tags: tuple[str, ...]
@@ -135,7 +137,7 @@ class Job:
             jid=reply["jid"],
             klass=meta["k"],
             queue=meta["q"],
-            state=reply.get("state", meta["s"]),
+            state=JobState(reply.get("state", meta["s"])),
             data=reply["data"],
             priority=int(meta.get("p", 0)),
             tags=tuple(meta.get("g", ())),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from runtime.errors import CorruptReply, Error
 from runtime.queue import wire
@@ -97,11 +97,47 @@ class Popped:
                    _int_or_none(reply.get("now_us")), corrupt)  # fmt: skip
 
 
-CompleteRow = tuple[str, str, str, str, str]  # jid, token, options JSON, result, output
-RetryRow = tuple[str, str, str, str, int, str]  # jid, token, group, message, delay_ms, output
-FailRow = tuple[str, str, str, str, str]  # jid, token, group, message, output
-ProgressRow = tuple[str, str, float, float | None, str | None]  # jid, token, done, total, message
-PutRow = tuple[str, str, str, str | None]  # jid, spec JSON, data JSON, the job putting it
+# The rows of the reports: named, and in the order the scripts take their arguments.
+
+
+class CompleteRow(NamedTuple):
+    jid: str
+    token: str
+    options: str  # JSON (wire.report_options)
+    result: str  # JSON text, "" for none
+    output: str
+
+
+class RetryRow(NamedTuple):
+    jid: str
+    token: str
+    group: str
+    message: str
+    delay_ms: int  # -1: the queue's backoff
+    output: str
+
+
+class FailRow(NamedTuple):
+    jid: str
+    token: str
+    group: str
+    message: str
+    output: str
+
+
+class ProgressRow(NamedTuple):
+    jid: str
+    token: str
+    done: float
+    total: float | None
+    message: str | None
+
+
+class PutRow(NamedTuple):
+    jid: str
+    spec: str  # JSON
+    data: str  # JSON
+    by: str | None  # the job putting it
 
 
 @dataclass
@@ -145,18 +181,22 @@ class Outcomes:
         why no result came); `puts`: (spec JSON, data JSON) pairs
         (JobSpec.to_wire()) put in the same step as the completion."""
         options = wire.report_options(note, puts)
-        self.complete[jid] = (jid, token, options, result, wire.cap_output(output))
+        self.complete[jid] = CompleteRow(jid, token, options, result, wire.cap_output(output))
         self._noted()
 
     def add_retry(
         self, jid: str, token: str, group: str, message: str, delay_ms: int, *, output: str = ""
     ) -> None:
-        row = (jid, token, group, wire.cap_message(message), delay_ms, wire.cap_output(output))
+        row = RetryRow(
+            jid, token, group, wire.cap_message(message), delay_ms, wire.cap_output(output)
+        )
         self.retry.append(row)
         self._noted()
 
     def add_fail(self, jid: str, token: str, group: str, message: str, *, output: str = "") -> None:
-        self.fail.append((jid, token, group, wire.cap_message(message), wire.cap_output(output)))
+        self.fail.append(
+            FailRow(jid, token, group, wire.cap_message(message), wire.cap_output(output))
+        )
         self._noted()
 
     def add_release(self, jid: str, token: str, *, started: bool = False) -> None:
@@ -173,7 +213,7 @@ class Outcomes:
         """A running job's progress; only the latest of a job goes. BadArgument
         unless done and total (or None) are finite numbers >= 0."""
         total = None if total is None else wire.check_progress(total)
-        self.progress[jid] = (jid, token, wire.check_progress(done), total, message)
+        self.progress[jid] = ProgressRow(jid, token, wire.check_progress(done), total, message)
         self._noted()
 
     def add_put(self, spec_json: str, data_json: str, *, by: str | None = None) -> None:
@@ -181,7 +221,7 @@ class Outcomes:
         job putting it (its history counts it). BadArgument for a spec that is
         not a JSON object with its jid."""
         jid, spec_json = wire.put_with_by(spec_json, by)
-        self.puts.append((jid, spec_json, data_json, by))
+        self.puts.append(PutRow(jid, spec_json, data_json, by))
         self._noted()
 
     def take(self) -> Outcomes:
@@ -223,14 +263,14 @@ class Outcomes:
 
     def jids(self, kind: Kind) -> list[str]:
         rows = getattr(self, kind)
-        return list(rows) if isinstance(rows, dict) else [row[0] for row in rows]
+        return list(rows) if isinstance(rows, dict) else [row.jid for row in rows]
 
     def puts_by_job(self) -> dict[str | None, list[PutRow]]:
         """The puts grouped by the job putting them, in order (each group is one
         all-or-nothing put)."""
         groups: dict[str | None, list[PutRow]] = {}
         for row in self.puts:
-            groups.setdefault(row[3], []).append(row)
+            groups.setdefault(row.by, []).append(row)
         return groups
 
 

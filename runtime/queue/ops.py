@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any, Generic, TypeVar
 
+from runtime import vocabulary
 from runtime.errors import CorruptReply, Error
 from runtime.queue import stats, wire
 from runtime.queue.job import Job
@@ -35,6 +36,7 @@ from runtime.queue.leases import (
 )
 from runtime.queue.recur import Recurrence
 from runtime.queue.stats import QueueStats
+from runtime.vocabulary import ENDED_STATES, JobState
 
 T = TypeVar("T")
 Arg = str | int | float | bytes
@@ -164,7 +166,7 @@ class Ending:
     `jid`: the job's own jid when the one asked for was folded into it (a running
     job's duplicate put under a unique key), else "" ."""
 
-    state: str
+    state: JobState
     result: Any = None
     group: str = ""
     message: str = ""
@@ -172,7 +174,7 @@ class Ending:
 
     @property
     def ended(self) -> bool:
-        return self.state in ("complete", "failed")
+        return self.state in ENDED_STATES
 
 
 def wait(jid: str, for_ms: int) -> Call[Ending]:
@@ -181,8 +183,8 @@ def wait(jid: str, for_ms: int) -> Call[Ending]:
 
     def decode(reply: Any) -> Ending:
         value = _object(reply)
-        state, folded = str(value["state"]), str(value.get("jid") or "")
-        if state == "failed":
+        state, folded = JobState(value["state"]), str(value.get("jid") or "")
+        if state == JobState.FAILED:
             group, message = str(value["group"]), str(value["message"])
             return Ending(state, group=group, message=message, jid=folded)
         return Ending(state, result=value.get("result"), jid=folded)
@@ -317,26 +319,25 @@ def _batch(name: str, worker: str, rows: Iterable[Iterable[Arg]]) -> Call[dict[s
 
 
 def complete(worker: str, rows: Iterable[CompleteRow]) -> Call[dict[str, str | Error]]:
-    """rows: (jid, token, options JSON, result JSON or "", output); outputs cut here."""
+    """Outputs are cut to the scripts' cap here."""
     return _batch("complete", worker, ((j, t, o, r, wire.cap_output(out))
                                        for j, t, o, r, out in rows))  # fmt: skip
 
 
 def fail(worker: str, rows: Iterable[FailRow]) -> Call[dict[str, str | Error]]:
-    """rows: (jid, token, group, message, output); messages and outputs cut to the
-    scripts' caps here."""
-    rows = ((j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in rows)
-    return _batch("fail", worker, rows)
+    """Messages and outputs are cut to the scripts' caps here."""
+    capped = ((j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in rows)
+    return _batch("fail", worker, capped)
 
 
 def retry(worker: str, rows: Iterable[RetryRow]) -> Call[dict[str, str | Error]]:
-    """rows: (jid, token, group, message, delay_ms, output); cut to the caps here."""
-    rows = ((j, t, g, wire.cap_message(m), d, wire.cap_output(o)) for j, t, g, m, d, o in rows)
-    return _batch("retry", worker, rows)
+    """Messages and outputs are cut to the scripts' caps here."""
+    capped = ((j, t, g, wire.cap_message(m), d, wire.cap_output(o)) for j, t, g, m, d, o in rows)
+    return _batch("retry", worker, capped)
 
 
 def progress(worker: str, rows: Iterable[ProgressRow]) -> Call[dict[str, str | Error]]:
-    """rows: (jid, token, done, total or None, message or None): running jobs' progress."""
+    """Running jobs' progress."""
     flat = ((j, t, repr(wire.check_progress(d)), "" if n is None else repr(wire.check_progress(n)),
              m or "") for j, t, d, n, m in rows)  # fmt: skip
     return _batch("progress", worker, flat)
@@ -367,8 +368,8 @@ def puts_at_once(outcomes: Outcomes) -> list[tuple[list[str], Call[list[str]]]]:
     them (all or nothing for that job), with the jids of their specs."""
     calls = []
     for rows in outcomes.puts_by_job().values():
-        args = [arg for _, spec_json, data_json, _ in rows for arg in (spec_json, data_json)]
-        jids = [row[0] for row in rows]
+        args = [arg for row in rows for arg in (row.spec, row.data)]
+        jids = [row.jid for row in rows]
         calls.append((jids, _op("put", *args, decode=_strings, repeatable=True)))
     return calls
 
@@ -522,7 +523,7 @@ def cardinality(key: str) -> Call[int]:
 
 # --- operating: listing, forgetting, workers, metrics ---------------------------------------
 
-LISTED_STATES = ("waiting", "throttled", "scheduled", "running", "depends", "complete", "failed")
+LISTED_STATES = vocabulary.LISTED_STATES
 
 
 def jobs(

@@ -2,8 +2,9 @@
 
 Every operation is built from: a generated prelude (the key builders of
 `keys.py`, the defaults and limits of `config.py`, the closed list of error codes
-of `errors.py`), the shared library `lua/lib/*.lua` in dependency order, then the
-operation `lua/<op>.lua` wrapped in a runner that turns coded errors into error
+of `errors.py`, the job states and failure groups of `vocabulary.py`), the
+shared library `lua/lib/*.lua` in dependency order, then the operation
+`lua/<op>.lua` wrapped in a runner that turns coded errors into error
 replies.
 
 Two ways to run them, the same Lua either way:
@@ -53,6 +54,7 @@ from runtime.queue import faults
 from runtime.queue.faults import redact
 from runtime.queue.keys import lua_key_builders
 from runtime.queue.ops import Call
+from runtime.vocabulary import lua_vocabulary
 
 T = TypeVar("T")
 
@@ -177,6 +179,7 @@ def _prelude(library: bool) -> str:
             f"local DEFAULTS = {{{defaults}}}",
             f"local LIMITS = {{{limits}}}",
             f"local ERROR_CODES = {{{codes}}}",
+            lua_vocabulary(),
         )
     )
 

@@ -13,6 +13,7 @@ import redis
 
 from runtime import Client, LeaseLost, NoSuchJob
 from runtime.queue import ops
+from runtime.vocabulary import JobState
 from tests.conftest import record, snapshot
 from tests.support.clock import FrozenClock
 
@@ -129,9 +130,9 @@ def test_a_wait_registers_in_the_record_and_the_end_pushes_one_token_per_waiter(
     client: Client, clock: FrozenClock
 ) -> None:
     client.queue("q").put("a.b:c", {}, jid="j1")
-    assert client.conn.call(ops.wait("j1", 0)) == ops.Ending("waiting")
+    assert client.conn.call(ops.wait("j1", 0)) == ops.Ending(JobState.WAITING)
     assert "wt" not in record(client, "j1")[0]  # type: ignore[index]
-    assert client.conn.call(ops.wait("j1", 30_000)) == ops.Ending("waiting")
+    assert client.conn.call(ops.wait("j1", 30_000)) == ops.Ending(JobState.WAITING)
     clock.advance(1)
     assert client.conn.call(ops.wait("j1", 5_000)).state == "waiting"
     meta, _ = record(client, "j1")  # type: ignore[misc]
@@ -146,7 +147,7 @@ def test_a_wait_registers_in_the_record_and_the_end_pushes_one_token_per_waiter(
     assert 0 < ttl_ms <= 30_000 - 3000 + 5000
     meta, _ = record(client, "j1")  # type: ignore[misc]
     assert "wt" not in meta and "wn" not in meta
-    assert client.conn.call(ops.wait("j1", 1000)) == ops.Ending("complete", {"ok": True})
+    assert client.conn.call(ops.wait("j1", 1000)) == ops.Ending(JobState.COMPLETE, {"ok": True})
 
 
 def test_the_ends_wake_their_waiters_with_how_they_ended(
@@ -166,7 +167,7 @@ def test_the_ends_wake_their_waiters_with_how_they_ended(
     assert tokens == {"done": [b"complete"], "bad": [b"failed"], "gone": [b"cancelled"],
                       "nobody": []}  # fmt: skip
     assert client.conn.call(ops.wait("bad", 0)) == ops.Ending(
-        "failed", group="app.Boom", message="tb\nValueError: x"
+        JobState.FAILED, group="app.Boom", message="tb\nValueError: x"
     )
     with pytest.raises(NoSuchJob):
         client.conn.call(ops.wait("gone", 0))

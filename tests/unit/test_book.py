@@ -12,6 +12,7 @@ import pytest
 
 from runtime.children import protocol
 from runtime.config import WorkerSettings
+from runtime.errors import RedisCondition
 from runtime.master import events, plan, reasons
 from runtime.master.book import Book
 from runtime.master.held import FLUSH_AFTER_S, TICK_S, Mode, Where
@@ -162,14 +163,18 @@ def test_a_lease_that_cannot_be_renewed_stops_its_job_before_redis_lets_it_go() 
     rig.start()
     rig.lease(leased("a"))
     renew = only(rig.later(LEASE_S * 0.3), events.Renew)
-    rig.apply(events.RenewFailed(renew.leases, "timeout", "no answer", rig.now))
+    rig.apply(events.RenewFailed(renew.leases, RedisCondition.TIMEOUT, "no answer", rig.now))
     kills: list[events.Kill] = []
     while not kills:
         kills = of(rig.later(TICK_S), events.Kill)
         for retry in of([*rig.book.take_actions()], events.Renew):
-            rig.apply(events.RenewFailed(retry.leases, "timeout", "no answer", rig.now))
+            rig.apply(
+                events.RenewFailed(retry.leases, RedisCondition.TIMEOUT, "no answer", rig.now)
+            )
         if rig.book.renewing:
-            rig.apply(events.RenewFailed({"a": "tok-a"}, "timeout", "no answer", rig.now))
+            rig.apply(
+                events.RenewFailed({"a": "tok-a"}, RedisCondition.TIMEOUT, "no answer", rig.now)
+            )
     assert rig.now >= plan.kill_at(1000.0 + LEASE_S, LEASE_S)
     assert rig.now < 1000.0 + LEASE_S, "killed before the lease runs out in Redis"
     rig.exit(0, sig=9)
@@ -190,7 +195,7 @@ def test_a_job_leased_ahead_with_less_than_a_tenth_of_its_lease_left_is_given_ba
     frees_at = start_before + (0.05 if late else -0.05)
     while rig.now < frees_at:
         for renew in of(rig.later(min(0.05, frees_at - rig.now)), events.Renew):
-            rig.apply(events.RenewFailed(renew.leases, "connection", "reset", rig.now))
+            rig.apply(events.RenewFailed(renew.leases, RedisCondition.CONNECTION, "reset", rig.now))
     rig.say(0, protocol.Done("a"))
     actions = rig.step()
     if late:
@@ -211,7 +216,7 @@ def test_a_write_refusal_shorter_than_half_a_lease_stops_no_job() -> None:
         assert not of(actions, events.Kill)
         for renew in of(actions, events.Renew):
             if rig.now < refused_until:
-                rig.apply(events.RenewFailed(renew.leases, "oom", "OOM", rig.now))
+                rig.apply(events.RenewFailed(renew.leases, RedisCondition.OOM, "OOM", rig.now))
             else:
                 rig.apply(events.Renewed(renew.leases, frozenset(), rig.now))
     assert rig.where("a") is Where.RUNNING and rig.book.link.up
@@ -221,7 +226,7 @@ def test_an_idle_master_whose_wait_failed_probes_until_redis_answers() -> None:
     rig = Rig()
     rig.start()
     assert only(rig.lease(wake_in_s=None), events.Wait)
-    rig.apply(events.WaitFailed("busy", "BUSY", rig.now))
+    rig.apply(events.WaitFailed(RedisCondition.BUSY, "BUSY", rig.now))
     probe = None
     while probe is None:
         probe = next(iter(of(rig.later(0.05), events.Exchange)), None)
@@ -234,7 +239,7 @@ def test_while_redis_is_down_one_probe_at_a_time_carries_the_outage_and_success_
     rig = Rig()
     rig.start()
     exchange = only(rig.step(), events.Exchange)
-    rig.apply(events.ExchangeFailed(exchange.outcomes, "busy", "BUSY", rig.now))
+    rig.apply(events.ExchangeFailed(exchange.outcomes, RedisCondition.BUSY, "BUSY", rig.now))
     assert not rig.book.link.up
     assert not of(rig.step(), events.Exchange), "backs off"
     probe = None

@@ -24,7 +24,7 @@ from runtime.errors import (
 from runtime.queue import ops, scripts, wire
 from runtime.queue.faults import classify
 from runtime.queue.keys import Keys
-from runtime.queue.leases import Leased, Outcomes, Popped
+from runtime.queue.leases import CompleteRow, FailRow, Leased, Outcomes, Popped
 
 URL = "redis://app:s3cret@127.0.0.1:6379/0"
 CAP = 64 * 1024
@@ -88,7 +88,7 @@ def test_a_100_mb_traceback_is_cut_when_the_master_records_it() -> None:
 
 
 def test_the_sync_client_s_reports_cut_messages_the_same_way() -> None:
-    [_, _, _, _, message, _] = ops.fail("w", [("j", "t", "g", "é" * 50_000, "")]).args
+    [_, _, _, _, message, _] = ops.fail("w", [FailRow("j", "t", "g", "é" * 50_000, "")]).args
     assert message == wire.cap_message("é" * 50_000)
 
 
@@ -166,7 +166,7 @@ def test_a_handed_job_decodes_or_names_its_jid() -> None:
 def test_batch_replies_give_a_state_or_an_error_per_job() -> None:
     reply = [{"jid": "a", "ok": True, "state": "complete"},
              {"jid": "b", "error": "LEASE_LOST", "message": "lease lost on b"}]  # fmt: skip
-    rows = [("a", "t", "{}", "", ""), ("b", "t", "{}", "", "")]
+    rows = [CompleteRow("a", "t", "{}", "", ""), CompleteRow("b", "t", "{}", "", "")]
     states = ops.complete("w", rows).read(json.dumps(reply))
     assert states["a"] == "complete" and isinstance(states["b"], LeaseLost)
 

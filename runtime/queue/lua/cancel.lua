@@ -41,7 +41,7 @@ for _, jid in ipairs(found) do
   local meta = found[jid]
   Place.delete(jid, meta)
   Wait.notify(jid, meta, 'cancelled', now_ms)
-  if meta.s == 'running' and type(meta.w) == 'string' then
+  if meta.s == RUNNING and type(meta.w) == 'string' then
     redis.call('PUBLISH', K.cancels(meta.w), jid)
   end
   cancelled[#cancelled + 1] = jid

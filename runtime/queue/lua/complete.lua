@@ -39,7 +39,6 @@ end
 local now_us = Clock.now_us()
 local now_ms = Clock.ms(now_us)
 local completed = {} -- K.completed's new entries (time us, jid, ...): one ZADD at the end
-local PUT_REFUSED = 'runtime.PutRefused'
 
 -- The options, checked: {next, delay_ms, depends, note, puts (flat spec, data list)}.
 local function options_of(jid, options_json)
@@ -97,12 +96,12 @@ end
 local function finish(jid, meta, data, result_text, note)
   local result, why = Attempt.result(result_text)
   Job.event(jid, meta, now_ms, 'completed', { w = worker, n = Attempt.note(note, why) })
-  meta.s, meta.o = 'complete', nil
+  meta.s, meta.o = COMPLETE, nil
   Stats.enter(jid, meta, now_us)
   Unique.release(jid, meta, meta.uf)
   completed[#completed + 1] = int(now_us)
   completed[#completed + 1] = jid
-  Wait.notify(jid, meta, 'complete', now_ms)
+  Wait.notify(jid, meta, COMPLETE, now_ms)
   Job.save(jid, meta, Attempt.keep_result(meta, data, result))
   Place.release_dependents(jid, now_us)
 end
@@ -122,7 +121,7 @@ local function complete(jid, token, options_json, result_text, output)
   if not ok then
     meta.lr = 'complete'
     Stats.count(meta.q, 'failures', now_us)
-    Place.fail(jid, meta, PUT_REFUSED, 'a job it put was refused (' .. jobs .. '): '
+    Place.fail(jid, meta, GROUP.PUT_REFUSED, 'a job it put was refused (' .. jobs .. '): '
       .. refusal .. '; nothing it put was kept, and no result', worker, now_us)
     Job.save(jid, meta, data)
     return meta.s

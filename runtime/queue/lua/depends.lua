@@ -24,16 +24,16 @@ if #deps > LIMITS.depends_max then
   E.bad('at most ' .. LIMITS.depends_max .. ' dependencies per call')
 end
 local meta, data = Job.must(jid)
-if meta.s ~= 'waiting' and meta.s ~= 'scheduled' and meta.s ~= 'depends' then
+if meta.s ~= WAITING and meta.s ~= SCHEDULED and meta.s ~= DEPENDS then
   E.raise('WRONG_STATE', jid .. ' is ' .. meta.s .. '; only jobs that have not run take dependencies')
 end
 local now_us = Clock.now_us()
 if verb == 'on' then
   Deps.check(jid, deps)
-  if Deps.add(jid, deps) > 0 and meta.s ~= 'depends' then
-    local due = meta.s == 'scheduled' and meta.d or nil
+  if Deps.add(jid, deps) > 0 and meta.s ~= DEPENDS then
+    local due = meta.s == SCHEDULED and meta.d or nil
     Place.remove(jid, meta)
-    meta.s, meta.d = 'depends', due
+    meta.s, meta.d = DEPENDS, due
     redis.call('SADD', K.depends(meta.q), jid)
   end
   if Deps.fail_if_doomed(jid, meta, data, now_us) then
@@ -41,7 +41,7 @@ if verb == 'on' then
   end
 else
   Deps.remove(jid, deps)
-  if meta.s == 'depends' and redis.call('SCARD', K.deps(jid)) == 0 then
+  if meta.s == DEPENDS and redis.call('SCARD', K.deps(jid)) == 0 then
     redis.call('SREM', K.depends(meta.q), jid)
     Place.enqueue(jid, meta, data, meta.d, now_us, false)
     return meta.s

@@ -28,7 +28,7 @@ for i, jid in ipairs(ARGV) do
     meta, data = Job.view(jid, true)
   end
   if meta then
-    local expiry = meta.s == 'running' and Lease.expiry(jid, meta)
+    local expiry = meta.s == RUNNING and Lease.expiry(jid, meta)
     local extra = {
       { 'state', cjson.encode(Job.visible_state(meta)) },
       { 'lease_expires_ms', expiry and int(Clock.ms(expiry)) or 'null' },

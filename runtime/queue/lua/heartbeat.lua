@@ -21,7 +21,7 @@ local renewed, lost = {}, {}
 for i = 2, #ARGV, 2 do
   local jid, token = ARGV[i], ARGV[i + 1]
   local meta = Job.load(jid)
-  if meta and meta.s == 'running' and meta.w == worker and meta.l == token
+  if meta and meta.s == RUNNING and meta.w == worker and meta.l == token
       and Lease.live(jid, meta, now_us) then
     Lease.renew(jid, meta, now_us)
     renewed[#renewed + 1] = jid

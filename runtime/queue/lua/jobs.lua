@@ -252,7 +252,7 @@ if not list then
     .. 'failed; got ' .. Text.escape(tostring(state)))
 end
 
-local stored = state == 'throttled' and 'waiting' or state
+local stored = state == THROTTLED and WAITING or state
 local jobs = {}
 for _, jid in ipairs(count > 0 and list[2]() or {}) do
   local meta, data = Job.read(jid, true)

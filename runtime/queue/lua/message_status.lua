@@ -20,17 +20,17 @@ if not meta then
   return nil
 end
 local s = meta.s
-if s == 'running' then
+if s == RUNNING then
   return meta.rq and 'locked-with-requeue' or 'locked'
-elseif s == 'scheduled' then
+elseif s == SCHEDULED then
   return 'queued-with-backoff'
-elseif s == 'complete' then
+elseif s == COMPLETE then
   if meta.uk and redis.call('GET', K.unique(meta.uk)) == jid
       and redis.call('PTTL', K.unique(meta.uk)) > 0 then
     return 'done-with-backoff'
   end
   return 'done-awaiting-gc'
-elseif s == 'failed' then
+elseif s == FAILED then
   return 'done-awaiting-gc'
 end
 return 'queued'

@@ -35,8 +35,8 @@ for _, jid in ipairs(jids) do
   if failed_now then
     meta, data = Job.corrupt_view(jid, data, raw, sound_meta, queue)
   end
-  if failed_now or (meta and (meta.s == 'waiting' or (meta.s == 'scheduled' and not from[jid]))) then
-    local state = (failed_now or meta.s == 'waiting') and meta.s or 'waiting'
+  if failed_now or (meta and (meta.s == WAITING or (meta.s == SCHEDULED and not from[jid]))) then
+    local state = (failed_now or meta.s == WAITING) and meta.s or WAITING
     out[#out + 1] = Job.reply(jid, meta, data, { { 'state', cjson.encode(state) } })
   end
 end

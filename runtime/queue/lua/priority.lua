@@ -12,12 +12,12 @@ local jid = ARGV[1]
 local priority = Check.int('priority', ARGV[2], LIMITS.priority_min, LIMITS.priority_max)
 local meta, data = Job.must(jid)
 local now_us = Clock.now_us()
-if meta.s == 'waiting' then
+if meta.s == WAITING then
   Lanes.remove(meta.q, jid, meta)
 end
 meta.p = priority ~= 0 and priority or nil
 Job.event(jid, meta, Clock.ms(now_us), 'priority', { p = priority })
-if meta.s == 'waiting' then
+if meta.s == WAITING then
   Lanes.insert_by_ticket(meta.q, jid, meta, now_us)
 end
 Job.save(jid, meta, data)

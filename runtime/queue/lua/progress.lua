@@ -25,7 +25,7 @@ local function progress(jid, token, done_arg, total_arg, message)
   local done = Check.number('done', done_arg, 0, 1e15, true)
   local total = total_arg ~= '' and Check.number('total', total_arg, 0, 1e15, true) or nil
   local meta, data = Job.must(jid)
-  if not (meta.s == 'running' and meta.w == worker and meta.l == token
+  if not (meta.s == RUNNING and meta.w == worker and meta.l == token
       and Lease.live(jid, meta, now_us)) then
     E.raise('LEASE_LOST', jid .. ' is not running under worker ' .. worker .. ' with that token')
   end

@@ -15,12 +15,12 @@ local queue = Check.queue('queue', ARGV[1])
 local c = redis.call('HMGET', K.queue(queue), 'queued', 'throttled')
 local queued, throttled = tonumber(c[1]) or 0, tonumber(c[2]) or 0
 local held = {
-  { 'waiting', queued - throttled },
-  { 'throttled', throttled },
-  { 'scheduled', redis.call('ZCARD', K.scheduled(queue)) },
-  { 'running', redis.call('ZCARD', K.running(queue)) },
-  { 'depends', redis.call('SCARD', K.depends(queue)) },
-  { 'failed', redis.call('ZCARD', K.failed_index(queue)) },
+  { WAITING, queued - throttled },
+  { THROTTLED, throttled },
+  { SCHEDULED, redis.call('ZCARD', K.scheduled(queue)) },
+  { RUNNING, redis.call('ZCARD', K.running(queue)) },
+  { DEPENDS, redis.call('SCARD', K.depends(queue)) },
+  { FAILED, redis.call('ZCARD', K.failed_index(queue)) },
   { 'recurring', redis.call('ZCARD', K.recurring(queue)) },
 }
 local busy = {}

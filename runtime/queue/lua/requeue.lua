@@ -21,13 +21,13 @@ if meta.cr then
   E.raise('WRONG_STATE',
     jid .. ' was failed as runtime.CorruptJob: its record did not decode, it cannot run again')
 end
-if meta.s ~= 'failed' and meta.s ~= 'complete' and meta.s ~= 'scheduled' then
+if meta.s ~= FAILED and meta.s ~= COMPLETE and meta.s ~= SCHEDULED then
   E.raise('WRONG_STATE', jid .. ' is ' .. meta.s .. '; only failed, complete or scheduled jobs can run again now')
 end
 local now_us = Clock.now_us()
 local was = meta.s
 Place.remove(jid, meta)
-if meta.s ~= 'scheduled' then
+if meta.s ~= SCHEDULED then
   meta.m, meta.a, meta.f, meta.lr = meta.r, nil, nil, nil
 end
 Job.event(jid, meta, Clock.ms(now_us), 'requeued', { q = queue ~= '' and queue or meta.q, fq = meta.q })
@@ -36,7 +36,7 @@ meta.o, meta.d = nil, nil
 data = Attempt.keep_result(meta, data, nil)
 Deps.drop_failed(jid)
 Place.enqueue(jid, meta, data, nil, now_us, true)
-if was == 'failed' then
+if was == FAILED then
   Deps.restore(jid, now_us)
 end
 return meta.s

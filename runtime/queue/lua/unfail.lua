@@ -14,7 +14,7 @@
 local group = Check.token('group', ARGV[1], LIMITS.group_max)
 local queue = ARGV[2] == '' and '' or Check.queue('queue', ARGV[2])
 local count = Check.int('count', ARGV[3], 1, LIMITS.unfail_max)
-if group == 'runtime.CorruptJob' then
+if group == GROUP.CORRUPT_JOB then
   E.bad('jobs failed as runtime.CorruptJob cannot run again: their records did not decode')
 end
 local now_us = Clock.now_us()
@@ -28,7 +28,7 @@ for _ = 1, count do
   end
   left = left + 1
   local meta, data, raw, sound_meta = Job.read(jid)
-  if meta and meta.s == 'failed' then
+  if meta and meta.s == FAILED then
     Stats.leave(jid, meta)
     local to = queue ~= '' and queue or meta.q
     Job.event(jid, meta, now_ms, 'unfailed', { q = to, fq = meta.q })

@@ -29,11 +29,11 @@ if not meta then
   E.raise('NO_SUCH_JOB', 'no job ' .. jid)
 end
 local named = folded and { { 'jid', cjson.encode(folded) } } or {}
-if meta.s == 'complete' then
+if meta.s == COMPLETE then
   local _, result = Job.split(meta, data)
-  return Json.object({ { 'state', '"complete"' }, { 'result', result or 'null' }, unpack(named) })
-elseif meta.s == 'failed' then
-  return cjson.encode({ state = 'failed', group = meta.f.g, message = meta.f.m, jid = folded })
+  return Json.object({ { 'state', STORED_STATES[COMPLETE] }, { 'result', result or 'null' }, unpack(named) })
+elseif meta.s == FAILED then
+  return cjson.encode({ state = FAILED, group = meta.f.g, message = meta.f.m, jid = folded })
 end
 if for_ms > 0 then
   Wait.register(meta, Clock.ms(Clock.now_us()), for_ms)

@@ -175,7 +175,7 @@ function Create.job(job, now_us)
       dep = Unique.folded_into(dep) or dep
       dep_meta = Job.load(dep)
     end
-    if not dep_meta or dep_meta.s ~= 'complete' then
+    if not dep_meta or dep_meta.s ~= COMPLETE then
       redis.call('SADD', K.deps(jid), dep)
       redis.call('SADD', K.dependents(dep), jid)
     end

@@ -14,7 +14,6 @@
 -- once the same way (Deps.fail_if_doomed).
 
 local Deps = {}
-local DEPENDENCY_FAILED = 'runtime.DependencyFailed'
 local examined = 0 -- dependents the walks of this call examined
 per_call(function()
   examined = 0
@@ -75,7 +74,7 @@ function Deps.add(jid, deps)
   local added = 0
   for _, dep in ipairs(deps) do
     local meta = Job.load(dep)
-    if meta and meta.s ~= 'complete' then
+    if meta and meta.s ~= COMPLETE then
       redis.call('SADD', K.deps(jid), dep)
       redis.call('SADD', K.dependents(dep), jid)
       added = added + 1
@@ -95,7 +94,7 @@ end
 function Deps.failed_parent(jid)
   for _, dep in ipairs(redis.call('SMEMBERS', K.deps(jid))) do
     local meta = Job.load(dep)
-    if meta and meta.s == 'failed' then
+    if meta and meta.s == FAILED then
       return dep, meta.f.g
     end
   end
@@ -105,7 +104,7 @@ end
 -- A job in depends fails because `parent` failed for good (with group `why`).
 local function fail_waiting(jid, meta, data, parent, why, now_us)
   redis.call('SREM', K.depends(meta.q), jid)
-  Place.fail_only(jid, meta, DEPENDENCY_FAILED, 'job ' .. parent
+  Place.fail_only(jid, meta, GROUP.DEPENDENCY_FAILED, 'job ' .. parent
     .. ', which it depends on, failed for good (' .. why .. ')', nil, now_us)
   Job.save(jid, meta, data)
 end
@@ -136,9 +135,9 @@ end
 function Deps.fail_dependents(root, group, now_us)
   walk({ root, group }, function(other, parent, why)
     local meta, data = Job.load(other)
-    if meta and meta.s == 'depends' then
+    if meta and meta.s == DEPENDS then
       fail_waiting(other, meta, data, parent, why, now_us)
-      return DEPENDENCY_FAILED
+      return GROUP.DEPENDENCY_FAILED
     end
     return nil
   end)
@@ -151,13 +150,13 @@ function Deps.restore(root, now_us)
   local now_ms = Clock.ms(now_us)
   walk({ root, '' }, function(other, parent)
     local meta, data = Job.load(other)
-    if not (meta and meta.s == 'failed' and meta.f.g == DEPENDENCY_FAILED)
+    if not (meta and meta.s == FAILED and meta.f.g == GROUP.DEPENDENCY_FAILED)
         or Deps.failed_parent(other) then
       return nil
     end
     Place.remove(other, meta, true)
     Job.event(other, meta, now_ms, 'unfailed', { n = 'job ' .. parent .. ' runs again' })
-    meta.s, meta.f, meta.lr = 'depends', nil, nil
+    meta.s, meta.f, meta.lr = DEPENDS, nil, nil
     redis.call('SADD', K.depends(meta.q), other)
     Job.save(other, meta, data)
     return ''
@@ -169,7 +168,7 @@ end
 function Deps.drop_failed(jid)
   for _, dep in ipairs(redis.call('SMEMBERS', K.deps(jid))) do
     local meta = Job.load(dep)
-    if meta and meta.s == 'failed' then
+    if meta and meta.s == FAILED then
       Deps.remove(jid, { dep })
     end
   end
@@ -178,7 +177,7 @@ end
 -- A job just put in depends that waits on a job already failed fails at once.
 -- Returns true if it did (the record is saved).
 function Deps.fail_if_doomed(jid, meta, data, now_us)
-  if meta.s ~= 'depends' then
+  if meta.s ~= DEPENDS then
     return false
   end
   local parent, why = Deps.failed_parent(jid)
@@ -186,6 +185,6 @@ function Deps.fail_if_doomed(jid, meta, data, now_us)
     return false
   end
   fail_waiting(jid, meta, data, parent, why, now_us)
-  Place.cascade(jid, DEPENDENCY_FAILED, now_us)
+  Place.cascade(jid, GROUP.DEPENDENCY_FAILED, now_us)
   return true
 end

@@ -41,8 +41,6 @@
 
 local Job = {}
 
-local STATES = { scheduled = true, waiting = true, running = true, complete = true,
-  failed = true, depends = true }
 -- The optional fields whose type the scripts rely on.
 local TYPES = { p = 'number', g = 'table', a = 'number', o = 'number', d = 'number',
   dm = 'string', uk = 'string', uf = 'number', rq = 'number', w = 'string', l = 'string',
@@ -70,8 +68,8 @@ local function structure_problem(meta)
     return 'has bad tags or backoff'
   end
   local s = meta.s
-  if ((s == 'waiting' or s == 'scheduled') and not meta.o)
-      or (s == 'running' and not (meta.w and meta.l)) or (s == 'failed' and not f) then
+  if ((s == WAITING or s == SCHEDULED) and not meta.o)
+      or (s == RUNNING and not (meta.w and meta.l)) or (s == FAILED and not f) then
     return 'lacks what a ' .. s .. ' job needs'
   end
   return nil
@@ -80,7 +78,7 @@ end
 -- What the scripts and the Python side need of a meta (its history aside:
 -- decode_meta): nil, or what is wrong.
 local function meta_problem(meta)
-  if type(meta.k) ~= 'string' or type(meta.q) ~= 'string' or not STATES[meta.s]
+  if type(meta.k) ~= 'string' or type(meta.q) ~= 'string' or not STORED_STATES[meta.s]
       or type(meta.r) ~= 'number' or type(meta.m) ~= 'number' then
     return 'lacks a field (k, q, s, r, m or h) or has it of the wrong type'
   end
@@ -337,7 +335,7 @@ end
 -- waiting. Cheaper than Job.read: the pop that takes the job checks the rest.
 function Job.ticket(jid)
   local meta = Job.glance(jid)
-  if meta and meta.s == 'waiting' and type(meta.o) == 'number' then
+  if meta and meta.s == WAITING and type(meta.o) == 'number' then
     return meta.o
   end
   return nil
@@ -464,10 +462,10 @@ end
 
 -- The state a reader sees: a waiting job whose lane is over its limit is throttled.
 function Job.visible_state(meta)
-  if meta.s == 'waiting' and meta.dm then
+  if meta.s == WAITING and meta.dm then
     local lane = (meta.p or 0) .. '|' .. meta.dm
     if redis.call('ZSCORE', K.throttled(meta.q), lane) then
-      return 'throttled'
+      return THROTTLED
     end
   end
   return meta.s

@@ -265,7 +265,7 @@ end
 -- off the lane). Counts against the call's drop budget (Job.may_drop); `spent`
 -- is true once that is used up.
 local function drop_head(queue, jid, meta, problem, raw, sound_meta)
-  if meta and meta.s == 'waiting' and meta.q == queue then
+  if meta and meta.s == WAITING and meta.q == queue then
     return false, false
   end
   if not Job.may_drop() then

@@ -116,7 +116,7 @@ local Lease = {}
 function Lease.grant(jid, meta, worker, seed, now_us, lease_s)
   local expires_us = now_us + (lease_s or Config.get('heartbeat', meta.q)) * 1000000
   meta.a = (meta.a or 0) + 1
-  meta.s, meta.w, meta.lr, meta.pt = 'running', worker, nil, Clock.ms(now_us)
+  meta.s, meta.w, meta.lr, meta.pt = RUNNING, worker, nil, Clock.ms(now_us)
   Attempt.restart(jid, meta)
   meta.l = string.sub(redis.sha1hex(seed .. jid .. int(meta.a)), 1, 24)
   redis.call('ZADD', K.running(meta.q), int(expires_us), jid)
@@ -191,7 +191,7 @@ end
 -- answer and change nothing.
 function Lease.check(jid, meta, worker, token, op, now_us)
   if meta.l == token and meta.w == worker then
-    if meta.s == 'running' then
+    if meta.s == RUNNING then
       if Lease.live(jid, meta, now_us) then
         return false
       end

@@ -21,7 +21,6 @@
 -- promotion batch cut anywhere still takes the oldest first.
 
 local Place = {}
-local CORRUPT_GROUP = 'runtime.CorruptJob'
 local woken, promoted, known = {}, {}, {}
 per_call(function()
   woken, promoted, known = {}, {}, {}
@@ -89,8 +88,8 @@ function Place.promote(queue, now_us)
   for _, member in ipairs(members) do
     local jid = scheduled_jid(member)
     local meta, data, raw, sound_meta = Job.read(jid)
-    if in_state(jid, 'scheduled', queue, meta, data, raw, sound_meta) then
-      meta.s, meta.d = 'waiting', nil
+    if in_state(jid, SCHEDULED, queue, meta, data, raw, sound_meta) then
+      meta.s, meta.d = WAITING, nil
       Lanes.push(queue, jid, meta, now_us, false)
       Job.save(jid, meta, data)
     end
@@ -114,7 +113,7 @@ function Place.take_soon(queue, now_us, ahead_us, room, take)
     local member = found[i]
     local jid = scheduled_jid(member)
     local meta, data, raw, sound_meta = Job.read(jid, true) -- its data goes in a reply
-    if not in_state(jid, 'scheduled', queue, meta, data, raw, sound_meta) then
+    if not in_state(jid, SCHEDULED, queue, meta, data, raw, sound_meta) then
       redis.call('ZREM', key, member)
     elseif not meta.dm then
       redis.call('ZREM', key, member)
@@ -138,10 +137,10 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
     redis.call('ZADD', K.queues, 'NX', int(Clock.ms(now_us)), queue)
   end
   if may_depend and redis.call('SCARD', K.deps(jid)) > 0 then
-    meta.s, meta.d = 'depends', due_ms
+    meta.s, meta.d = DEPENDS, due_ms
     redis.call('SADD', K.depends(queue), jid)
   elseif due_ms and due_ms > Clock.ms(now_us) then
-    meta.s, meta.d = 'scheduled', due_ms
+    meta.s, meta.d = SCHEDULED, due_ms
     meta.o = redis.call('HINCRBY', K.queue(queue), 'sseq', 1) -- put order among equal dues
     local member = scheduled_member(jid, meta.o)
     redis.call('ZADD', K.scheduled(queue), int(due_ms * 1000), member)
@@ -150,7 +149,7 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
     end
   else
     Place.promote(queue, now_us)
-    meta.s, meta.d = 'waiting', nil
+    meta.s, meta.d = WAITING, nil
     Lanes.push(queue, jid, meta, now_us, false)
     Place.wake(queue)
   end
@@ -167,7 +166,7 @@ function Place.release(jid, meta, data, worker, now_us, started)
     meta.a = math.max(0, (meta.a or 1) - 1)
   end
   Job.event(jid, meta, Clock.ms(now_us), 'released', { w = worker })
-  meta.s = 'waiting'
+  meta.s = WAITING
   Lanes.push(meta.q, jid, meta, now_us, true)
   Place.wake(meta.q)
   Job.save(jid, meta, data)
@@ -179,13 +178,13 @@ function Place.fail_only(jid, meta, group, message, worker, now_us)
   local now_ms = Clock.ms(now_us)
   Stats.count(meta.q, 'failed', now_us)
   Unique.release(jid, meta)
-  meta.s, meta.o = 'failed', nil
+  meta.s, meta.o = FAILED, nil
   meta.f = { g = group, m = Job.cap_message(message), t = now_ms, w = worker }
   Stats.enter(jid, meta, now_us)
   Job.event(jid, meta, now_ms, 'failed', { w = worker, g = group })
   redis.call('LPUSH', K.failed(group), jid)
   redis.call('ZINCRBY', K.failed_groups, 1, group)
-  Wait.notify(jid, meta, 'failed', now_ms)
+  Wait.notify(jid, meta, FAILED, now_ms)
 end
 
 -- Final failure: Place.fail_only, then the jobs waiting on it fail too
@@ -200,21 +199,21 @@ end
 function Place.remove(jid, meta, oldest_first)
   Stats.leave(jid, meta)
   local state, queue = meta.s, meta.q
-  if state == 'waiting' then
+  if state == WAITING then
     Lanes.remove(queue, jid, meta)
-  elseif state == 'scheduled' then
+  elseif state == SCHEDULED then
     redis.call('ZREM', K.scheduled(queue), scheduled_member(jid, meta.o))
-  elseif state == 'running' then
+  elseif state == RUNNING then
     Lease.drop(jid, meta)
-  elseif state == 'depends' then
+  elseif state == DEPENDS then
     redis.call('SREM', K.depends(queue), jid)
-  elseif state == 'failed' then
+  elseif state == FAILED then
     local group = meta.f.g
     redis.call('LREM', K.failed(group), oldest_first and -1 or 1, jid)
     if redis.call('ZINCRBY', K.failed_groups, -1, group) + 0 <= 0 then
       redis.call('ZREM', K.failed_groups, group)
     end
-  elseif state == 'complete' then
+  elseif state == COMPLETE then
     redis.call('ZREM', K.completed, jid)
   end
 end
@@ -250,7 +249,7 @@ function Place.release_dependents(jid, now_us)
     redis.call('SREM', deps, jid)
     if redis.call('SCARD', deps) == 0 then
       local meta, data = Job.load(other)
-      if meta and meta.s == 'depends' then
+      if meta and meta.s == DEPENDS then
         redis.call('SREM', K.depends(meta.q), other)
         Place.enqueue(other, meta, data, meta.d, now_us, false)
       end
@@ -274,19 +273,19 @@ function Place.reclaim(queue, now_us, count)
   end
   for _, jid in ipairs(jids) do
     local meta, data, raw, sound_meta = Job.read(jid)
-    if in_state(jid, 'running', queue, meta, data, raw, sound_meta) then
+    if in_state(jid, RUNNING, queue, meta, data, raw, sound_meta) then
       local worker = meta.w
       Lease.drop(jid, meta)
       Job.event(jid, meta, Clock.ms(now_us), 'lease-lost', { w = worker })
       Stats.count(queue, 'failures', now_us)
       if meta.m <= 0 then
-        Place.fail(jid, meta, 'runtime.LeaseExpired',
+        Place.fail(jid, meta, GROUP.LEASE_EXPIRED,
           'lease expired: worker ' .. worker .. ' stopped renewing it, and no retries are left',
           worker, now_us)
       else
         Stats.count(queue, 'retries', now_us)
         meta.m = meta.m - 1
-        meta.s, meta.qt = 'waiting', Clock.ms(now_us)
+        meta.s, meta.qt = WAITING, Clock.ms(now_us)
         Lanes.push(queue, jid, meta, now_us, true)
       end
       Job.save(jid, meta, data)
@@ -315,14 +314,14 @@ end
 -- failed event: meta, event. Writes nothing.
 local function corrupt_record(jid, problem, raw, sound_meta, out, now_ms)
   local meta = corrupt_meta(sound_meta, out)
-  meta.s, meta.cr = 'failed', 1
+  meta.s, meta.cr = FAILED, 1
   local kept = string.sub(raw, 1, LIMITS.corrupt_kept_bytes)
   local message = 'the stored record of ' .. Text.escape(jid) .. ' does not decode ('
     .. problem .. '); it was taken out of its queue. The record, ' .. #raw .. ' bytes'
     .. (#kept < #raw and (', the first ' .. #kept) or '')
     .. ', other than printable ASCII as \\xHH:\n' .. Text.escape(kept)
-  meta.f = { g = CORRUPT_GROUP, m = message, t = now_ms }
-  return meta, Job.append(meta, now_ms, 'failed', { g = CORRUPT_GROUP })
+  meta.f = { g = GROUP.CORRUPT_JOB, m = message, t = now_ms }
+  return meta, Job.append(meta, now_ms, 'failed', { g = GROUP.CORRUPT_JOB })
 end
 
 -- What a read-only operation answers for a corrupt record: the failed record
@@ -348,7 +347,7 @@ function Place.corrupt(jid, problem, raw, sound_meta, out)
   local now_ms = Clock.ms(now_us)
   if sound_meta and out == nil then
     Place.remove(jid, sound_meta)
-  elseif sound_meta and sound_meta.s == 'running' then
+  elseif sound_meta and sound_meta.s == RUNNING then
     Lease.drop(jid, sound_meta)
   end
   if sound_meta then
@@ -362,11 +361,11 @@ function Place.corrupt(jid, problem, raw, sound_meta, out)
     Stats.enter(jid, meta, now_us)
     Stats.count(meta.q, 'failed', now_us)
   end
-  redis.call('LPUSH', K.failed(CORRUPT_GROUP), jid)
-  redis.call('ZINCRBY', K.failed_groups, 1, CORRUPT_GROUP)
-  Wait.notify(jid, meta, 'failed', now_ms)
+  redis.call('LPUSH', K.failed(GROUP.CORRUPT_JOB), jid)
+  redis.call('ZINCRBY', K.failed_groups, 1, GROUP.CORRUPT_JOB)
+  Wait.notify(jid, meta, FAILED, now_ms)
   Job.save(jid, meta, '{}')
-  Place.cascade(jid, CORRUPT_GROUP, now_us) -- its data is lost: it can never complete
+  Place.cascade(jid, GROUP.CORRUPT_JOB, now_us) -- its data is lost: it can never complete
   return meta, '{}'
 end
 Job.corrupt = Place.corrupt

@@ -203,9 +203,9 @@ end
 
 -- The index of a queue that lists jobs in `state` (complete, failed), or nil.
 local function index_of(state, queue)
-  if state == 'complete' then
+  if state == COMPLETE then
     return K.complete_index(queue)
-  elseif state == 'failed' then
+  elseif state == FAILED then
     return K.failed_index(queue)
   end
   return nil
@@ -303,14 +303,14 @@ function Stats.counts(queue, now_us)
     or 0
   local waiting = queued - throttled
   return Json.object({
-    { 'waiting', int(waiting) },
-    { 'throttled', int(throttled) },
-    { 'scheduled', int(redis.call('ZCARD', K.scheduled(queue))) },
-    { 'running', int(running - stalled) },
-    { 'stalled', int(stalled) },
-    { 'depends', int(redis.call('SCARD', K.depends(queue))) },
-    { 'complete', int(redis.call('ZCARD', K.complete_index(queue))) },
-    { 'failed', int(redis.call('ZCARD', K.failed_index(queue))) },
+    { WAITING, int(waiting) },
+    { THROTTLED, int(throttled) },
+    { SCHEDULED, int(redis.call('ZCARD', K.scheduled(queue))) },
+    { RUNNING, int(running - stalled) },
+    { STALLED, int(stalled) },
+    { DEPENDS, int(redis.call('SCARD', K.depends(queue))) },
+    { COMPLETE, int(redis.call('ZCARD', K.complete_index(queue))) },
+    { FAILED, int(redis.call('ZCARD', K.failed_index(queue))) },
     { 'paused', c[3] == '1' and 'true' or 'false' },
     { 'size_warning', cjson.encode(Config.get('size-warning', queue)) },
     { 'completed_total', int(tonumber(c[4]) or 0) },

@@ -22,13 +22,13 @@ function Unique.holder(key, requeue)
   end
   local meta, data = Job.load(jid)
   if meta and ACTIVE[meta.s] then
-    if requeue and meta.s == 'running' and not meta.rq then
+    if requeue and meta.s == RUNNING and not meta.rq then
       meta.rq = 1
       Job.save(jid, meta, data)
     end
     return jid
   end
-  if meta and meta.s == 'complete' and redis.call('PTTL', K.unique(key)) > 0 then
+  if meta and meta.s == COMPLETE and redis.call('PTTL', K.unique(key)) > 0 then
     return jid
   end
   return nil

@@ -384,15 +384,11 @@ Json.number = remembered(function(n)
   return cjson.encode(n)
 end)
 
--- The states a batch item answers, as JSON.
-local STATE_JSON = { waiting = '"waiting"', scheduled = '"scheduled"', running = '"running"',
-  complete = '"complete"', failed = '"failed"', depends = '"depends"' }
-
 -- The reply entry of one batch item: {"jid":..,"ok":true,...} or {"jid":..,"error":..}.
 function E.item(jid, ok, result, message)
   if ok then
     return '{"jid":' .. cjson.encode(jid) .. ',"ok":true,"state":'
-      .. (STATE_JSON[result] or cjson.encode(result)) .. '}'
+      .. (STORED_STATES[result] or cjson.encode(result)) .. '}'
   end
   return cjson.encode({ jid = jid, error = result, message = message })
 end
