@@ -7,7 +7,7 @@ import enum
 import signal
 from dataclasses import dataclass
 
-from runtime.children import child
+from runtime.children.exits import ExitCode
 
 
 class Fate(enum.Enum):
@@ -49,11 +49,11 @@ def of_exit(code: int | None, sig: int | None, *, cpu_limit_s: float | None = No
             limit = f"CPU limit {cpu_limit_s:g} s" if cpu_limit_s else "CPU limit"
             return Ending("runtime.CPULimit", f"killed by signal {sig} ({limit})")
         return Ending("runtime.ChildCrashed", f"killed by signal {sig} ({name})")
-    if code == child.EXIT_FENCED:
+    if code == ExitCode.FENCED:
         return FENCED
-    if code == child.EXIT_SANDBOX:
+    if code == ExitCode.SANDBOX:
         return Ending("runtime.SandboxError", "could not build its sandbox (see the master's log)")
-    if code == child.EXIT_TERMINATED:
+    if code == ExitCode.TERMINATED:
         return Ending("runtime.ChildCrashed", "terminated by SIGTERM")
     return Ending("runtime.ChildCrashed", f"exited with code {code} before reporting")
 
