@@ -454,3 +454,19 @@ def test_reasons_say_what_becomes_of_the_job() -> None:
     assert reasons.of_exit(86, None).fate is reasons.Fate.RELEASED
     assert reasons.of_exit(None, 9).fate is reasons.Fate.FAILED
     assert reasons.LOST.fate is reasons.Fate.DROPPED
+
+
+def test_a_child_killed_with_jobs_pipelined_behind_its_running_one_gives_them_back() -> None:
+    """The shortest history the property tests (test_book_states.py) find when a dead
+    child's pipelined jobs are left on it: three steps."""
+    rig = Rig(concurrency=2)
+    rig.start()
+    capacity = rig.book.capacity
+    capacity.jobs_seen, capacity.avg_run_s = 10, 0.0005  # short jobs: pipelining on
+    assert runs(rig.lease(leased("a"), leased("b"), leased("c"))) == [(0, "a"), (1, "b"), (0, "c")]
+    rig.apply(events.ChildBroke(0, rig.pids[0], "incomplete frame"))
+    assert only(rig.step(), events.Kill).index == 0
+    rig.exit(0, sig=9)  # the rig checks the ledger after every event
+    assert rig.where("a") is Where.REPORTING
+    assert rig.where("c") in (Where.BUFFERED, Where.PIPELINED)
+    assert rig.book.ledger.held["c"].slot != 0, "nothing stays on a child that is gone"
