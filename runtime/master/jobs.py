@@ -311,6 +311,6 @@ class JobFlow:
     def _report(self, held: Held, now: float) -> None:
         """The job's outcome goes to Redis with the next exchange; the ledger keeps
         the job (its lease renewed) until Redis took it."""
-        self.ledger.move(held.jid, Where.REPORTING)
+        self.ledger.move(held.leased.jid, Where.REPORTING)
         if self.reports.since is None:  # the oldest report sets when the batch leaves
             self.reports.since = now
