@@ -1,4 +1,10 @@
-"""runtime: a job runtime for Python on Redis. Public names only."""
+"""runtime: a job runtime for Python on Redis. Public names only.
+
+`Client`, `Queue` and `Lease` load redis: they are imported when first used, so
+a pure module of the package (the master's book, the child's protocol) can be
+imported without loading redis or asyncio."""
+
+from typing import TYPE_CHECKING, Any
 
 from runtime.children.context import JobContext
 from runtime.config import version
@@ -19,13 +25,32 @@ from runtime.errors import (
     WaitTimeout,
     WrongState,
 )
-from runtime.queue.client import Client, Queue
-from runtime.queue.holder import Lease
 from runtime.queue.job import Failure, HistoryEvent, Job
 from runtime.queue.wire import JobSpec
 from runtime.typed import JobFunction, PutOptions, job
 
+if TYPE_CHECKING:
+    from runtime.queue.client import Client, Queue
+    from runtime.queue.holder import Lease
+
 __version__ = version()
+LAZY = {
+    "Client": "runtime.queue.client",
+    "Queue": "runtime.queue.client",
+    "Lease": "runtime.queue.holder",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Client, Queue and Lease, imported on first use (PEP 562)."""
+    if name not in LAZY:
+        raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+    import importlib  # noqa: PLC0415 - only when a lazy name is first used
+
+    value = getattr(importlib.import_module(LAZY[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BadArgument",

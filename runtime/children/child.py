@@ -10,7 +10,7 @@ yields cannot stop them. It keeps the lease deadline of every job the child hold
 by `skipped`), and when the running job's deadline passes (its master stopped
 renewing: frozen, or cut off from Redis) the child stops itself before the lease
 can expire in Redis. A job whose deadline passed while it waited is skipped, never
-started. Exit codes tell the master what happened (see EXIT_*).
+started. Exit codes tell the master what happened (exits.ExitCode).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import uvloop
 from runtime import sentry
 from runtime.children import allowlist, joblog, protocol
 from runtime.children.context import JobContext
+from runtime.children.exits import ExitCode
 from runtime.errors import (
     Fail,
     KlassNotAllowed,
@@ -50,10 +51,6 @@ from runtime.vocabulary import FailureGroup
 
 log = logging.getLogger(__name__)
 
-EXIT_STOPPED = 0  # asked to stop, or the master went away
-EXIT_FENCED = 86  # the lease deadline passed: stopped itself
-EXIT_TERMINATED = 87  # SIGTERM from the master (timeout, shutdown) while running a job
-EXIT_SANDBOX = 88  # the sandbox could not be built
 SPIN_S = 0.0005  # the end of a wait for a job's turn is spun, not slept
 RESULT_MAX_BYTES = 64 << 20  # the largest result a child sends (Redis keeps result-max-bytes)
 
@@ -151,7 +148,7 @@ class Child:
 
     def _fence(self) -> None:
         sandbox.kill_leftovers()
-        os._exit(EXIT_FENCED)
+        os._exit(ExitCode.FENCED)
 
     # --- the loop ---------------------------------------------------------------
 
@@ -160,7 +157,7 @@ class Child:
         while True:
             run = self.inbox.get()
             if run is None:
-                return EXIT_STOPPED
+                return ExitCode.STOPPED
             if self._begin(run):
                 self.run_job(run)
 
@@ -190,7 +187,7 @@ class Child:
         except Terminated:
             joblog.end(run.jid)
             self._clean_up()
-            os._exit(EXIT_TERMINATED)
+            os._exit(ExitCode.TERMINATED)
         with self.lock:
             self.running = None
             self.deadlines.pop(run.jid, None)
@@ -316,7 +313,7 @@ def main(
         sandbox.empty(settings.workdir)  # then after every job
     except SandboxError as err:
         os.write(2, f"runtime child {settings.index}: {err}\n".encode())
-        return EXIT_SANDBOX
+        return ExitCode.SANDBOX
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     joblog.set_up_logging(settings.log_level)
@@ -329,4 +326,4 @@ def main(
         child.send(ready)
         return child.serve()
     except (Terminated, BrokenPipeError, ConnectionResetError):
-        return EXIT_STOPPED
+        return ExitCode.STOPPED

@@ -1,6 +1,6 @@
-"""A job the master holds, and where it is: the record of the master's book
-(book.py), one per jid from the moment a pop leases it until Redis has taken
-its report. Also the few timings the book's two halves share."""
+"""A job the master holds, and where it is: the record of the master's ledger
+(ledger.py), one per jid from the moment a pop leases it until Redis has taken
+its report. Also the few timings the book's parts share."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""How jobs come to the master (the third part of `Book`, book.py): exchanges
-that carry the reports out and pop jobs in, in one round trip; jobs handed to an
-idle master while it waited; when to wait, and for how long. Pure, like the
-book: plain values in, actions out.
+"""How jobs come to the master: exchanges that carry the reports out and pop jobs
+in, in one round trip; jobs handed to an idle master while it waited; when to
+wait, and for how long. Jobs that come are added to the ledger (ledger.py).
+Pure, like the book: plain values in, actions out.
 """
 
 from __future__ import annotations
@@ -9,52 +9,78 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from runtime import config
 from runtime.errors import Error, LeaseLost, NoSuchJob
 from runtime.master import events
+from runtime.master.capacity import Capacity
 from runtime.master.held import AHEAD_S, FLUSH_AFTER_S, FLUSH_BATCH, LOOK_LATE_S, Held, Where
-from runtime.master.state import BookState
+from runtime.master.ledger import Ledger
+from runtime.master.link import Link
+from runtime.master.reports import Reports
 from runtime.queue.leases import Leased
 
 log = logging.getLogger(__name__)
 
 
-class Intake(BookState):
+class Intake:
+    def __init__(
+        self,
+        worker: config.WorkerSettings,
+        worker_id: str,
+        ledger: Ledger,
+        capacity: Capacity,
+        link: Link,
+        reports: Reports,
+        actions: list[events.Action],
+    ) -> None:
+        self.worker, self.worker_id = worker, worker_id
+        self.ledger, self.capacity, self.link = ledger, capacity, link
+        self.reports, self.actions = reports, actions
+        self.queues = list(worker.queues)
+        self.exchanging = self.waiting = False
+        self.want_work = True  # the last pop was full, or something woke us since
+        self.wake_at: float | None = None  # pop again then (something comes due)
+        self.registered = False  # idle on our queues in Redis: jobs may be handed to us
+        self.offset: float | None = None  # local monotonic - Redis time (s), conservative
+
     # --- exchanges: reports out, pops in ----------------------------------------------
 
-    def _exchange_at(self, now: float) -> float | None:
+    def exchange_at(self, now: float) -> float | None:
         """When the next exchange should go (now or earlier: at once; None: nothing).
         While Redis is out of reach an exchange is the probe, whatever there is to say."""
         if self.exchanging or (not self.link.up and self.link.probing):
             return None
         if not self.link.up:
             return self.link.retry_at
-        accepting = self.accepting()
-        wants_jobs = accepting and self.want_work and self._urgent_room() > 0
+        accepting = self.capacity.accepting()
+        wants_jobs = accepting and self.want_work and self.capacity.urgent_room(now) > 0
         if wants_jobs or (not accepting and self.registered):  # a pop (or an unregistering one)
             return now
-        if not self.outcomes:
+        outcomes = self.reports.outcomes
+        if not outcomes:
             return None
-        if len(self.outcomes) >= FLUSH_BATCH or not accepting or self.reports_since is None:
+        since = self.reports.since
+        if len(outcomes) >= FLUSH_BATCH or not accepting or since is None:
             return now
-        return self.reports_since + FLUSH_AFTER_S
+        return since + FLUSH_AFTER_S
 
-    def _maybe_exchange(self, now: float) -> None:
-        due = self._exchange_at(now)
+    def maybe_exchange(self, now: float) -> None:
+        due = self.exchange_at(now)
         if due is None or due > now or not self.link.may_call(now):
             return
-        accepting = self.accepting()
-        room = self.room() if accepting else 0
+        accepting = self.capacity.accepting()
+        room = self.capacity.room(now) if accepting else 0
         # no room and nothing to unregister: the reports go alone (a pop of 0 costs
         # Redis a call and would stop the urgent pops until something wakes us)
         count: int | None = room if room or self.registered else None
-        if count is None and not self.outcomes:
+        if count is None and not self.reports.outcomes:
             if self.link.up:
                 return
             count = 0  # a probe: a pop of nothing still tells whether Redis answers
         self.exchanging = True
         outage_ms = self.link.outage_ms(now)
         self.link.sending()
-        outcomes, self.reports_since = self.outcomes.take(), None
+        outcomes = self.reports.take()
         self.actions.append(events.Exchange(outcomes, count, self._rotated(), outage_ms))
 
     def _rotated(self) -> tuple[str, ...]:
@@ -62,25 +88,28 @@ class Intake(BookState):
             self.queues.append(self.queues.pop(0))
         return tuple(self.queues)
 
-    def _on_exchanged(self, event: events.Exchanged, now: float) -> None:
+    def on_exchanged(self, event: events.Exchanged, now: float) -> None:
         self.exchanging = False
+        reports = self.reports
+        reports.sending = None
         if self.link.succeeded(now, event.sent_at):
             self.want_work = True
         unsent = set(_jids(event.unsent)) if event.unsent is not None else set()
         if event.unsent is not None and len(event.unsent):
-            self.outcomes.merge(event.unsent)
-            self._noted()
+            reports.outcomes.merge(event.unsent)
+            reports.noted(now)
+        held_by, move, reporting = self.ledger.held, self.ledger.move, Where.REPORTING
         for jid in _jids(event.outcomes):
-            held = self.held.get(jid)
+            held = held_by.get(jid)
             if jid in unsent:
                 continue
-            if held is not None and held.where is Where.REPORTING:
-                del self.held[jid]
+            if held is not None and held.where is reporting:  # its report landed
+                move(jid, None)
                 if held.cancelled:
-                    self.cancelled_reports.add(jid)
+                    reports.cancelled.add(jid)
         for jid, state in event.states.items():
-            if jid in self.cancelled_reports:
-                self.cancelled_reports.discard(jid)  # cancelled meanwhile: nothing to say
+            if jid in reports.cancelled:
+                reports.cancelled.discard(jid)  # cancelled meanwhile: nothing to say
             elif isinstance(state, LeaseLost | NoSuchJob):
                 log.warning("report refused with %s, nothing changed jid=%s worker=%s",
                             type(state).__name__, jid, self.worker_id)  # fmt: skip
@@ -89,63 +118,75 @@ class Intake(BookState):
         if event.popped is not None:
             self._take_popped(event, now)
 
+    def on_failed(self, event: events.ExchangeFailed | events.WaitFailed, now: float) -> None:
+        if isinstance(event, events.ExchangeFailed):
+            self.exchanging = False
+            self.reports.put_back(event.outcomes, event.sent_at, now)
+        else:
+            self.waiting = False
+            self.want_work = True  # the next exchange pops (and probes) instead
+
     def _take_popped(self, event: events.Exchanged, now: float) -> None:
         popped, asked = event.popped, event.asked
         assert popped is not None
         if popped.now_us is not None:  # before the call, so lease ends come out early
             self.offset = event.sent_at - popped.now_us / 1e6
         self.registered = bool(asked) and len(popped.jobs) < (asked or 0)
-        self.actions += [events.Extend(low) for low in popped.refill]
-        for jid, why in getattr(popped, "corrupt", []):
+        if popped.refill:
+            self.actions += [events.Extend(low) for low in popped.refill]
+        for jid, why in popped.corrupt:
             log.error("a popped job does not decode, left to its lease: %s jid=%s worker=%s",
                       why, jid, self.worker_id)  # fmt: skip
+        add = self.ledger.add
         for leased in popped.jobs:
             if leased.handed:  # handed to us while we waited: its first lease is short
-                self._take_handed(leased)
+                self._take_handed(leased, now)
             elif leased.start_in_s is None:
-                lease_until = event.sent_at + leased.lease_s
-                self._hold(Held(leased, Where.BUFFERED, lease_until))
-                self.buffer.append(leased.jid)
+                add(Held(leased, Where.BUFFERED, event.sent_at + leased.lease_s))
             else:  # Redis's clock read in the call: start no earlier than received + wait
                 start_at = event.received_at + leased.start_in_s
-                lease_until = event.sent_at + leased.lease_s
-                self._hold(Held(leased, Where.TIMED, lease_until, start_at))
-                self.timed.append(leased.jid)
-        self.timed.sort(key=lambda jid: self.held[jid].start_at or 0.0)
+                add(Held(leased, Where.TIMED, event.sent_at + leased.lease_s, start_at))
         if asked is not None and len(popped.jobs) < max(asked, 1):
             self.want_work = False
             wake = popped.wake_in_s
             self.wake_at = None if wake is None else now + max(0.0, wake - AHEAD_S * 0.6)
 
-    def _take_handed(self, leased: Leased) -> None:
+    def _take_handed(self, leased: Leased, now: float) -> None:
         """A job handed to this master: its lease runs out at expires_us on Redis's
         clock, converted with the offset of our last pop. Its first lease is short
         (so that a master that died while it waited costs the job about a second,
         handoff.lua), so it is not started before a renewal confirms it (Confirming):
         a master cut off from Redis just after the hand-off, or frozen with the job
         in its socket, never runs a job that another master may have taken since."""
-        if leased.expires_us is None or self.offset is None or not self.accepting():
-            self.outcomes.add_release(leased.jid, leased.token)  # e.g. paused meanwhile
-            self._noted()
+        if leased.expires_us is None or self.offset is None or not self.capacity.accepting():
+            self.reports.outcomes.add_release(leased.jid, leased.token)  # e.g. paused meanwhile
+            self.reports.noted(now)
             return
         lease_until = leased.expires_us / 1e6 + self.offset
-        self._hold(Held(leased, Where.CONFIRMING, lease_until))
-        self.confirming.append(leased.jid)
+        self.ledger.add(Held(leased, Where.CONFIRMING, lease_until))
 
     # --- waiting for work ----------------------------------------------------------
 
-    def _maybe_wait(self) -> None:
+    def maybe_wait(self, now: float) -> None:
         """Keeps one blocking read for work going while there is room and no work."""
-        want = self.accepting() and self.link.up and not self.want_work and self.room() > 0
+        want = (
+            self.capacity.accepting() and self.link.up and not self.want_work
+            and self.capacity.room(now) > 0
+        )  # fmt: skip
         if want and not self.waiting:
             self.waiting = True
             self.actions.append(events.Wait())
 
-    def _on_wait_ended(self, event: events.WaitEnded, now: float) -> None:
+    def stop_waiting(self) -> None:
+        if self.waiting:
+            self.waiting = False
+            self.actions.append(events.StopWaiting())
+
+    def on_wait_ended(self, event: events.WaitEnded, now: float) -> None:
         self.waiting = False
         if event.handed is not None:
-            self._take_handed(event.handed)
-        elif event.key is not None and not event.own and self.room() == 0:
+            self._take_handed(event.handed, now)
+        elif event.key is not None and not event.own and self.capacity.room(now) == 0:
             self.actions.append(events.GiveBack(event.key))  # leave it to other masters
         elif event.at_us is not None and self.offset is not None:
             # a job was handed to another master: pop when its first lease ends (if

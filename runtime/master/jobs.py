@@ -1,48 +1,63 @@
-"""How a job moves from the book (book.py) through a child: handed to an idle
+"""How a job moves from the ledger (ledger.py) through a child: handed to an idle
 child or a busy one's pipeline, what the child says (outcome, progress, puts),
 how the child ended, and the report that goes to Redis — or the job given back.
-
-`JobFlow` is the part of `Book` that moves jobs through children; `Intake`
-(intake.py) brings them in; book.py holds the mode, the capacity arithmetic,
-renewals and the checks on running jobs. Pure: plain values in, actions out.
+Every change of a job's place is a `Ledger.move`. Pure: plain values in,
+actions out.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 
+from runtime import config
 from runtime.children import protocol
 from runtime.master import events, plan, reasons
-from runtime.master.held import (
-    HANDOFF_EARLY_S,
-    Held,
-    Where,
-)
-from runtime.master.slots import Slot, SlotState
-from runtime.master.state import BookState
+from runtime.master.capacity import Capacity
+from runtime.master.held import HANDOFF_EARLY_S, Held, Where
+from runtime.master.ledger import Ledger
+from runtime.master.reports import Reports
+from runtime.master.slots import Slot, Slots, SlotState
 
 log = logging.getLogger(__name__)
 
 
-class JobFlow(BookState):
+class JobFlow:
+    def __init__(
+        self,
+        worker: config.WorkerSettings,
+        worker_id: str,
+        ledger: Ledger,
+        slots: Slots,
+        capacity: Capacity,
+        reports: Reports,
+        actions: list[events.Action],
+    ) -> None:
+        self.worker, self.worker_id = worker, worker_id
+        self.ledger, self.slots, self.capacity = ledger, slots, capacity
+        self.reports, self.actions = reports, actions
+        self.start_failure: str | None = None  # a child could not start (sandbox): why
+
     # --- handing jobs to children ----------------------------------------------------
 
     def hand_out(self, now: float) -> None:
         """Idle children first (the job starts now), then pipelines of busy ones. Not
         while a job handed to us awaits its confirming renewal (one round trip): it
         was ready before anything popped since, so it goes first."""
-        if self.confirming or (not self.buffer and not self.timed):  # most passes: nothing
+        ledger = self.ledger
+        if ledger.confirming or (not ledger.buffer and not ledger.timed):  # most passes
             return
-        self._turns_come(now)
+        if ledger.timed:
+            self._turns_come(now)
         for slot in self.slots.idle():
             held = self._next_pending(now)
             if held is None:
                 break
             self._send(slot, held, now, running=True)
-        depth = self.depth()
-        if depth and self.buffer:
+        depth = self.capacity.depth(now)
+        if depth and self.ledger.buffer:
             for slot in self.slots.accepting():
-                for _ in range(self._pipeline_room(slot, depth)):  # less by one a job sent
+                for _ in range(self.capacity.pipeline_room(slot, depth)):  # less by one a job
                     held = self._next_pending(now)
                     if held is None:
                         break
@@ -50,19 +65,20 @@ class JobFlow(BookState):
 
     def _turns_come(self, now: float) -> None:
         """Jobs whose turn is close go to the front of the buffer: they are due."""
-        if not self.timed:
-            return
-        due: list[str] = []
-        while self.timed and (self.held[self.timed[0]].start_at or 0.0) - HANDOFF_EARLY_S <= now:
-            due.append(self.timed.pop(0))
-        self.buffer.extendleft(reversed(due))
+        timed, held = self.ledger.timed, self.ledger.held
+        due = 0
+        while due < len(timed) and (held[timed[due]].start_at or 0.0) - HANDOFF_EARLY_S <= now:
+            due += 1
+        for jid in reversed(timed[:due]):  # in their order, ahead of the buffer
+            self.ledger.move(jid, Where.BUFFERED, front=True)
 
     def _next_pending(self, now: float) -> Held | None:
         """The next job leased ahead with enough of its lease left to run. One whose
         lease ran out (its master was frozen or cut off), or holds too little to be
         worth starting (plan.start_before), is never started: it is given back."""
-        while self.buffer:
-            held = self.held[self.buffer.popleft()]
+        buffer, held_by = self.ledger.buffer, self.ledger.held
+        while buffer:
+            held = held_by[buffer[0]]
             if now < held.start_before():
                 return held
             stop_at = plan.stop_before(held.lease_until, held.renew_length_s())
@@ -73,18 +89,16 @@ class JobFlow(BookState):
                 log.info("job leased ahead given back unstarted, %.2f s of its lease left "
                          "jid=%s queue=%s worker=%s", stop_at - now,
                          held.jid, held.leased.queue, self.worker_id)  # fmt: skip
-            self._release(held)
+            self.release(held, now)
         return None
 
     def _send(self, slot: Slot, held: Held, now: float, running: bool) -> None:
         leased = held.leased
-        held.slot = slot.index
         if running:
-            held.where, held.sent_at, held.last_sign = Where.RUNNING, now, now
-            slot.running, slot.state = held.jid, SlotState.BUSY
+            self.ledger.move(leased.jid, Where.RUNNING, slot.index)
+            held.sent_at = held.last_sign = now
         else:
-            held.where = Where.PIPELINED
-            slot.queued.append(held.jid)
+            self.ledger.move(leased.jid, Where.PIPELINED, slot.index)
         deadline = plan.stop_before(held.lease_until, held.renew_length_s())
         self.actions.append(events.Post(slot.index, protocol.Run(
             jid=leased.jid, klass=leased.klass, queue=leased.queue, data=leased.data,
@@ -92,9 +106,17 @@ class JobFlow(BookState):
             deadline=deadline, cpu_limit_s=self.worker.cpu_limit_s, start_at=held.start_at,
         )))  # fmt: skip
 
+    def withdraw(self, slot: Slot, everything: bool) -> None:
+        """Asks back the jobs pipelined behind the slot's running one."""
+        for jid in slot.queued:
+            held = self.ledger.held[jid]
+            if not held.withdrawing:
+                held.withdrawing = True
+                self.actions.append(events.Post(slot.index, protocol.Withdraw(jid)))
+
     # --- what children say -----------------------------------------------------------
 
-    def _on_child_said(self, event: events.ChildSaid, now: float) -> None:
+    def on_child_said(self, event: events.ChildSaid, now: float) -> None:
         slot = self.slots.get(event.index, event.pid)
         if slot is None:
             return
@@ -102,18 +124,19 @@ class JobFlow(BookState):
         if event.rss_bytes is not None:
             slot.rss_bytes = event.rss_bytes
         if isinstance(message, protocol.Done | protocol.Failed):  # the most common: first
-            if not self._running(slot, message, event.pid):
+            if slot.running is None or message.jid != slot.running:
+                self._unexpected(message, event.pid)
                 return
-            held = self.held[message.jid]
+            held = self.ledger.held[message.jid]
             if isinstance(message, protocol.Done):
-                self.outcomes.add_complete(
+                self.reports.outcomes.add_complete(
                     held.jid, held.leased.token, result=message.result, output=event.output,
                     note=message.note or None, puts=held.puts,
                 )  # fmt: skip
-                self._report(held, None)
+                self._report(held, now)
             else:
                 self._failure(held, message.group, message.message, message.retry,
-                              message.delay, event.output)  # fmt: skip
+                              message.delay, now, event.output)  # fmt: skip
             self._finished(slot, held, now)
         elif isinstance(message, protocol.Ready):
             if slot.state is SlotState.STARTING:
@@ -124,62 +147,63 @@ class JobFlow(BookState):
         elif isinstance(message, protocol.Skipped):
             self._skipped(slot, message.jid, now)
         elif isinstance(message, protocol.Put | protocol.Progress):
-            self._on_job_said(slot, message)
-        elif self._running(slot, message, event.pid) and isinstance(message, protocol.Heartbeat):
-            self.held[message.jid].last_sign = now
+            self._on_job_said(slot, message, now)
+        elif slot.running is None or getattr(message, "jid", None) != slot.running:
+            self._unexpected(message, event.pid)
+        elif isinstance(message, protocol.Heartbeat):
+            self.ledger.held[slot.running].last_sign = now
 
-    def _running(self, slot: Slot, message: protocol.Message, pid: int) -> bool:
-        """The message is about the job the slot runs (else: logged, ignored)."""
-        jid = getattr(message, "jid", None)
-        if slot.running is None or jid != slot.running:
-            log.warning("unexpected %s from child pid=%d worker=%s", message.kind, pid,
-                        self.worker_id)  # fmt: skip
-            return False
-        return True
+    def _unexpected(self, message: protocol.Message, pid: int) -> None:
+        log.warning("unexpected %s from child pid=%d worker=%s", message.kind, pid,
+                    self.worker_id)  # fmt: skip
 
-    def _on_job_said(self, slot: Slot, message: protocol.Put | protocol.Progress) -> None:
+    def _on_job_said(self, slot: Slot, message: protocol.Put | protocol.Progress,
+                     now: float) -> None:  # fmt: skip
         """The running job puts a job or tells its progress."""
-        held = self.held.get(message.jid)
+        held = self.ledger.held.get(message.jid)
         if held is None or slot.running != message.jid:
             return
         if isinstance(message, protocol.Progress):
             token = held.leased.token
-            self.outcomes.add_progress(held.jid, token, message.done, message.total,
-                                       message.message)  # fmt: skip
-            self._noted()
+            self.reports.outcomes.add_progress(held.jid, token, message.done, message.total,
+                                               message.message)  # fmt: skip
+            self.reports.noted(now)
         elif message.now:
-            self.outcomes.add_put(message.spec, message.data, by=held.jid)  # in its history
-            self._noted()
+            self.reports.outcomes.add_put(message.spec, message.data, by=held.jid)  # in its history
+            self.reports.noted(now)
         else:  # goes with its completion: a failed or retried attempt puts nothing
             held.puts.append((message.spec, message.data))
 
-    def _on_cancelled(self, event: events.Cancelled, now: float) -> None:
+    def on_cancelled(self, event: events.Cancelled, now: float) -> None:
         """A job we hold was cancelled: stopped at once, nothing reported."""
-        held = self.held.get(event.jid)
+        held = self.ledger.held.get(event.jid)
         if held is None or held.cancelled:
             return
         log.info("cancelled jid=%s queue=%s worker=%s", held.jid, held.leased.queue,
                  self.worker_id)  # fmt: skip
         held.cancelled = held.lost = True
-        self._let_go(held, reasons.CANCELLED)
+        self.let_go(held, reasons.CANCELLED)
 
-    def _let_go(self, held: Held, ending: reasons.Ending) -> None:
+    def let_go(self, held: Held, ending: reasons.Ending) -> None:
         """A job that is not ours any more (lease lost, cancelled): dropped if no child
         has it, its child killed (for `ending`) if running, asked back if pipelined."""
         if held.where in (Where.CONFIRMING, Where.BUFFERED, Where.TIMED):
-            places = {Where.CONFIRMING: self.confirming, Where.BUFFERED: self.buffer}
-            places.get(held.where, self.timed).remove(held.jid)
-            del self.held[held.jid]
+            self.ledger.move(held.jid, None)
         elif held.where is Where.RUNNING and held.slot is not None:
-            self._kill(self.slots.by_index[held.slot], ending)
+            self.kill(self.slots.by_index[held.slot], ending)
         elif held.where is Where.PIPELINED and held.slot is not None and not held.withdrawing:
             held.withdrawing = True
             self.actions.append(events.Post(held.slot, protocol.Withdraw(held.jid)))
 
+    def kill(self, slot: Slot, ending: reasons.Ending, sig: int = signal.SIGKILL) -> None:
+        """Kills a slot's child, remembering why (the first reason wins)."""
+        if slot.kill is None:
+            slot.kill = ending
+        self.actions.append(events.Kill(slot.index, sig))
+
     def _finished(self, slot: Slot, held: Held, now: float) -> None:
         """The child reported its running job's outcome: its next one starts."""
-        self.avg_run_s = plan.average(self.avg_run_s, self.jobs_seen, now - held.sent_at)
-        self.jobs_seen += 1
+        self.capacity.finished(now - held.sent_at)
         slot.jobs_done += 1
         w = self.worker
         if (w.max_jobs_per_child and slot.jobs_done >= w.max_jobs_per_child) or (
@@ -189,50 +213,44 @@ class JobFlow(BookState):
         self._next_job(slot, now)  # its pipeline is refilled by the pass's hand-out
 
     def _next_job(self, slot: Slot, now: float) -> None:
-        """The slot's next pipelined job becomes its running one (it starts it now)."""
-        slot.running = slot.queued.popleft() if slot.queued else None
-        if slot.running is not None:
-            held = self.held[slot.running]
-            held.where, held.sent_at, held.last_sign = Where.RUNNING, now, now
-            return
-        slot.state = SlotState.IDLE
-        if slot.retire:
+        """The slot's running job left: its next pipelined job runs (the child starts
+        it now), or the slot is idle (and stops, if it retires)."""
+        if slot.queued:
+            held = self.ledger.move(slot.queued[0], Where.RUNNING, slot.index)
+            held.sent_at = held.last_sign = now
+        elif slot.retire:
             self.actions += self.slots.stop(slot)
 
     def _skipped(self, slot: Slot, jid: str, now: float) -> None:
         """The child did not start `jid` (withdrawn, or its lease ran out meanwhile)."""
         if slot.running == jid:
+            self._give_back(self.ledger.held[jid], now)
             self._next_job(slot, now)
         elif jid in slot.queued:
-            slot.queued.remove(jid)
-        else:
-            return
-        self._give_back(self.held[jid], now)
+            self._give_back(self.ledger.held[jid], now)
 
     def _give_back(self, held: Held, now: float) -> None:
         """A job that never started: to another child if its lease holds and we still
         lease, else back to Redis."""
-        held.slot, held.withdrawing = None, False
+        held.withdrawing = False
         if held.lost:
-            del self.held[held.jid]
-        elif self.accepting() and now < held.start_before():
-            held.where = Where.BUFFERED
-            self.buffer.appendleft(held.jid)
+            self.ledger.move(held.jid, None)
+        elif self.capacity.accepting() and now < held.start_before():
+            self.ledger.move(held.jid, Where.BUFFERED, front=True)
         else:
-            self._release(held)
+            self.release(held, now)
 
     # --- endings and reports -------------------------------------------------------------
 
-    def _on_child_exited(self, event: events.ChildExited, now: float) -> None:
+    def on_child_exited(self, event: events.ChildExited, now: float) -> None:
         slot = self.slots.get(event.index, event.pid)
         if slot is None:
             return
-        del self.slots.by_index[event.index]
         if slot.running is not None:
             self.slots.crashed(now)
             cpu = self.worker.cpu_limit_s
             ending = slot.kill or reasons.of_exit(event.code, event.signal, cpu_limit_s=cpu)
-            self._ended(self.held[slot.running], ending, event.tail)
+            self._ended(self.ledger.held[slot.running], ending, event.tail, now)
         elif slot.kill is None and (event.code not in (0, None) or event.signal is not None):
             self.slots.crashed(now)
             log.warning("idle child died code=%s signal=%s pid=%d output=%r worker=%s",
@@ -241,28 +259,29 @@ class JobFlow(BookState):
             if slot.state is SlotState.STARTING and self.start_failure is None:
                 lines = event.tail.strip().splitlines()
                 self.start_failure = lines[-1] if lines else f"exited with code {event.code}"
-        for jid in slot.queued:  # pipelined behind it: never started
-            self._give_back(self.held[jid], now)
+        while slot.queued:  # pipelined behind it: never started
+            self._give_back(self.ledger.held[slot.queued[0]], now)
+        self.slots.remove(slot)
 
-    def _ended(self, held: Held, ending: reasons.Ending, tail: str) -> None:
+    def _ended(self, held: Held, ending: reasons.Ending, tail: str, now: float) -> None:
         """A child died holding a running job."""
         leased = held.leased
         if ending.fate is reasons.Fate.DROPPED:
             if ending is not reasons.CANCELLED:
                 log.warning("job stopped, its lease was lost jid=%s worker=%s", held.jid,
                             self.worker_id)  # fmt: skip
-            del self.held[held.jid]
+            self.ledger.move(held.jid, None)
             return
         if ending.fate is reasons.Fate.RELEASED:
             if ending is not reasons.SHUTDOWN:
                 log.warning("job stopped, its lease was lost (%s) jid=%s worker=%s",
                             ending.reason, held.jid, self.worker_id)  # fmt: skip
-            self._release(held, started=True)
+            self.release(held, now, started=True)
             return
         message = ending.reason + (f"\n--- last output of the child ---\n{tail}" if tail else "")
         log.warning("child of job ended: %s jid=%s worker=%s", ending.reason, held.jid,
                     self.worker_id)  # fmt: skip
-        self._failure(held, ending.group, message, retry=True, delay=None)
+        self._failure(held, ending.group, message, retry=True, delay=None, now=now)
         if leased.remaining <= 0:
             tags = {"queue": leased.queue, "klass": leased.klass, "jid": leased.jid,
                     "attempt": leased.attempt, "worker": self.worker_id}  # fmt: skip
@@ -270,34 +289,28 @@ class JobFlow(BookState):
 
     def _failure(
         self, held: Held, group: str, message: str, retry: bool, delay: float | None,
-        output: str = "",
+        now: float, output: str = "",
     ) -> None:  # fmt: skip
         leased = held.leased
         log.info("job attempt failed group=%s jid=%s queue=%s worker=%s",
                  group, leased.jid, leased.queue, self.worker_id)  # fmt: skip
+        outcomes = self.reports.outcomes
         if retry:
             delay_ms = -1 if delay is None else round(max(0.0, delay) * 1000)
-            self.outcomes.add_retry(leased.jid, leased.token, group, message, delay_ms,
-                                    output=output)  # fmt: skip
+            outcomes.add_retry(leased.jid, leased.token, group, message, delay_ms,
+                               output=output)  # fmt: skip
         else:
-            self.outcomes.add_fail(leased.jid, leased.token, group, message, output=output)
-        self._report(held, None)
+            outcomes.add_fail(leased.jid, leased.token, group, message, output=output)
+        self._report(held, now)
 
-    def _release(self, held: Held, started: bool = False) -> None:
+    def release(self, held: Held, now: float, started: bool = False) -> None:
         """Back to Redis unfinished; a job that `started` keeps its attempt counted."""
-        self._report(held, "stopped" if started else "release")
+        self.reports.outcomes.add_release(held.jid, held.leased.token, started=started)
+        self._report(held, now)
 
-    def _report(self, held: Held, kind: str | None) -> None:
-        """The job's outcome goes to Redis with the next exchange; the book keeps the
-        job (its lease renewed) until Redis took it."""
-        if kind == "complete":
-            self.outcomes.add_complete(held.jid, held.leased.token)
-        elif kind in ("release", "stopped"):
-            self.outcomes.add_release(held.jid, held.leased.token, started=kind == "stopped")
-        held.where, held.slot = Where.REPORTING, None
-        self._noted()
-
-    def _noted(self) -> None:
-        """A report waits to go: the oldest one sets when the batch must leave."""
-        if self.reports_since is None:
-            self.reports_since = self.now
+    def _report(self, held: Held, now: float) -> None:
+        """The job's outcome goes to Redis with the next exchange; the ledger keeps
+        the job (its lease renewed) until Redis took it."""
+        self.ledger.move(held.leased.jid, Where.REPORTING)
+        if self.reports.since is None:  # the oldest report sets when the batch leaves
+            self.reports.since = now

@@ -44,7 +44,7 @@ from runtime.errors import (
 )
 from runtime.master import events
 from runtime.master.book import Book
-from runtime.master.held import AHEAD_S, TICK_S
+from runtime.master.held import AHEAD_S
 from runtime.master.notify import Notifier
 from runtime.master.processes import Processes
 from runtime.master.sizes import SizeWatch
@@ -328,12 +328,12 @@ class Master:
         busy = bool(self.events)
         while self.events:
             self.book.apply(self.events.popleft(), now)
-        if self.book.buffer and self.book.accepting() and self.book.slots.idle():
-            self.book.hand_out(now)  # a job for an idle child goes first (one send a child)
-            self._carry_out(self.book.take_actions())
+        first = self.book.start_jobs(now)  # a job for an idle child goes first (one send a child)
+        if first:
+            self._carry_out(first)
         self.processes.check_frames(now)
-        wanted = self.book.rss_wanted()
-        if wanted and now - self.book.checked_at >= TICK_S:
+        wanted = self.book.rss_wanted(now)
+        if wanted:
             self.book.apply(events.Rss(self.processes.rss(wanted)), now)
         self.book.step(now)
         actions = self.book.take_actions()

@@ -7,7 +7,7 @@ import enum
 import signal
 from dataclasses import dataclass
 
-from runtime.children import child
+from runtime.children.exits import ExitCode
 from runtime.vocabulary import FailureGroup
 
 
@@ -52,13 +52,13 @@ def of_exit(code: int | None, sig: int | None, *, cpu_limit_s: float | None = No
             limit = f"CPU limit {cpu_limit_s:g} s" if cpu_limit_s else "CPU limit"
             return Ending(FailureGroup.CPU_LIMIT, f"killed by signal {sig} ({limit})")
         return Ending(FailureGroup.CHILD_CRASHED, f"killed by signal {sig} ({name})")
-    if code == child.EXIT_FENCED:
+    if code == ExitCode.FENCED:
         return FENCED
-    if code == child.EXIT_SANDBOX:
+    if code == ExitCode.SANDBOX:
         return Ending(
             FailureGroup.SANDBOX_ERROR, "could not build its sandbox (see the master's log)"
         )
-    if code == child.EXIT_TERMINATED:
+    if code == ExitCode.TERMINATED:
         return Ending(FailureGroup.CHILD_CRASHED, "terminated by SIGTERM")
     return Ending(FailureGroup.CHILD_CRASHED, f"exited with code {code} before reporting")
 

@@ -33,6 +33,7 @@ class Slot:
     generation: int  # the fork server (HUP count) it comes from
     state: SlotState = SlotState.SPAWNING
     pid: int | None = None
+    # written only by the ledger (ledger.py):
     running: str | None = None  # jid of the job it runs
     queued: deque[str] = field(default_factory=deque)  # jids sent to run after it
     jobs_done: int = 0
@@ -55,6 +56,26 @@ class Slots:
         if slot is None or (pid is not None and slot.pid != pid):
             return None
         return slot
+
+    def spawned(self, index: int, pid: int) -> None:
+        """The fork server forked the slot's child: it starts."""
+        slot = self.by_index.get(index)
+        if slot is not None and slot.state is SlotState.SPAWNING:
+            slot.pid, slot.state = pid, SlotState.STARTING
+
+    def spawn_failed(self, index: int, now: float) -> None:
+        self.by_index.pop(index, None)
+        self.crashed(now)
+
+    def rss(self, by_index: dict[int, int]) -> None:
+        """The children's memory, as read by the loop."""
+        for index, rss in by_index.items():
+            if (slot := self.by_index.get(index)) is not None:
+                slot.rss_bytes = rss
+
+    def remove(self, slot: Slot) -> None:
+        """The slot's child is gone (its jobs moved off it first: ledger.py)."""
+        del self.by_index[slot.index]
 
     def all(self) -> list[Slot]:
         return list(self.by_index.values())

@@ -9,7 +9,6 @@ A reply is decoded one job at a time: a job that does not decode goes to
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -153,7 +152,6 @@ class Outcomes:
     retry: list[RetryRow] = field(default_factory=list)
     fail: list[FailRow] = field(default_factory=list)
     release: dict[str, str] = field(default_factory=dict)
-    since: float | None = None  # monotonic time the oldest of them was recorded
     started: set[str] = field(default_factory=set)  # released jids that had started running
     progress: dict[str, ProgressRow] = field(default_factory=dict)  # jid -> its latest
     puts: list[PutRow] = field(default_factory=list)  # jobs put at once (now=True)
@@ -161,10 +159,6 @@ class Outcomes:
     def __len__(self) -> int:
         reports = len(self.complete) + len(self.retry) + len(self.fail) + len(self.release)
         return reports + len(self.progress) + len(self.puts)
-
-    def _noted(self) -> None:
-        if self.since is None:
-            self.since = time.monotonic()
 
     def add_complete(
         self,
@@ -182,7 +176,6 @@ class Outcomes:
         (JobSpec.to_wire()) put in the same step as the completion."""
         options = wire.report_options(note, puts)
         self.complete[jid] = CompleteRow(jid, token, options, result, wire.cap_output(output))
-        self._noted()
 
     def add_retry(
         self, jid: str, token: str, group: str, message: str, delay_ms: int, *, output: str = ""
@@ -191,13 +184,11 @@ class Outcomes:
             jid, token, group, wire.cap_message(message), delay_ms, wire.cap_output(output)
         )
         self.retry.append(row)
-        self._noted()
 
     def add_fail(self, jid: str, token: str, group: str, message: str, *, output: str = "") -> None:
         self.fail.append(
             FailRow(jid, token, group, wire.cap_message(message), wire.cap_output(output))
         )
-        self._noted()
 
     def add_release(self, jid: str, token: str, *, started: bool = False) -> None:
         """Gives a job back unfinished; `started`: it ran (its attempt counts, no retry
@@ -205,7 +196,6 @@ class Outcomes:
         self.release[jid] = token
         if started:
             self.started.add(jid)
-        self._noted()
 
     def add_progress(
         self, jid: str, token: str, done: float, total: float | None, message: str | None
@@ -214,7 +204,6 @@ class Outcomes:
         unless done and total (or None) are finite numbers >= 0."""
         total = None if total is None else wire.check_progress(total)
         self.progress[jid] = ProgressRow(jid, token, wire.check_progress(done), total, message)
-        self._noted()
 
     def add_put(self, spec_json: str, data_json: str, *, by: str | None = None) -> None:
         """A job put at once (JobSpec.to_wire() pair); `by`: the jid of the running
@@ -222,17 +211,15 @@ class Outcomes:
         not a JSON object with its jid."""
         jid, spec_json = wire.put_with_by(spec_json, by)
         self.puts.append(PutRow(jid, spec_json, data_json, by))
-        self._noted()
 
     def take(self) -> Outcomes:
         """These outcomes, leaving this collection empty."""
         taken = Outcomes(
-            self.complete, self.retry, self.fail, self.release, self.since, self.started,
+            self.complete, self.retry, self.fail, self.release, self.started,
             self.progress, self.puts,
         )  # fmt: skip
         self.complete, self.retry, self.fail, self.release = {}, [], [], {}
         self.started, self.progress, self.puts = set(), {}, []
-        self.since = None
         return taken
 
     def merge(self, older: Outcomes) -> None:
@@ -244,12 +231,10 @@ class Outcomes:
         self.started |= older.started
         self.progress = {**older.progress, **self.progress}
         self.puts[:0] = older.puts
-        if older.since is not None:
-            self.since = older.since
 
     def only(self, kind: Kind) -> Outcomes:
         """A collection of this one's outcomes of one kind."""
-        part = Outcomes(since=self.since)
+        part = Outcomes()
         setattr(part, kind, getattr(self, kind))
         if kind == "release":
             part.started = set(self.started)

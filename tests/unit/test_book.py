@@ -40,10 +40,12 @@ class Rig:
 
     def step(self) -> list[events.Action]:
         self.book.step(self.now)
+        self.book.invariants()
         return self.book.take_actions()
 
     def apply(self, event: events.Event) -> None:
         self.book.apply(event, self.now)
+        self.book.invariants()
 
     def later(self, seconds: float) -> list[events.Action]:
         self.now += seconds
@@ -78,7 +80,7 @@ class Rig:
         self.apply(events.ChildExited(index, self.pids[index], code, sig, "some output"))
 
     def where(self, jid: str) -> Where | None:
-        held = self.book.held.get(jid)
+        held = self.book.ledger.held.get(jid)
         return None if held is None else held.where
 
 
@@ -105,14 +107,14 @@ def test_a_leased_job_goes_to_an_idle_child_and_its_completion_is_reported_in_a_
     rig.now += 0.01
     rig.say(0, protocol.Done("a"))
     assert rig.where("a") is Where.REPORTING
-    rig.book.want_work = False  # the queue is empty: only the report has to go
+    rig.book.intake.want_work = False  # the queue is empty: only the report has to go
     assert not of(rig.step(), events.Exchange), "a report waits a little for company"
     exchange = only(rig.later(FLUSH_AFTER_S), events.Exchange)
     assert exchange.outcomes.jids("complete") == ["a"]
     assert exchange.outcomes.complete["a"][1] == "tok-a"
     rig.apply(events.Exchanged(exchange.outcomes, exchange.pop, {"a": "complete"}, None,
                                rig.now, rig.now))  # fmt: skip
-    assert rig.book.held == {}
+    assert rig.book.ledger.held == {}
 
 
 def test_reports_go_without_a_pop_while_there_is_no_room_and_the_next_room_pops_at_once() -> None:
@@ -122,13 +124,13 @@ def test_reports_go_without_a_pop_while_there_is_no_room_and_the_next_room_pops_
     rig.now += 0.01
     rig.say(0, protocol.Done("a"))
     assert runs(rig.step()) == [(0, "b")]
-    assert rig.book.room() == 0
+    assert rig.book.capacity.room(rig.now) == 0
     exchange = only(rig.later(FLUSH_AFTER_S), events.Exchange)
     assert exchange.outcomes.jids("complete") == ["a"]
     assert exchange.pop is None, "no room: a pop of nothing would cost Redis a call"
     rig.apply(events.Exchanged(exchange.outcomes, None, {"a": "complete"}, None, rig.now,
                                rig.now))  # fmt: skip
-    assert rig.book.want_work, "the next room still pops at once, without a wait"
+    assert rig.book.intake.want_work, "the next room still pops at once, without a wait"
     rig.now += 0.01
     rig.say(0, protocol.Done("b"))
     assert only(rig.step(), events.Exchange).pop == 1
@@ -155,7 +157,7 @@ def test_a_lease_redis_says_is_lost_kills_its_child_and_nothing_is_reported() ->
     rig.apply(events.Renewed(renew.leases, frozenset({"a"}), rig.now))
     assert only(rig.step(), events.Kill).signal == signal.SIGKILL
     rig.exit(0, sig=9)
-    assert rig.book.held == {} and not rig.book.outcomes
+    assert rig.book.ledger.held == {} and not rig.book.reports.outcomes
 
 
 def test_a_lease_that_cannot_be_renewed_stops_its_job_before_redis_lets_it_go() -> None:
@@ -171,14 +173,14 @@ def test_a_lease_that_cannot_be_renewed_stops_its_job_before_redis_lets_it_go() 
             rig.apply(
                 events.RenewFailed(retry.leases, RedisCondition.TIMEOUT, "no answer", rig.now)
             )
-        if rig.book.renewing:
+        if rig.book.renewals.renewing:
             rig.apply(
                 events.RenewFailed({"a": "tok-a"}, RedisCondition.TIMEOUT, "no answer", rig.now)
             )
     assert rig.now >= plan.kill_at(1000.0 + LEASE_S, LEASE_S)
     assert rig.now < 1000.0 + LEASE_S, "killed before the lease runs out in Redis"
     rig.exit(0, sig=9)
-    assert rig.book.outcomes.release == {"a": "tok-a"}, "given back, no retry spent"
+    assert rig.book.reports.outcomes.release == {"a": "tok-a"}, "given back, no retry spent"
 
 
 @pytest.mark.parametrize("late", [False, True])
@@ -201,7 +203,8 @@ def test_a_job_leased_ahead_with_less_than_a_tenth_of_its_lease_left_is_given_ba
     if late:
         assert runs(actions) == []
         assert rig.where("b") is Where.REPORTING
-        assert rig.book.outcomes.release == {"b": "tok-b"} and not rig.book.outcomes.started
+        outcomes = rig.book.reports.outcomes
+        assert outcomes.release == {"b": "tok-b"} and not outcomes.started
     else:
         assert runs(actions) == [(0, "b")] and rig.where("b") is Where.RUNNING
 
@@ -268,7 +271,7 @@ def test_a_timed_out_job_gets_sigterm_then_sigkill_after_the_kill_grace() -> Non
     assert not of(rig.later(0.5), events.Kill)
     assert only(rig.later(0.6), events.Kill).signal == signal.SIGKILL
     rig.exit(0, sig=9)
-    group, message = rig.book.outcomes.retry[0][2:4]
+    group, message = rig.book.reports.outcomes.retry[0][2:4]
     assert group == "runtime.Timeout"
     assert "timed out after 0.5 s; killed by signal 9, still running 1 s after SIGTERM" in message
 
@@ -289,7 +292,8 @@ def test_children_that_keep_dying_pause_spawning_and_the_pause_wakes_the_loop_wh
 def test_a_pipelined_job_stuck_behind_a_long_one_is_withdrawn_and_goes_to_another_child() -> None:
     rig = Rig(concurrency=2)
     rig.start()
-    rig.book.jobs_seen, rig.book.avg_run_s = 10, 0.0005  # short jobs: pipelining on
+    capacity = rig.book.capacity
+    capacity.jobs_seen, capacity.avg_run_s = 10, 0.0005  # short jobs: pipelining on
     assert runs(rig.lease(leased("a"), leased("b"), leased("c"))) == [(0, "a"), (1, "b"), (0, "c")]
     assert rig.where("c") is Where.PIPELINED
     posts = of(rig.later(TICK_S), events.Post)
@@ -306,7 +310,7 @@ def test_term_gives_back_jobs_leased_ahead_then_running_ones_at_the_deadline() -
     rig.lease(leased("a"), leased("b"))
     rig.apply(events.Signalled(events.Intent.DRAIN))
     first = only(rig.step(), events.Exchange)
-    assert rig.book.mode is Mode.DRAIN
+    assert rig.book.capacity.mode is Mode.DRAIN
     assert first.outcomes.release == {"b": "tok-b"}, "the one leased ahead goes back at once"
     assert first.pop is None, "a full pop left no registration to withdraw"
     rig.apply(events.Exchanged(first.outcomes, first.pop, {}, None, rig.now, rig.now))
@@ -348,7 +352,7 @@ def test_a_protocol_error_kills_the_child_and_fails_the_attempt_as_a_protocol_er
     rig.apply(events.ChildBroke(0, rig.pids[0], "incomplete frame"))
     assert only(rig.step(), events.Kill).index == 0
     rig.exit(0, sig=9)
-    assert rig.book.outcomes.retry[0][2] == "runtime.ProtocolError"
+    assert rig.book.reports.outcomes.retry[0][2] == "runtime.ProtocolError"
 
 
 def test_pause_gives_back_what_was_leased_ahead_and_resume_asks_for_work_again() -> None:
@@ -359,7 +363,7 @@ def test_pause_gives_back_what_was_leased_ahead_and_resume_asks_for_work_again()
     exchange = only(rig.step(), events.Exchange)
     assert exchange.outcomes.release == {"b": "tok-b"} and rig.where("a") is Where.RUNNING
     rig.apply(events.Signalled(events.Intent.RESUME))
-    assert rig.book.want_work
+    assert rig.book.intake.want_work
 
 
 def test_prefetch_and_pipelining_follow_the_average_run_time() -> None:
@@ -388,7 +392,7 @@ def test_grow_and_shrink_change_the_children() -> None:
 def handed(rig: Rig, jid: str, expires_in_s: float = 1.0) -> None:
     """The book waits, and a job is handed to it with a short first lease."""
     assert only(rig.lease(wake_in_s=None), events.Wait), "a short pop: now it waits"
-    rig.book.offset = rig.now - 500.0  # local monotonic - Redis seconds
+    rig.book.intake.offset = rig.now - 500.0  # local monotonic - Redis seconds
     expires_us = int((500 + expires_in_s) * 1e6)
     job = Leased(**{**leased(jid).__dict__, "expires_us": expires_us, "handed": True})
     rig.apply(events.WaitEnded(job, "own", True))
@@ -399,7 +403,9 @@ def test_a_job_handed_while_waiting_starts_once_a_renewal_confirms_it() -> None:
     rig.start()
     handed_at = rig.now
     handed(rig, "h")
-    assert rig.book.held["h"].lease_until == pytest.approx(handed_at + 1.0), "on Redis's clock"
+    assert rig.book.ledger.held["h"].lease_until == pytest.approx(handed_at + 1.0), (
+        "on Redis's clock"
+    )
     actions = rig.step()
     assert runs(actions) == [], "not started on its short first lease"
     renew = only(actions, events.Renew)
@@ -407,7 +413,9 @@ def test_a_job_handed_while_waiting_starts_once_a_renewal_confirms_it() -> None:
     rig.now += 0.001
     rig.apply(events.Renewed(renew.leases, frozenset(), rig.now))
     assert runs(rig.step()) == [(0, "h")]
-    assert rig.book.held["h"].lease_until == pytest.approx(rig.now + LEASE_S), "a whole lease"
+    assert rig.book.ledger.held["h"].lease_until == pytest.approx(rig.now + LEASE_S), (
+        "a whole lease"
+    )
 
 
 def test_jobs_popped_while_a_handed_job_is_confirmed_start_after_it() -> None:
@@ -429,15 +437,15 @@ def test_a_handed_job_that_cannot_be_confirmed_is_never_started() -> None:
     handed(rig, "h")
     renew = only(rig.step(), events.Renew)
     rig.apply(events.Renewed(renew.leases, frozenset({"h"}), rig.now + 1.5))  # taken since
-    assert runs(rig.step()) == [] and "h" not in rig.book.held
-    assert not rig.book.outcomes, "nothing reported: it is another master's now"
+    assert runs(rig.step()) == [] and "h" not in rig.book.ledger.held
+    assert not rig.book.reports.outcomes, "nothing reported: it is another master's now"
 
 
 def test_a_token_that_says_look_later_keeps_the_master_waiting_and_pops_then() -> None:
     rig = Rig()
     rig.start()
     assert only(rig.lease(wake_in_s=None), events.Wait), "a short pop: now it waits"
-    rig.book.offset = rig.now - 500.0  # local monotonic - Redis seconds
+    rig.book.intake.offset = rig.now - 500.0  # local monotonic - Redis seconds
     # a job was handed to another master; its first lease ends at Redis's 501 s
     rig.apply(events.WaitEnded(None, "wake:q", False, int(501 * 1e6)))
     actions = rig.step()
@@ -451,3 +459,19 @@ def test_reasons_say_what_becomes_of_the_job() -> None:
     assert reasons.of_exit(86, None).fate is reasons.Fate.RELEASED
     assert reasons.of_exit(None, 9).fate is reasons.Fate.FAILED
     assert reasons.LOST.fate is reasons.Fate.DROPPED
+
+
+def test_a_child_killed_with_jobs_pipelined_behind_its_running_one_gives_them_back() -> None:
+    """The shortest history the property tests (test_book_states.py) find when a dead
+    child's pipelined jobs are left on it: three steps."""
+    rig = Rig(concurrency=2)
+    rig.start()
+    capacity = rig.book.capacity
+    capacity.jobs_seen, capacity.avg_run_s = 10, 0.0005  # short jobs: pipelining on
+    assert runs(rig.lease(leased("a"), leased("b"), leased("c"))) == [(0, "a"), (1, "b"), (0, "c")]
+    rig.apply(events.ChildBroke(0, rig.pids[0], "incomplete frame"))
+    assert only(rig.step(), events.Kill).index == 0
+    rig.exit(0, sig=9)  # the rig checks the ledger after every event
+    assert rig.where("a") is Where.REPORTING
+    assert rig.where("c") in (Where.BUFFERED, Where.PIPELINED)
+    assert rig.book.ledger.held["c"].slot != 0, "nothing stays on a child that is gone"

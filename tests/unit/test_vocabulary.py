@@ -35,7 +35,6 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("queue/ops.py", r'_(op|batch)\("(depends|failed|complete)"', "operation names (lua/<op>.lua)"),
     ("queue/ops.py", r'^        "complete": lambda: complete\(', "a lease report's kind"),
     ("queue/leases.py", r'"complete", "retry", "fail", "release"', "a lease report's kinds"),
-    ("master/jobs.py", r'kind == "complete"', "a lease report's kind"),
     ("master/jobs.py", r'"running" if message\.loop_running', "an asyncio loop's, not a job's"),
     ("master/reasons.py", r'FAILED = "failed"  # the attempt failed', "a Fate, the master's"),
     ("master/held.py", r'RUNNING = "running"', "a Where: where the master holds a job"),

@@ -1,0 +1,87 @@
+"""Keeping the master's leases alive: one batched renewal of every lease it holds
+when the first one is due (early: plan.renew_at), the new deadlines told to the
+children, and the jobs whose lease Redis says is gone let go. Pure: the ledger
+(ledger.py) keeps the renewal bound, the link says whether a call may go."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from runtime.children import protocol
+from runtime.master import events, plan, reasons
+from runtime.master.held import Held, Where
+from runtime.master.ledger import Ledger
+from runtime.master.link import Link
+
+log = logging.getLogger(__name__)
+
+
+class Renewals:
+    def __init__(
+        self,
+        worker_id: str,
+        ledger: Ledger,
+        link: Link,
+        actions: list[events.Action],
+        let_go: Callable[[Held, reasons.Ending], None],
+    ) -> None:
+        self.worker_id = worker_id
+        self.ledger, self.link, self.actions = ledger, link, actions
+        self.let_go = let_go  # a job that is not ours any more (jobs.JobFlow.let_go)
+        self.renewing = False  # a renewal is out
+
+    def at(self, now: float) -> float | None:
+        """When the next renewal should go (None: nothing to renew, or one is out)."""
+        due = self.ledger.renewal_due()
+        if due is None or self.renewing:
+            return None
+        return due if self.link.up else max(due, self.link.retry_at)
+
+    def maybe_renew(self, now: float) -> None:
+        due = self.at(now)
+        if due is not None and due <= now:  # a bound: the job it was for may be gone
+            self.ledger.forget_due()
+            due = self.at(now)
+        if due is None or due > now or not self.link.may_call(now):
+            return
+        leases = {jid: h.leased.token for jid, h in self.ledger.held.items() if not h.lost}
+        if not leases:
+            return
+        self.renewing = True
+        outage_ms = self.link.outage_ms(now)
+        self.link.sending()
+        self.actions.append(events.Renew(leases, outage_ms))
+
+    def on_renewed(self, event: events.Renewed, now: float) -> bool:
+        """True when the renewal ended an outage of Redis."""
+        self.renewing = False
+        self.ledger.forget_due()  # the leases' ends move
+        back = self.link.succeeded(now, event.sent_at)
+        held_by = self.ledger.held
+        for jid, token in event.leases.items():
+            held = held_by.get(jid)
+            if held is None or held.leased.token != token or held.where is Where.REPORTING:
+                continue
+            if jid in event.lost:
+                self._lose(held)
+                continue
+            held.lease_until = event.sent_at + held.leased.lease_s
+            held.renewed = True
+            if held.where is Where.CONFIRMING:  # a handed job, confirmed: it may start
+                self.ledger.move(jid, Where.BUFFERED, front=True)
+            elif held.slot is not None:
+                deadline = plan.stop_before(held.lease_until, held.renew_length_s())
+                self.actions.append(events.Post(held.slot, protocol.Lease(jid, deadline)))
+        return back
+
+    def _lose(self, held: Held) -> None:
+        """Redis says the lease is gone: the job is not ours any more."""
+        held.lost = True
+        if held.where in (Where.CONFIRMING, Where.BUFFERED, Where.TIMED):  # not started
+            log.warning("job leased ahead not started, its lease ran out jid=%s queue=%s "
+                        "worker=%s", held.jid, held.leased.queue, self.worker_id)  # fmt: skip
+        else:
+            log.warning("lease lost jid=%s queue=%s worker=%s", held.jid, held.leased.queue,
+                        self.worker_id)  # fmt: skip
+        self.let_go(held, reasons.LOST)
