@@ -12,7 +12,7 @@ enforces its own (see docs/redis.md, *Sharded sites*).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Self
 
@@ -72,8 +72,9 @@ class Site:
         """The client of the namespace `queue` lives in."""
         return self.clients[self.shards.namespace_of(queue)]
 
-    def queue(self, name: str) -> Queue:
-        return self.client(name).queue(name)
+    def queue(self, name: str) -> SiteQueue:
+        """The queue, in its namespace; its puts check dependencies across the site."""
+        return SiteQueue(self, self.client(name), name)
 
     def locate(self, jid: str) -> Client | None:
         """The client of the namespace holding job `jid` (None: none holds it)."""
@@ -199,6 +200,18 @@ class Site:
         (keep a rate-limited domain's queues in one shard)."""
         for client in self.clients.values():
             client.set_domain_limit(domain, rate, period, burst)
+
+
+class SiteQueue(Queue):
+    """A Queue of a site: puts through `Site.put_many` (dependencies checked across
+    shards), everything else in the queue's namespace."""
+
+    def __init__(self, site: Site, client: Client, name: str) -> None:
+        super().__init__(client, name)
+        self.site = site
+
+    def put(self, klass: str | Any, data: Mapping[str, Any] | None = None, **options: Any) -> str:
+        return self.site.put_many([self.spec(klass, data, **options)])[0]
 
 
 NOT_SUMMED = ("oldest_waiting_ms", "size_warning")  # the larger one is kept
