@@ -80,6 +80,7 @@ class Settings:
     sentry_dsn: str | None = None
     log_level: str | None = None  # None: WARNING for commands, INFO for a worker
     env: tuple[str, ...] = ()  # variables jobs see even when they look secret
+    shards: str = ""  # a sharded site's queue -> namespace rule (runtime.queue.shards)
 
     def __post_init__(self) -> None:
         if self.log_level is not None:
@@ -99,6 +100,7 @@ _ENV = {
     "sentry_dsn": "SENTRY_DSN",
     "log_level": "RUNTIME_LOG_LEVEL",
     "env": "RUNTIME_ENV",
+    "shards": "RUNTIME_SHARDS",
 }
 
 

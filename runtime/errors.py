@@ -24,6 +24,11 @@ class BadArgument(Error, ValueError):
     """An argument is malformed or out of range; nothing was written."""
 
 
+class CrossShard(BadArgument):
+    """What cannot cross a shard of a sharded site (runtime.queue.shards): a job
+    put, moved on (`next=`) or depending across two namespaces; nothing was written."""
+
+
 class NoSuchJob(Error, LookupError):
     """The job id names no job (never put, cancelled, or removed by retention)."""
 

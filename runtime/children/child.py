@@ -46,6 +46,7 @@ from runtime.errors import (
     SandboxError,
 )
 from runtime.proctitle import set_title
+from runtime.queue.shards import Shards
 from runtime.sandbox import sandbox
 from runtime.vocabulary import FailureGroup
 
@@ -69,6 +70,8 @@ class Settings:
     worker: str
     sentry_dsn: str | None = None
     log_level: str = "INFO"  # the worker's: a job's log records below it are dropped
+    namespace: str = ""  # the master's, and the site's rule: ctx.put stays in this shard
+    shards: str = ""
 
 
 def _on_term(signum: int, frame: Any) -> None:
@@ -79,6 +82,7 @@ class Child:
     def __init__(self, sock: socket.socket, settings: Settings) -> None:
         self.sock = sock
         self.settings = settings
+        self.shards = Shards.parse(settings.shards, settings.namespace) if settings.shards else None
         self.inbox: queue.SimpleQueue[protocol.Run | None] = queue.SimpleQueue()
         self.send_lock = threading.Lock()
         self.lock = threading.Lock()  # guards the three below (reader and main thread)
@@ -211,7 +215,7 @@ class Child:
         self.context = context = JobContext(
             jid=run.jid, klass=run.klass, queue=run.queue, data=run.data, attempt=run.attempt,
             retries=run.retries, remaining=run.remaining, sandbox=self.settings.workdir,
-            _send=self.send,
+            _send=self.send, _shard=self.settings.namespace, _shards=self.shards,
         )  # fmt: skip
         try:
             result = fn(context)

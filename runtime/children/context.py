@@ -12,6 +12,7 @@ from typing import Any
 
 from runtime.children import protocol
 from runtime.errors import BadArgument
+from runtime.queue.shards import Shards
 from runtime.queue.wire import JobSpec
 
 PROGRESS_EVERY_S = 0.5  # at most two progress reports a second go out; the last one always
@@ -32,6 +33,8 @@ class JobContext:
     _send: Callable[[protocol.Message], None] = field(repr=False)
     _progress_at: float = field(default=-1e18, repr=False)
     _progress_held: protocol.Progress | None = field(default=None, repr=False)
+    _shard: str = field(default="", repr=False)  # the master's namespace (a sharded site)
+    _shards: Shards | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:  # never data: reprs end up in logs and error reports
         return f"JobContext(jid={self.jid!r}, klass={self.klass!r}, attempt={self.attempt})"
@@ -86,6 +89,8 @@ class JobContext:
                 raise BadArgument(f"{target!r}.spec() did not make a job")
         else:
             raise BadArgument(f"put takes a queue name, a typed job or a JobSpec, got {target!r}")
+        if self._shards is not None:  # CrossShard: the master puts in its namespace only
+            self._shards.check(self._shard, spec.queue, "a job put from a job")
         spec_json, data_json = spec.to_wire()
         self._send(protocol.Put(self.jid, spec_json, data_json, now=now))
         return str(spec.options["jid"])

@@ -133,6 +133,8 @@ class ForkServer:
             worker=cfg["worker"],
             sentry_dsn=cfg.get("sentry_dsn"),
             log_level=cfg.get("log_level") or "INFO",
+            namespace=cfg.get("namespace") or "",
+            shards=cfg.get("shards") or "",
         )
         spec = sandbox.Spec(
             workdir=settings.workdir,

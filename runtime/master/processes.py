@@ -210,6 +210,8 @@ class Processes:
             "sandbox_root": str(self.sandbox_root),
             "sys_path": list(sys.path),
             "sentry_dsn": self.settings.sentry_dsn,
+            "namespace": self.settings.namespace,
+            "shards": self.settings.shards,
             "log_level": self.worker.log_level,
             "user": w.user,
             "group": w.group,

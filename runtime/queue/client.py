@@ -122,6 +122,8 @@ class Client:
         specs = list(specs)
         if not specs:
             return []
+        for spec in specs:
+            self.conn.shards.check(self.keys.namespace, spec.queue)
 
         def landed(err: Error) -> list[str] | None:
             return [s.options["jid"] for s in specs] if self._all_put(err, specs) else None

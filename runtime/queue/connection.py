@@ -31,6 +31,7 @@ from runtime.queue import embedded, ops, routing, scripts, urls
 from runtime.queue.faults import classify, redact
 from runtime.queue.keys import Keys
 from runtime.queue.ops import Call
+from runtime.queue.shards import Shards
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -129,6 +130,7 @@ class Connection:
         self.settings = settings
         self.url = resolve_url(settings)
         self.keys = Keys(settings.namespace)
+        self.shards = Shards.of(settings)  # what lives in this namespace, of a sharded site
         self.retry_for_s = retry_for_s
         self.session = scripts.Session(self.url, self.keys.root)
         self.route = routing.Route.of(self.url)

@@ -63,6 +63,10 @@ class Leases:
         """Completes a leased job: with `next`, it moves on to that queue instead.
         `result`: its return value (JSON; None for none), `output`: its output,
         `puts`: jobs put in the same step (all or none)."""
+        puts = list(puts)
+        shard = self.conn.keys.namespace
+        for queue in [*([next] if next else []), *(spec.queue for spec in puts)]:
+            self.conn.shards.check(shard, queue, "a job completed")
         pairs = [spec.to_wire() for spec in puts]
         options = wire.complete_options(next, delay, depends, None, pairs)
         row = CompleteRow(jid, token, options, wire.result_json(result), output)

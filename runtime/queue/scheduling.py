@@ -52,6 +52,8 @@ class Scheduling:
 
     def requeue(self, jid: str, queue: str | None = None) -> str:
         """Runs a failed, complete or scheduled job again now (retries renewed)."""
+        if queue is not None:
+            self.conn.shards.check(self.conn.keys.namespace, queue, "a job requeued")
         return self.conn.call(ops.requeue(jid, "" if queue is None else wire.check_queue(queue)))
 
     def set_priority(self, jid: str, priority: int) -> str:
@@ -124,6 +126,7 @@ class Scheduling:
         with the same id replaces it. Job options: priority, retries, tags, backoff,
         timeout, domain."""
         spec = JobSpec.build(queue, klass, data, **job_options)
+        self.conn.shards.check(self.conn.keys.namespace, queue, "a recurrence")
         check_klass(spec.klass)  # before it names the recurrence: blame the klass, not the id
         if policy not in recur.POLICIES:
             raise BadArgument(f"policy must be one of {', '.join(recur.POLICIES)}")
