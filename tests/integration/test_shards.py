@@ -69,9 +69,8 @@ def test_three_namespaces_on_three_nodes_act_as_one_site(cluster: Cluster, workd
 
         def settled() -> bool:
             counts = site.status()
-            return all(counts.get(q, {}).get("complete") == n for q, n in done.items()) and (
-                site.failed() and sum(site.failed().values()) == 2
-            )
+            finished = all(counts.get(q, {}).get("complete") == n for q, n in done.items())
+            return finished and sum(site.failed().values()) == 2
 
         wait_for(settled, 60, what="every job to end")
         for jid in jids[:3] + jids[-3:]:

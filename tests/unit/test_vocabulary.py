@@ -45,6 +45,7 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("queue/stats.py", r'"failed"', "throughput and stats fields: failures counted"),
     # the put option (and reply field) `depends`: the jids a job waits on
     ("typed.py", r'\("tags", "depends"\)', "the put option depends"),
+    ("queue/site.py", r'options\.get\("depends"', "the put option depends"),
     ("queue/wire.py", r'"depends"', "the put option depends"),
     ("queue/scheduling.py", r'"depends"', "the put option depends"),
     ("queue/job.py", r'reply\.get\("depends"', "the reply field depends (jids)"),
