@@ -32,7 +32,7 @@ IN_SCRIPTS = (
 # what the clients send themselves (a master, the Client, the CLI)
 FROM_CLIENTS = (
     "ping", "blpop", "rpush", "ltrim", "del", "hget", "hgetall", "hset", "hdel",
-    "zrange", "zrevrange", "zcard", "subscribe", "unsubscribe",
+    "zrange", "zrevrange", "zcard", "subscribe", "unsubscribe", "persist",
 )  # fmt: skip
 FUNCTIONS = ("fcall", "fcall_ro", "function|load")  # Redis 7
 SCRIPTS = ("evalsha", "script|load")  # Redis 6.2, or users without FUNCTION

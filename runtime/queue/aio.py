@@ -121,7 +121,9 @@ class AsyncClient:
         try:
             request = next(plan)
             while True:
-                replies = await self._round_trip(conn, request, blocks_s)
+                sent = routing.probed(self.route.target, request)
+                replies = await self._round_trip(conn, sent, blocks_s)
+                replies = routing.checked(sent, request, replies)
                 for _ in range(routing.MAX_REDIRECTS):
                     if not routing.follows(self.route, replies):
                         break

@@ -198,7 +198,8 @@ class Connection:
         try:
             request = next(plan)
             while True:
-                replies = _round_trip(conn, request)
+                sent = routing.probed(self.route.target, request)
+                replies = routing.checked(sent, request, _round_trip(conn, sent))
                 for _ in range(routing.MAX_REDIRECTS):
                     if not routing.follows(self.route, replies):
                         break

@@ -91,14 +91,15 @@ class Route:
 def stale(target: urls.Target, replies: list[Any]) -> bool:
     """Whether a Sentinel-managed connection should be dropped after these replies:
     one says its server may not be the primary any more (STALE_CODES)."""
-    if target.kind != "sentinel":
+    return target.kind == "sentinel" and any(stale_reply(reply) for reply in replies)
+
+
+def stale_reply(reply: Any) -> bool:
+    """Whether a reply is an error saying its server may not be the primary."""
+    if not isinstance(reply, redis.exceptions.ResponseError):
         return False
-    for reply in replies:
-        if isinstance(reply, redis.exceptions.ResponseError):
-            code = getattr(reply, "status_code", None) or str(reply).split(" ", 1)[0]
-            if code in STALE_CODES:
-                return True
-    return False
+    code = getattr(reply, "status_code", None) or str(reply).split(" ", 1)[0]
+    return code in STALE_CODES
 
 
 def follows(route: Route, replies: list[Any]) -> bool:
@@ -110,3 +111,28 @@ def follows(route: Route, replies: list[Any]) -> bool:
 def redirected(replies: list[Any]) -> list[int]:
     """Indexes of the replies that say MOVED: their commands were not run."""
     return [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.MovedError)]
+
+
+def probed(target: urls.Target, request: list[Any]) -> list[Any]:
+    """The request as sent: for a Sentinel service, reads (FCALL_RO: `no-writes`
+    functions, which an isolated old primary refusing writes with NOREPLICAS,
+    or a replica, still answer from their own data) go with a write that changes
+    nothing after them, PERSIST of the namespace's root key (which never
+    exists), so that such a server is noticed (`checked`) as writes notice it."""
+    if target.kind != "sentinel":
+        return request
+    reads = [c for c in request if c[0] == "FCALL_RO"]
+    if not reads:
+        return request
+    return [*request, ("PERSIST", reads[0][3])]
+
+
+def checked(sent: list[Any], request: list[Any], replies: list[Any]) -> list[Any]:
+    """The replies to `request` (the probe that `probed` added taken off): every
+    one the probe's error when the server refused that write (STALE_CODES)."""
+    if len(sent) == len(request):
+        return replies
+    probe, replies = replies[-1], replies[:-1]
+    if stale_reply(probe):
+        return [probe for _ in replies]
+    return replies

@@ -89,3 +89,18 @@ def test_cluster_and_replica_refusals_are_transient(reply: str, condition: Redis
     error = BaseParser.parse_error(reply)  # type: ignore[no-untyped-call]  # as redis-py does
     found = classify(error, "redis+cluster://h:7000")
     assert isinstance(found, RedisTransient) and found.condition == condition
+
+
+def test_reads_through_sentinel_carry_a_write_probe_that_a_stale_primary_refuses() -> None:
+    sentinel = urls.parse("redis+sentinel://127.0.0.1:26379/main")
+    plain = urls.parse("redis://127.0.0.1:6379/0")
+    reads = [("FCALL_RO", "get_x", 1, "{ns}", "j1")]
+    writes = [("FCALL", "pop_x", 1, "{ns}", "w")]
+    assert routing.probed(plain, reads) == reads, "a plain server may be a replica on purpose"
+    assert routing.probed(sentinel, writes) == writes, "writes are refused by themselves"
+    sent = routing.probed(sentinel, reads)
+    assert sent == [*reads, ("PERSIST", "{ns}")]
+    assert routing.checked(sent, reads, ["job", 0]) == ["job"]
+    refused = redis.exceptions.ResponseError("NOREPLICAS Not enough good replicas to write.")
+    assert routing.checked(sent, reads, ["old job", refused]) == [refused]
+    assert routing.stale(sentinel, routing.checked(sent, reads, ["old job", refused]))
