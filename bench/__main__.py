@@ -67,11 +67,16 @@ def render() -> str:
             continue
         result: dict[str, Any] = json.loads(path.read_text())
         lines += [f"## {TITLES[suite]}", ""]
-        size = ("the sizes in each table's title, repetitions interleaved"
-                if suite in ("side", "headline") else f"{result['jobs']} jobs")  # fmt: skip
+        size = (
+            "the sizes in each table's title, repetitions interleaved"
+            if suite in ("side", "headline")
+            else f"{result['jobs']} jobs"
+        )
         minutes = result.get("seconds", 0) / 60
-        lines.append(f"Run {result['when']} with `{result['command']}` ({size}, "
-                     f"{result['repeat']} runs, {minutes:.0f} min).")  # fmt: skip
+        lines.append(
+            f"Run {result['when']} with `{result['command']}` ({size}, "
+            f"{result['repeat']} runs, {minutes:.0f} min)."
+        )
         lines.append("")
         lines += ["| machine | |", "| --- | --- |"]
         lines += [f"| {k} | {v} |" for k, v in result["machine"].items()]

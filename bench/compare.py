@@ -121,8 +121,9 @@ def run_in_checkout(script: str, tree: Path, args: list[str], timeout_s: float) 
     where it imported runtime from); SystemExit if it failed or imported another."""
     argv = [sys.executable, str(Path(script).resolve()), *args]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True,
-                          timeout=timeout_s)  # fmt: skip
+    done = subprocess.run(
+        argv, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s
+    )
     if done.returncode != 0:
         raise SystemExit(f"measure in {tree} failed:\n{done.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -134,10 +135,21 @@ def run_in_checkout(script: str, tree: Path, args: list[str], timeout_s: float) 
 def _measure(tree: Path, transport: str, args: argparse.Namespace) -> dict[str, Any]:
     load = _loadavg()
     started = time.monotonic()
-    result = run_in_checkout(__file__, tree, [
-        "--probe", transport, "--jobs", str(args.jobs), "--latency-n", str(args.latency_n),
-        "--lateness-n", str(args.lateness_n),
-    ], 900)  # fmt: skip
+    result = run_in_checkout(
+        __file__,
+        tree,
+        [
+            "--probe",
+            transport,
+            "--jobs",
+            str(args.jobs),
+            "--latency-n",
+            str(args.latency_n),
+            "--lateness-n",
+            str(args.lateness_n),
+        ],
+        900,
+    )
     result["loadavg"], result["seconds"] = load, round(time.monotonic() - started, 1)
     return result
 
@@ -154,8 +166,11 @@ def _rounds(trees: dict[str, Path], args: argparse.Namespace) -> dict[str, Any]:
                 runs[transport][side].append(result)
                 rate = result["drain"]["rate"]
                 p50 = result["latency"]["p50"]
-                print(f"round {index + 1} {transport} {side}: drain {rate:,.0f}/s, "
-                      f"latency p50 {p50:.2f} ms", file=sys.stderr)  # fmt: skip
+                print(
+                    f"round {index + 1} {transport} {side}: drain {rate:,.0f}/s, "
+                    f"latency p50 {p50:.2f} ms",
+                    file=sys.stderr,
+                )
     return runs
 
 
@@ -172,8 +187,10 @@ def _cell(values: list[float]) -> str:
 def table(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Markdown rows for one transport: OLD, NEW, NEW/OLD of the medians, and the
     NEW/OLD ratios of the runs paired by round (median, min to max)."""
-    lines = ["| measure | OLD | NEW | NEW/OLD (medians) | NEW/OLD per round | target |",
-             "| --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    lines = [
+        "| measure | OLD | NEW | NEW/OLD (medians) | NEW/OLD per round | target |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
     for title, (measure, key) in ROWS.items():
         old = [r[measure][key] for r in runs["old"]]
         new = [r[measure][key] for r in runs["new"]]
@@ -187,8 +204,10 @@ def table(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
             bound = TARGETS[title]
             met = ratio >= bound if bound < 1 else ratio <= bound
             target = f"{'>=' if bound < 1 else '<='} {bound}: {'met' if met else 'NOT met'}"
-        lines.append(f"| {title} | {_cell(old)} | {_cell(new)} | {ratio:.3f} | "
-                     f"{_cell_ratio(paired)} | {target} |")  # fmt: skip
+        lines.append(
+            f"| {title} | {_cell(old)} | {_cell(new)} | {ratio:.3f} | "
+            f"{_cell_ratio(paired)} | {target} |"
+        )
     return lines
 
 
@@ -206,9 +225,14 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--latency-n", type=int, default=300, help="jobs each latency run puts")
     parser.add_argument("--lateness-n", type=int, default=100, help="delayed jobs per run")
     parser.add_argument("--out", type=Path, help="write every run here as JSON")
-    parser.add_argument("--pool", type=Path, nargs="+", metavar="FILE",
-                        help="print the tables over the rounds of several --out files "
-                        "(one OLD commit; NEW commits with the same runtime/)")  # fmt: skip
+    parser.add_argument(
+        "--pool",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="print the tables over the rounds of several --out files "
+        "(one OLD commit; NEW commits with the same runtime/)",
+    )
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.transports = args.transports.split(",")
@@ -230,18 +254,25 @@ def main(argv: list[str] | None = None) -> int:
         commits = {side: _git(tree, "rev-parse", "HEAD") for side, tree in trees.items()}
         before, started = _loadavg(), time.monotonic()
         runs = _rounds(trees, args)
-        summary = {"commits": commits, "trees": {k: str(v) for k, v in trees.items()},
-                   "command": " ".join(["python -m bench.compare", *(argv or sys.argv[1:])]),
-                   "loadavg_before": before, "loadavg_after": _loadavg(),
-                   "nproc": os.cpu_count(), "minutes": round((time.monotonic() - started) / 60, 1),
-                   "runs": runs}  # fmt: skip
+        summary = {
+            "commits": commits,
+            "trees": {k: str(v) for k, v in trees.items()},
+            "command": " ".join(["python -m bench.compare", *(argv or sys.argv[1:])]),
+            "loadavg_before": before,
+            "loadavg_after": _loadavg(),
+            "nproc": os.cpu_count(),
+            "minutes": round((time.monotonic() - started) / 60, 1),
+            "runs": runs,
+        }
     finally:
         for path in made:
             _git(Path.cwd(), "worktree", "remove", "--force", str(path))
     if args.out:
         args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"OLD {commits['old']}, NEW {commits['new']}; load average before "
-          f"{before}, after {summary['loadavg_after']}")  # fmt: skip
+    print(
+        f"OLD {commits['old']}, NEW {commits['new']}; load average before "
+        f"{before}, after {summary['loadavg_after']}"
+    )
     for transport in args.transports:
         print(f"\n{transport}:\n")
         print("\n".join(table(runs[transport])))
@@ -261,11 +292,15 @@ def pool(files: list[Path]) -> int:
         if not _same_code(news[0], other):
             raise SystemExit(f"NEW {news[0]} and {other} differ in runtime/: not one version")
     transports = [t for t in summaries[0]["runs"] if all(t in s["runs"] for s in summaries)]
-    print(f"OLD {old.pop()}, NEW {', '.join(dict.fromkeys(news))} (the same runtime/, "
-          f"comments aside); the rounds of {', '.join(str(p) for p in files)}")  # fmt: skip
+    print(
+        f"OLD {old.pop()}, NEW {', '.join(dict.fromkeys(news))} (the same runtime/, "
+        f"comments aside); the rounds of {', '.join(str(p) for p in files)}"
+    )
     for transport in transports:
-        runs = {side: [r for s in summaries for r in s["runs"][transport][side]]
-                for side in ("old", "new")}  # fmt: skip
+        runs = {
+            side: [r for s in summaries for r in s["runs"][transport][side]]
+            for side in ("old", "new")
+        }
         print(f"\n{transport}, {len(runs['old'])} rounds:\n")
         print("\n".join(table(runs)))
     return 0

@@ -54,10 +54,24 @@ def _master(url: str, namespace: str, concurrency: int) -> subprocess.Popen[byte
     folder = Path(tempfile.mkdtemp(prefix="rt-ha-", dir="/tmp"))
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(folder / "notify"))
-    env = {**os.environ, "REDIS_URL": url, "RUNTIME_NAMESPACE": namespace,
-           "NOTIFY_SOCKET": str(folder / "notify"), "RUNTIME_STATE_DIR": str(folder)}  # fmt: skip
-    argv = [sys.executable, "-m", "runtime", "worker", "bench.jobs", "--queues", "bench",
-            "--concurrency", str(concurrency)]  # fmt: skip
+    env = {
+        **os.environ,
+        "REDIS_URL": url,
+        "RUNTIME_NAMESPACE": namespace,
+        "NOTIFY_SOCKET": str(folder / "notify"),
+        "RUNTIME_STATE_DIR": str(folder),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "runtime",
+        "worker",
+        "bench.jobs",
+        "--queues",
+        "bench",
+        "--concurrency",
+        str(concurrency),
+    ]
     log = (folder / "master.log").open("wb")
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=log)
     notify.settimeout(60)
@@ -91,8 +105,11 @@ def drain(cluster: Cluster, namespaces: list[str], jobs: int, concurrency: int) 
         proc.wait(timeout=60)
     for client in clients:
         client.close()
-    return {"shards": len(namespaces), "rate": len(namespaces) * jobs / elapsed,
-            "redis_cpu_us_per_job": redis_us}  # fmt: skip
+    return {
+        "shards": len(namespaces),
+        "rate": len(namespaces) * jobs / elapsed,
+        "redis_cpu_us_per_job": redis_us,
+    }
 
 
 def run(jobs: int, repeat: int, concurrency: int) -> dict[str, Any]:

@@ -74,12 +74,18 @@ def run(checkout: Path, idle_s: float, jobs: int, sparse: int) -> dict[str, Any]
 
     directory = Path(tempfile.mkdtemp(prefix="rt-hcost-", dir="/tmp"))
     port = _free_port()
-    server = ServerProcess(find_server_binary(), directory, appendonly=True,
-                           extra=f"port {port}\nbind 127.0.0.1")  # fmt: skip
+    server = ServerProcess(
+        find_server_binary(), directory, appendonly=True, extra=f"port {port}\nbind 127.0.0.1"
+    )
     server.start()
     url = f"redis://127.0.0.1:{port}"
-    env = {**os.environ, "REDIS_URL": url, "RUNTIME_NAMESPACE": NAMESPACE,
-           "RUNTIME_STATE_DIR": str(directory), "PYTHONPATH": str(checkout)}  # fmt: skip
+    env = {
+        **os.environ,
+        "REDIS_URL": url,
+        "RUNTIME_NAMESPACE": NAMESPACE,
+        "RUNTIME_STATE_DIR": str(directory),
+        "PYTHONPATH": str(checkout),
+    }
     argv = [sys.executable, "-m", "runtime", "worker", "bench.jobs", "--queues", "q", "-c", "1"]
     masters = []
     out: dict[str, Any] = {"checkout": str(checkout)}

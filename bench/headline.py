@@ -50,25 +50,65 @@ class Row:
     measures: frozenset[str]
 
 
-EVERY = frozenset({"enqueue_one", "enqueue_bulk", "drain", "latency", "lateness", "memory",
-                   "profile"})  # fmt: skip
+EVERY = frozenset(
+    {"enqueue_one", "enqueue_bulk", "drain", "latency", "lateness", "memory", "profile"}
+)
 DRAIN = frozenset({"drain", "profile"})
 ROWS = (
-    Row(System("runtime", "runtime", None, "", True, True,
-               "1 master, 2 forked children"), "runtime", EVERY),
-    Row(System("runtime p0", "runtime", None, "p0", True, True,
-               "the same, `--prefetch 0 --pipeline 0`"), "runtime", DRAIN),
-    Row(System("runtime 4x1", "runtime", None, "4x1", True, True,
-               "4 masters of `--concurrency 1`"), "runtime", DRAIN),
-    Row(System("huey", "huey", "huey", "", True, False,
-               "`huey_consumer -k process -w 2`"), "peer", EVERY),
-    Row(System("dramatiq 2x8", "dramatiq", "dramatiq", "2x8", True, True,
-               "`dramatiq --processes 2 --threads 8`"), "peer", EVERY),
-    Row(System("celery", "celery", "celery", "", True, True,
-               "`celery worker --pool prefork --concurrency 2`, acks_late"), "peer", EVERY),
-    Row(System("bare", "bare", None, "", True, True,
-               "2 processes of BLMOVE, the job, LREM"), "reference", EVERY - {"lateness"}),
-)  # fmt: skip
+    Row(
+        System("runtime", "runtime", None, "", True, True, "1 master, 2 forked children"),
+        "runtime",
+        EVERY,
+    ),
+    Row(
+        System(
+            "runtime p0", "runtime", None, "p0", True, True, "the same, `--prefetch 0 --pipeline 0`"
+        ),
+        "runtime",
+        DRAIN,
+    ),
+    Row(
+        System("runtime 4x1", "runtime", None, "4x1", True, True, "4 masters of `--concurrency 1`"),
+        "runtime",
+        DRAIN,
+    ),
+    Row(
+        System("huey", "huey", "huey", "", True, False, "`huey_consumer -k process -w 2`"),
+        "peer",
+        EVERY,
+    ),
+    Row(
+        System(
+            "dramatiq 2x8",
+            "dramatiq",
+            "dramatiq",
+            "2x8",
+            True,
+            True,
+            "`dramatiq --processes 2 --threads 8`",
+        ),
+        "peer",
+        EVERY,
+    ),
+    Row(
+        System(
+            "celery",
+            "celery",
+            "celery",
+            "",
+            True,
+            True,
+            "`celery worker --pool prefork --concurrency 2`, acks_late",
+        ),
+        "peer",
+        EVERY,
+    ),
+    Row(
+        System("bare", "bare", None, "", True, True, "2 processes of BLMOVE, the job, LREM"),
+        "reference",
+        EVERY - {"lateness"},
+    ),
+)
 PRIMARY = ("runtime", "huey", "dramatiq 2x8", "celery", "bare")  # one row per system
 
 _SIDE = {m.key: m for m in side.MEASURES}
@@ -82,13 +122,34 @@ PLAN: dict[Transport, tuple[str, ...]] = {
     "unix": ("enqueue_one", "drain"),
 }
 SIZES = {  # jobs by measure: the full run, the short headline, a check of the harness
-    "full": {"enqueue_one": 20_000, "enqueue_bulk": 20_000, "drain": 20_000, "latency": 300,
-             "lateness": 100, "memory": 100_000, "profile": 20_000},
-    "short": {"enqueue_one": 5000, "enqueue_bulk": 5000, "drain": 5000, "latency": 100,
-              "lateness": 50, "memory": 20_000, "profile": 3000},
-    "quick": {"enqueue_one": 2000, "enqueue_bulk": 2000, "drain": 2000, "latency": 50,
-              "lateness": 50, "memory": 5000, "profile": 2000},
-}  # fmt: skip
+    "full": {
+        "enqueue_one": 20_000,
+        "enqueue_bulk": 20_000,
+        "drain": 20_000,
+        "latency": 300,
+        "lateness": 100,
+        "memory": 100_000,
+        "profile": 20_000,
+    },
+    "short": {
+        "enqueue_one": 5000,
+        "enqueue_bulk": 5000,
+        "drain": 5000,
+        "latency": 100,
+        "lateness": 50,
+        "memory": 20_000,
+        "profile": 3000,
+    },
+    "quick": {
+        "enqueue_one": 2000,
+        "enqueue_bulk": 2000,
+        "drain": 2000,
+        "latency": 50,
+        "lateness": 50,
+        "memory": 5000,
+        "profile": 2000,
+    },
+}
 SLOWLOG = {"slowlog-log-slower-than": "0", "slowlog-max-len": str(cost.SLOWLOG_READ)}
 
 
@@ -155,8 +216,11 @@ def run(
                         reply = measure_once(row, measure, server, n, log)
                         reply["wall_s"] = round(time.monotonic() - started, 1)
                         table.setdefault(row.system.name, []).append(reply)
-                        print(f"bench headline: {transport} {key} {row.system.name} #{rep + 1}: "
-                              f"{_brief(reply)}", file=sys.stderr)  # fmt: skip
+                        print(
+                            f"bench headline: {transport} {key} {row.system.name} #{rep + 1}: "
+                            f"{_brief(reply)}",
+                            file=sys.stderr,
+                        )
     used = {r.system.venv for r in rows}
     return {
         "jobs": f"{SIZES[size]['drain']:,} drained",
@@ -171,10 +235,23 @@ def run(
 
 
 def _brief(reply: dict[str, Any]) -> str:
-    keep = ("rate", "commands", "redis_cpu_us", "tree_cpu_us", "script_us", "p50", "p99",
-            "bytes_per_job", "error", "unsupported")  # fmt: skip
-    return " ".join(f"{k}={side._num(reply[k]) if isinstance(reply[k], float) else reply[k]}"
-                    for k in keep if k in reply)  # fmt: skip
+    keep = (
+        "rate",
+        "commands",
+        "redis_cpu_us",
+        "tree_cpu_us",
+        "script_us",
+        "p50",
+        "p99",
+        "bytes_per_job",
+        "error",
+        "unsupported",
+    )
+    return " ".join(
+        f"{k}={side._num(reply[k]) if isinstance(reply[k], float) else reply[k]}"
+        for k in keep
+        if k in reply
+    )
 
 
 # --- the report -------------------------------------------------------------------
@@ -207,11 +284,15 @@ def _median(res: dict[str, Any], key: str, name: str, field: str) -> float | Non
 def _table(result: dict[str, Any], transport: str, columns: tuple[Any, ...]) -> list[str]:
     res = result["results"].get(transport, {})
     names = [s["name"] for s in result["systems"]]
-    lines = ["| system | " + " | ".join(c[2] for c in columns) + " |",
-             "| --- |" + " ---: |" * len(columns)]  # fmt: skip
+    lines = [
+        "| system | " + " | ".join(c[2] for c in columns) + " |",
+        "| --- |" + " ---: |" * len(columns),
+    ]
     for name in names:
-        cells = [side._cell(res.get(key, {}).get(name, []), field) if name in res.get(key, {})
-                 else "" for key, field, _, _ in columns]  # fmt: skip
+        cells = [
+            side._cell(res.get(key, {}).get(name, []), field) if name in res.get(key, {}) else ""
+            for key, field, _, _ in columns
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -220,8 +301,10 @@ def _ratios(result: dict[str, Any], transport: str, columns: tuple[Any, ...]) ->
     """runtime's median over each other system's, column by column."""
     res = result["results"].get(transport, {})
     others = [s["name"] for s in result["systems"] if s["role"] != "runtime"]
-    lines = ["| runtime / | " + " | ".join(c[2] for c in columns) + " |",
-             "| --- |" + " ---: |" * len(columns)]  # fmt: skip
+    lines = [
+        "| runtime / | " + " | ".join(c[2] for c in columns) + " |",
+        "| --- |" + " ---: |" * len(columns),
+    ]
     for other in others:
         cells = []
         for key, field, _, _ in columns:
@@ -237,8 +320,10 @@ def _ratio(value: float) -> str:
 
 def _profile(result: dict[str, Any], top: int = 8) -> list[str]:
     res = result["results"].get("tcp", {}).get("profile", {})
-    lines = ["| system | command or script | calls per job | µs per call | µs per job |",
-             "| --- | --- | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [
+        "| system | command or script | calls per job | µs per call | µs per job |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
     for name, replies in res.items():
         profile = next((r["profile"] for r in replies if "profile" in r), None)
         if profile is None:
@@ -248,8 +333,10 @@ def _profile(result: dict[str, Any], top: int = 8) -> list[str]:
         sent = [(k, row) for k, row in rows if not k.startswith("(in scripts)")]
         inner = [(k, row) for k, row in rows if k.startswith("(in scripts)")]
         for label, row in sent[:top] + inner[: top // 2]:
-            lines.append(f"| {name} | {label} | {row['calls_per_job']:.3f} | "
-                         f"{row['us_per_call']:.1f} | {row['us_per_job']:.1f} |")  # fmt: skip
+            lines.append(
+                f"| {name} | {label} | {row['calls_per_job']:.3f} | "
+                f"{row['us_per_call']:.1f} | {row['us_per_job']:.1f} |"
+            )
         lost = f"; {profile['lost']:,} entries missed" if profile["lost"] else ""
         lines.append(
             f"| {name} | all sent by clients ({len(sent)} kinds{lost}) | "
@@ -257,9 +344,11 @@ def _profile(result: dict[str, Any], top: int = 8) -> list[str]:
             f"{sum(r['us_per_job'] for _, r in sent):.1f} |"
         )
         if inner:
-            lines.append(f"| {name} | all run inside scripts ({len(inner)} kinds; in the "
-                         f"scripts' time) | {sum(r['calls_per_job'] for _, r in inner):.2f} "
-                         "| | |")  # fmt: skip
+            lines.append(
+                f"| {name} | all run inside scripts ({len(inner)} kinds; in the "
+                f"scripts' time) | {sum(r['calls_per_job'] for _, r in inner):.2f} "
+                "| | |"
+            )
     return lines
 
 
@@ -287,35 +376,83 @@ def targets(result: dict[str, Any]) -> list[str]:
         ("Redis CPU per job while draining <= 1.0x Huey's", cpu, of("huey", *cpu), "<=", 1.0),
         ("moonshot: Redis CPU per job <= the bare loop's", cpu, of("bare", *cpu), "<=", 1.0),
         ("worker-tree CPU per job <= 1.0x Huey's", tree, of("huey", *tree), "<=", 1.0),
-        ("drain >= 1.0x the best peer of any kind", ("drain", "rate"),
-         best("drain", "rate", True), ">=", 1.0),
-        ("moonshot: drain >= the bare loop", ("drain", "rate"), of("bare", "drain", "rate"),
-         ">=", 1.0),
-        ("put one at a time >= 0.8x Huey's", ("enqueue_one", "rate"),
-         of("huey", "enqueue_one", "rate"), ">=", 0.8),
-        ("a single put <= 25 µs inside Redis (its script's time)",
-         ("enqueue_one", "script_us"), ("25 µs", 25.0), "<=", 1.0),
-        ("bulk put >= 2x the best bulk API", ("enqueue_bulk", "rate"),
-         best("enqueue_bulk", "rate", True), ">=", 2.0),
-        ("put-to-start p99 <= Huey's", ("latency", "p99"), of("huey", "latency", "p99"),
-         "<=", 1.0),
-        ("scheduled lateness p99 the best", ("lateness", "p99"),
-         best("lateness", "p99", False), "<=", 1.0),
-        ("Redis bytes per queued job <= 1.2x Huey's", ("memory", "bytes_per_job"),
-         of("huey", "memory", "bytes_per_job"), "<=", 1.2),
-    ]  # fmt: skip
-    lines = ["| target | runtime | compared with | ratio | met |",
-             "| --- | ---: | --- | ---: | --- |"]  # fmt: skip
+        (
+            "drain >= 1.0x the best peer of any kind",
+            ("drain", "rate"),
+            best("drain", "rate", True),
+            ">=",
+            1.0,
+        ),
+        (
+            "moonshot: drain >= the bare loop",
+            ("drain", "rate"),
+            of("bare", "drain", "rate"),
+            ">=",
+            1.0,
+        ),
+        (
+            "put one at a time >= 0.8x Huey's",
+            ("enqueue_one", "rate"),
+            of("huey", "enqueue_one", "rate"),
+            ">=",
+            0.8,
+        ),
+        (
+            "a single put <= 25 µs inside Redis (its script's time)",
+            ("enqueue_one", "script_us"),
+            ("25 µs", 25.0),
+            "<=",
+            1.0,
+        ),
+        (
+            "bulk put >= 2x the best bulk API",
+            ("enqueue_bulk", "rate"),
+            best("enqueue_bulk", "rate", True),
+            ">=",
+            2.0,
+        ),
+        ("put-to-start p99 <= Huey's", ("latency", "p99"), of("huey", "latency", "p99"), "<=", 1.0),
+        (
+            "scheduled lateness p99 the best",
+            ("lateness", "p99"),
+            best("lateness", "p99", False),
+            "<=",
+            1.0,
+        ),
+        (
+            "Redis bytes per queued job <= 1.2x Huey's",
+            ("memory", "bytes_per_job"),
+            of("huey", "memory", "bytes_per_job"),
+            "<=",
+            1.2,
+        ),
+    ]
+    lines = [
+        "| target | runtime | compared with | ratio | met |",
+        "| --- | ---: | --- | ---: | --- |",
+    ]
     for label, (key, field), other, way, wanted in checks:
         lines.append(_check(label, _median(res, key, "runtime", field), other, way, wanted))
     for field, what in (("redis_cpu_us", "Redis"), ("tree_cpu_us", "worker-tree")):
-        lines.append(_check(f"`--prefetch 0 --pipeline 0`: {what} CPU per job <= 1.5x the "
-                            "default's", _median(res, "drain", "runtime p0", field),
-                            of("runtime", "drain", field), "<=", 1.5))  # fmt: skip
-    lines.append(_check("4 masters of concurrency 1 drain >= 1.0x one master of 2 (a proxy "
-                        "for: scales as far as two cores allow)",
-                        _median(res, "drain", "runtime 4x1", "rate"),
-                        of("runtime", "drain", "rate"), ">=", 1.0))  # fmt: skip
+        lines.append(
+            _check(
+                f"`--prefetch 0 --pipeline 0`: {what} CPU per job <= 1.5x the default's",
+                _median(res, "drain", "runtime p0", field),
+                of("runtime", "drain", field),
+                "<=",
+                1.5,
+            )
+        )
+    lines.append(
+        _check(
+            "4 masters of concurrency 1 drain >= 1.0x one master of 2 (a proxy "
+            "for: scales as far as two cores allow)",
+            _median(res, "drain", "runtime 4x1", "rate"),
+            of("runtime", "drain", "rate"),
+            ">=",
+            1.0,
+        )
+    )
     return lines
 
 
@@ -326,13 +463,17 @@ def _check(
         return f"| {label} | - | - | - | not measured |"
     ratio = abs(ours) / abs(other[1])
     met = ratio >= wanted if way == ">=" else ratio <= wanted
-    return (f"| {label} | {side._num(ours)} | {other[0]}: {side._num(other[1])} | "
-            f"{_ratio(ratio)} | {'yes' if met else 'no'} |")  # fmt: skip
+    return (
+        f"| {label} | {side._num(ours)} | {other[0]}: {side._num(other[1])} | "
+        f"{_ratio(ratio)} | {'yes' if met else 'no'} |"
+    )
 
 
 def render(result: dict[str, Any]) -> list[str]:
-    lines = ["| system | version | concurrency | own processes | acks after the job |",
-             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "| system | version | concurrency | own processes | acks after the job |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for s in result["systems"]:
         version = result["versions"].get(s["venv"] or "", result["machine"].get("runtime", ""))
         if s["role"] == "reference":
@@ -340,8 +481,12 @@ def render(result: dict[str, Any]) -> list[str]:
         own, acks = ("yes" if s[k] else "no" for k in ("processes", "ack_after"))
         lines.append(f"| {s['name']} | {version} | {s['how']} | {own} | {acks} |")
     sizes = result.get("sizes", {})
-    lines += ["", f"### Over TCP loopback ({sizes.get('drain', 0):,} queued jobs drained, "
-              f"{sizes.get('enqueue_one', 0):,} put one at a time)", ""]  # fmt: skip
+    lines += [
+        "",
+        f"### Over TCP loopback ({sizes.get('drain', 0):,} queued jobs drained, "
+        f"{sizes.get('enqueue_one', 0):,} put one at a time)",
+        "",
+    ]
     lines += [*_table(result, "tcp", COLUMNS), "", "runtime's median over each system's:", ""]
     lines += [*_ratios(result, "tcp", COLUMNS), ""]
     lines += ["### Targets (issue 19), over TCP", "", *targets(result), ""]
@@ -350,10 +495,16 @@ def render(result: dict[str, Any]) -> list[str]:
         lines += ["runtime's median over each system's:", ""]
         lines += [*_ratios(result, "unix", UNIX_COLUMNS), ""]
     if result["results"].get("tcp", {}).get("profile"):
-        lines += [f"### What each command and script costs inside Redis, over TCP (one drain "
-                  f"of {sizes.get('profile', 0):,} jobs with every command in the slowlog; "
-                  "time inside the command, no I/O)", "", *_profile(result), "",
-                  "Logging every command costs time of its own, most inside scripts that "
-                  "run many commands: read these times as shares, and the tables above "
-                  "(no slowlog) for the totals.", ""]  # fmt: skip
+        lines += [
+            f"### What each command and script costs inside Redis, over TCP (one drain "
+            f"of {sizes.get('profile', 0):,} jobs with every command in the slowlog; "
+            "time inside the command, no I/O)",
+            "",
+            *_profile(result),
+            "",
+            "Logging every command costs time of its own, most inside scripts that "
+            "run many commands: read these times as shares, and the tables above "
+            "(no slowlog) for the totals.",
+            "",
+        ]
     return lines

@@ -135,13 +135,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--groups", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--deployment", action="store_true",
-                        help="200 queues, 50 workers, 30 failure groups, 200,000 jobs")  # fmt: skip
+    parser.add_argument(
+        "--deployment",
+        action="store_true",
+        help="200 queues, 50 workers, 30 failure groups, 200,000 jobs",
+    )
     args = parser.parse_args()
     if args.deployment:
         args.queues, args.workers, args.groups, args.jobs = 200, 50, 30, 200_000
-    print(json.dumps(run(args.queues, args.jobs, args.repeat, args.workers, args.groups),
-                     indent=2))  # fmt: skip
+    print(json.dumps(run(args.queues, args.jobs, args.repeat, args.workers, args.groups), indent=2))
 
 
 if __name__ == "__main__":

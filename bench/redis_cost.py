@@ -47,14 +47,29 @@ def probe(jobs: int) -> dict[str, Any]:
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-            str(find_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "yes", "--dir", str(directory)]  # fmt: skip
+    argv = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={out}",
+        str(find_server_binary()),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--dir",
+        str(directory),
+    ]
     server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def control(*args: str) -> None:
-        subprocess.run(["callgrind_control", *args, str(server.pid)], check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["callgrind_control", *args, str(server.pid)], check=True, capture_output=True
+        )
 
     try:
         deadline = time.monotonic() + 60
@@ -65,8 +80,10 @@ def probe(jobs: int) -> dict[str, Any]:
 
         def fill(n: int) -> None:
             for offset in range(0, n, 500):
-                client.put_many(q.spec("bench.jobs:noop", {"payload": "x" * 85})
-                                for _ in range(min(500, n - offset)))  # fmt: skip
+                client.put_many(
+                    q.spec("bench.jobs:noop", {"payload": "x" * 85})
+                    for _ in range(min(500, n - offset))
+                )
 
         def counted(name: str, complete: bool) -> None:
             control("--zero")
@@ -106,8 +123,13 @@ def probe(jobs: int) -> dict[str, Any]:
                 totals[name] = int(total.split()[1]) / jobs
     shutil.rmtree(directory, ignore_errors=True)
     both, pop = totals["both"], totals["pop"]
-    return {"runtime": runtime.__file__, "pop": pop, "complete": both - pop, "both": both,
-            "put": totals["put"]}  # fmt: skip
+    return {
+        "runtime": runtime.__file__,
+        "pop": pop,
+        "complete": both - pop,
+        "both": both,
+        "put": totals["put"],
+    }
 
 
 def _answers(port: int) -> bool:
@@ -151,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         summary = {"commits": commits, "jobs": args.jobs, "batch": BATCH, "counts": counts}
         args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"OLD {commits['old']}, NEW {commits['new']}: redis-server instructions per job "
-          f"(thousands), pops and completions of {BATCH}, puts of one\n")  # fmt: skip
+    print(
+        f"OLD {commits['old']}, NEW {commits['new']}: redis-server instructions per job "
+        f"(thousands), pops and completions of {BATCH}, puts of one\n"
+    )
     print("| call | OLD | NEW | NEW/OLD |\n| --- | ---: | ---: | ---: |")
     for call in ("pop", "complete", "both", "put"):
         old, new = counts["old"][call], counts["new"][call]

@@ -26,10 +26,9 @@ def _fill(client: Client, jobs: int, domains: int, grouped: bool) -> None:
     q = client.queue("bench")
     for offset in range(0, jobs, 1000):
         client.put_many(
-            q.spec("bench.jobs:noop", {},
-                   domain=f"d{((k // per) if grouped else k) % domains}")
+            q.spec("bench.jobs:noop", {}, domain=f"d{((k // per) if grouped else k) % domains}")
             for k in range(offset, min(offset + 1000, jobs))
-        )  # fmt: skip
+        )
 
 
 SLOWLOG_US = 20
@@ -53,13 +52,16 @@ CASES = (
     Case("100,000 domains", 100_000),
     # every pop spends its domain's budget (1 a minute) and throttles the domain's
     # other 9 jobs, which are next in line: each pop passes a throttled domain
-    Case("100,000 domains, each pop throttles a domain whose jobs are next in line",
-         100_000, limit=(1, 60), grouped=True),
+    Case(
+        "100,000 domains, each pop throttles a domain whose jobs are next in line",
+        100_000,
+        limit=(1, 60),
+        grouped=True,
+    ),
     # 20,000 domains throttled, then all free when the measured pops begin: the
     # first pops release them, pop_skips + 2 lanes per pop of one
-    Case("100,000 domains, 20,000 freed at once", 100_000, limit=(1, 4),
-         warm=20_000, settle_s=4.5),
-)  # fmt: skip
+    Case("100,000 domains, 20,000 freed at once", 100_000, limit=(1, 4), warm=20_000, settle_s=4.5),
+)
 
 
 def pop_cost(server: ServerProcess, jobs: int, case: Case, pops: int) -> dict[str, float]:
@@ -78,8 +80,10 @@ def pop_cost(server: ServerProcess, jobs: int, case: Case, pops: int) -> dict[st
     # Each pop's own SLOWLOG entry, read right after it. Redis 7 also logs the
     # commands a script runs, so the threshold (20 us) keeps those out (and out of
     # the pop's time) while every pop, which takes longer, is logged.
-    pop_calls = (b"FCALL " + scripts.function_name("pop").encode(),
-                 b"EVALSHA " + scripts.load("pop").sha.encode())  # fmt: skip
+    pop_calls = (
+        b"FCALL " + scripts.function_name("pop").encode(),
+        b"EVALSHA " + scripts.load("pop").sha.encode(),
+    )
     conn.config_set("slowlog-log-slower-than", SLOWLOG_US)
     conn.config_set("slowlog-max-len", 128)
     conn.slowlog_reset()
@@ -97,8 +101,14 @@ def pop_cost(server: ServerProcess, jobs: int, case: Case, pops: int) -> dict[st
             last = entry["id"]
     conn.config_set("slowlog-log-slower-than", 10000)
     cuts = statistics.quantiles(durations, n=100, method="inclusive")
-    return {"p50": cuts[49], "p99": cuts[98], "max": max(durations),
-            "bytes_per_job": memory / jobs, "empty": pops - popped, "short": short}  # fmt: skip
+    return {
+        "p50": cuts[49],
+        "p99": cuts[98],
+        "max": max(durations),
+        "bytes_per_job": memory / jobs,
+        "empty": pops - popped,
+        "short": short,
+    }
 
 
 def rate_accuracy(

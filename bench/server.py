@@ -78,10 +78,21 @@ def redis_benchmark(server: ServerProcess, clients: int, requests: int) -> dict[
         ("EVALSHA", ["EVALSHA", sha, "0"]),
     ):
         done = subprocess.run(
-            [binary, "-s", str(server.socket), "-c", str(clients), "-n", str(requests), "-q",
-             *command],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            [
+                binary,
+                "-s",
+                str(server.socket),
+                "-c",
+                str(clients),
+                "-n",
+                str(requests),
+                "-q",
+                *command,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         match = re.search(r"([\d.]+) requests per second", done.stdout)
         if match:
             out[name] = float(match.group(1))

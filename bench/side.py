@@ -47,29 +47,100 @@ class System:
 
 
 SYSTEMS = (
-    System("runtime", "runtime", None, "", True, True,
-           "1 master, 2 forked children; lease renewed by the master, ended by complete"),
-    System("rq fork", "rq", "rq", "fork", True, False,
-           "2 `rq worker` processes, a fork per job; dequeue moves the job to a registry"),
-    System("rq simple", "rq", "rq", "simple", True, False,
-           "2 `rq worker --worker-class SimpleWorker` processes, jobs run in-process"),
-    System("celery", "celery", "celery", "", True, True,
-           "`celery worker --pool prefork --concurrency 2`, acks_late=True"),
-    System("dramatiq", "dramatiq", "dramatiq", "", True, True,
-           "`dramatiq --processes 2 --threads 1`; acks after the actor returns"),
-    System("dramatiq prefetch", "dramatiq", "dramatiq", "prefetch", True, True,
-           "the same, with dramatiq_queue_prefetch=64 (default: 2 per thread)"),
-    System("arq 2 procs", "arq", "arq", "procs", True, True,
-           "2 arq worker processes, max_jobs=1, poll_delay 10 ms (default 0.5 s)"),
-    System("arq async 2", "arq", "arq", "async", False, True,
-           "1 arq worker process, max_jobs=2, poll_delay 10 ms (default 0.5 s)"),
-    System("huey", "huey", "huey", "", True, False,
-           "`huey_consumer -k process -w 2`; dequeue removes the message"),
-    System("saq 2 procs", "saq", "saq", "procs", True, False,
-           "2 saq worker processes, concurrency 1; asyncio jobs in the worker process"),
-    System("saq async 2", "saq", "saq", "async", False, False,
-           "1 saq worker process, concurrency 2"),
-)  # fmt: skip
+    System(
+        "runtime",
+        "runtime",
+        None,
+        "",
+        True,
+        True,
+        "1 master, 2 forked children; lease renewed by the master, ended by complete",
+    ),
+    System(
+        "rq fork",
+        "rq",
+        "rq",
+        "fork",
+        True,
+        False,
+        "2 `rq worker` processes, a fork per job; dequeue moves the job to a registry",
+    ),
+    System(
+        "rq simple",
+        "rq",
+        "rq",
+        "simple",
+        True,
+        False,
+        "2 `rq worker --worker-class SimpleWorker` processes, jobs run in-process",
+    ),
+    System(
+        "celery",
+        "celery",
+        "celery",
+        "",
+        True,
+        True,
+        "`celery worker --pool prefork --concurrency 2`, acks_late=True",
+    ),
+    System(
+        "dramatiq",
+        "dramatiq",
+        "dramatiq",
+        "",
+        True,
+        True,
+        "`dramatiq --processes 2 --threads 1`; acks after the actor returns",
+    ),
+    System(
+        "dramatiq prefetch",
+        "dramatiq",
+        "dramatiq",
+        "prefetch",
+        True,
+        True,
+        "the same, with dramatiq_queue_prefetch=64 (default: 2 per thread)",
+    ),
+    System(
+        "arq 2 procs",
+        "arq",
+        "arq",
+        "procs",
+        True,
+        True,
+        "2 arq worker processes, max_jobs=1, poll_delay 10 ms (default 0.5 s)",
+    ),
+    System(
+        "arq async 2",
+        "arq",
+        "arq",
+        "async",
+        False,
+        True,
+        "1 arq worker process, max_jobs=2, poll_delay 10 ms (default 0.5 s)",
+    ),
+    System(
+        "huey",
+        "huey",
+        "huey",
+        "",
+        True,
+        False,
+        "`huey_consumer -k process -w 2`; dequeue removes the message",
+    ),
+    System(
+        "saq 2 procs",
+        "saq",
+        "saq",
+        "procs",
+        True,
+        False,
+        "2 saq worker processes, concurrency 1; asyncio jobs in the worker process",
+    ),
+    System(
+        "saq async 2", "saq", "saq", "async", False, False, "1 saq worker process, concurrency 2"
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -84,34 +155,79 @@ class Measure:
     seconds: float = 0.0
 
 
-BETTER = {"higher": "higher is better", "lower": "lower is better",
-          "zero": "nearer 0 is better"}  # fmt: skip
+BETTER = {"higher": "higher is better", "lower": "lower is better", "zero": "nearer 0 is better"}
 
 
 MEASURES = (
-    Measure("enqueue_one", "Enqueue, one call per job (jobs/s)", "enqueue_one", 20_000,
-            (("rate", "20,000 no-op jobs, 100-byte data", "higher"),)),
-    Measure("enqueue_bulk", "Enqueue in bulk, the system's batch API (jobs/s)", "enqueue_bulk",
-            20_000, (("rate", "20,000 no-op jobs, 100-byte data", "higher"),)),
-    Measure("drain", "Drain with total concurrency 2 (jobs/s)", "drain", 20_000,
-            (("rate", "20,000 queued jobs, each increments a counter", "higher"),)),
-    Measure("latency", "Put-to-start latency at light load: 300 jobs at 50/s (ms)", "latency",
-            300, (("p50", "p50", "lower"), ("p95", "p95", "lower"), ("p99", "p99", "lower"))),
-    Measure("lateness", "Scheduled-job lateness: 100 jobs due 2 s after their put (ms after "
-            "the due time; negative: started early)", "lateness", 100,
-            (("p50", "p50", "zero"), ("p99", "p99", "zero"),
-             ("early", "jobs started before their due time", "lower"))),
-    Measure("memory", "Redis memory per queued job (bytes)", "fill", 100_000,
-            (("bytes_per_job", "100,000 queued jobs, 100-byte data", "lower"),)),
-    Measure("ratelimit", "A 20 jobs/s limit on one key while another runs free, 30 s",
-            "ratelimit", 0,
-            (("observed", "limited key: starts/s (20 wanted)", "none"),
-             ("error_pct", "limited key: error (%)", "zero"),
-             ("max_1s", "limited key: most starts in any 1 s", "lower"),
-             ("free_rate", "free key: jobs/s meanwhile", "higher")), seconds=30.0),
-)  # fmt: skip
-QUICK = {"enqueue_one": 2000, "enqueue_bulk": 2000, "drain": 2000, "latency": 50,
-         "lateness": 100, "memory": 5000}  # fmt: skip
+    Measure(
+        "enqueue_one",
+        "Enqueue, one call per job (jobs/s)",
+        "enqueue_one",
+        20_000,
+        (("rate", "20,000 no-op jobs, 100-byte data", "higher"),),
+    ),
+    Measure(
+        "enqueue_bulk",
+        "Enqueue in bulk, the system's batch API (jobs/s)",
+        "enqueue_bulk",
+        20_000,
+        (("rate", "20,000 no-op jobs, 100-byte data", "higher"),),
+    ),
+    Measure(
+        "drain",
+        "Drain with total concurrency 2 (jobs/s)",
+        "drain",
+        20_000,
+        (("rate", "20,000 queued jobs, each increments a counter", "higher"),),
+    ),
+    Measure(
+        "latency",
+        "Put-to-start latency at light load: 300 jobs at 50/s (ms)",
+        "latency",
+        300,
+        (("p50", "p50", "lower"), ("p95", "p95", "lower"), ("p99", "p99", "lower")),
+    ),
+    Measure(
+        "lateness",
+        "Scheduled-job lateness: 100 jobs due 2 s after their put (ms after "
+        "the due time; negative: started early)",
+        "lateness",
+        100,
+        (
+            ("p50", "p50", "zero"),
+            ("p99", "p99", "zero"),
+            ("early", "jobs started before their due time", "lower"),
+        ),
+    ),
+    Measure(
+        "memory",
+        "Redis memory per queued job (bytes)",
+        "fill",
+        100_000,
+        (("bytes_per_job", "100,000 queued jobs, 100-byte data", "lower"),),
+    ),
+    Measure(
+        "ratelimit",
+        "A 20 jobs/s limit on one key while another runs free, 30 s",
+        "ratelimit",
+        0,
+        (
+            ("observed", "limited key: starts/s (20 wanted)", "none"),
+            ("error_pct", "limited key: error (%)", "zero"),
+            ("max_1s", "limited key: most starts in any 1 s", "lower"),
+            ("free_rate", "free key: jobs/s meanwhile", "higher"),
+        ),
+        seconds=30.0,
+    ),
+)
+QUICK = {
+    "enqueue_one": 2000,
+    "enqueue_bulk": 2000,
+    "drain": 2000,
+    "latency": 50,
+    "lateness": 100,
+    "memory": 5000,
+}
 
 
 # --- environments -----------------------------------------------------------------
@@ -132,10 +248,19 @@ def ensure_venv(name: str) -> None:
     print(f"bench side: building the {name} env ...", file=sys.stderr)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
     subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-         "--disable-pip-version-check", "-r", str(requirements)],
-        check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "-r",
+            str(requirements),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     stamp.touch()
 
 
@@ -156,15 +281,26 @@ def call(
     system: System, measure: Measure, url: str, n: int, log: Path, **extra_env: str
 ) -> dict[str, Any]:
     """Runs one adapter call in its own process group; kills the group afterwards."""
-    argv = [python_of(system), "-m", f"bench.peers.{system.adapter}_adapter", measure.call,
-            "--url", url, "--n", str(n), "--seconds", str(measure.seconds)]  # fmt: skip
+    argv = [
+        python_of(system),
+        "-m",
+        f"bench.peers.{system.adapter}_adapter",
+        measure.call,
+        "--url",
+        url,
+        "--n",
+        str(n),
+        "--seconds",
+        str(measure.seconds),
+    ]
     if system.variant:
         argv += ["--variant", system.variant]
     env = {**os.environ, "PYTHONPATH": str(REPO), "BENCH_LOG": str(log), **extra_env}
     env.pop("REDIS_URL", None)
     with log.open("ab") as err:
-        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, start_new_session=True
+        )
         try:
             out, _ = proc.communicate(timeout=CALL_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -235,8 +371,10 @@ def run(
                     reply = measure_once(system, measure, server, n, log)
                     reply["wall_s"] = round(time.monotonic() - started, 1)
                     table.setdefault(system.name, []).append(reply)
-                    print(f"bench side: {measure.key} {system.name} #{rep + 1}: "
-                          f"{_brief(reply)}", file=sys.stderr)  # fmt: skip
+                    print(
+                        f"bench side: {measure.key} {system.name} #{rep + 1}: {_brief(reply)}",
+                        file=sys.stderr,
+                    )
     return {
         "jobs": "see each table",
         "repeat": repeat,
@@ -302,8 +440,10 @@ def best_peer(
 
 def render(result: dict[str, Any]) -> list[str]:
     systems = [s["name"] for s in result["systems"]]
-    lines = ["| system | version | concurrency 2 is | own processes | acks after the job |",
-             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "| system | version | concurrency 2 is | own processes | acks after the job |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for s in result["systems"]:
         version = result["versions"].get(s["venv"] or "", result["machine"].get("runtime", ""))
         own, acks = ("yes" if s[k] else "no" for k in ("processes", "ack_after"))
@@ -350,17 +490,28 @@ def targets(result: dict[str, Any]) -> list[str]:
     strict = {s["name"] for s in systems if s["processes"] and s["ack_after"]} - {"runtime"}
     checks: list[tuple[str, str, str, str, float, set[str] | None]] = [
         # (label, measure, field, higher is better, wanted ratio, peers compared)
-        ("drain >= 2x the best peer with separate processes and acks after the job",
-         "drain", "rate", "higher", 2.0, strict),
+        (
+            "drain >= 2x the best peer with separate processes and acks after the job",
+            "drain",
+            "rate",
+            "higher",
+            2.0,
+            strict,
+        ),
         ("drain >= 1x the best peer of any kind", "drain", "rate", "higher", 1.0, None),
-        ("enqueue one at a time >= 1.5x the best peer", "enqueue_one", "rate", "higher", 1.5,
-         None),
+        ("enqueue one at a time >= 1.5x the best peer", "enqueue_one", "rate", "higher", 1.5, None),
         ("enqueue in bulk >= 1.5x the best peer", "enqueue_bulk", "rate", "higher", 1.5, None),
         ("put-to-start latency p99 below every peer", "latency", "p99", "lower", 1.0, None),
         ("scheduled lateness p99 below every peer", "lateness", "p99", "zero", 1.0, None),
-        ("bytes per queued job within 1.5x the smallest peer", "memory", "bytes_per_job",
-         "lower", 1.5, None),
-    ]  # fmt: skip
+        (
+            "bytes per queued job within 1.5x the smallest peer",
+            "memory",
+            "bytes_per_job",
+            "lower",
+            1.5,
+            None,
+        ),
+    ]
     lines = ["| target | runtime | best peer | ratio | met |", "| --- | ---: | --- | ---: | --- |"]
     for label, key, field, better, wanted, only in checks:
         table = res.get(key, {})
@@ -373,6 +524,8 @@ def targets(result: dict[str, Any]) -> list[str]:
         met = ratio >= wanted if better == "higher" else ratio <= wanted
         if better != "higher" and wanted == 1.0:  # "below every peer": strictly
             met = ratio < 1.0
-        lines.append(f"| {label} | {_num(ours)} | {best[0]}: {_num(best[1])} | {ratio:.2f} | "
-                     f"{'yes' if met else 'no'} |")  # fmt: skip
+        lines.append(
+            f"| {label} | {_num(ours)} | {best[0]}: {_num(best[1])} | {ratio:.2f} | "
+            f"{'yes' if met else 'no'} |"
+        )
     return lines

@@ -97,8 +97,19 @@ def _syscalls(out: Path) -> dict[str, int]:
 
 
 def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    argv = ["py-spy", "record", "--rate", "500", "--format", "raw", "--native",
-            "--output", str(out), "--pid", str(pid)]  # fmt: skip
+    argv = [
+        "py-spy",
+        "record",
+        "--rate",
+        "500",
+        "--format",
+        "raw",
+        "--native",
+        "--output",
+        str(out),
+        "--pid",
+        str(pid),
+    ]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -140,8 +151,9 @@ def drain(
     after = cpu()
     used = {r: (sum(after[r]) - sum(before[r])) / n * 1e6 for r in roles}
     system = {r: (after[r][1] - before[r][1]) / n * 1e6 for r in roles}
-    switches = {r: (sum(_switches(pid) for pid in pids) - switched[r]) / n
-                for r, pids in roles.items()}  # fmt: skip
+    switches = {
+        r: (sum(_switches(pid) for pid in pids) - switched[r]) / n for r, pids in roles.items()
+    }
     for tracer in tracers.values():
         tracer.send_signal(signal.SIGINT)
         tracer.wait(timeout=60)
@@ -177,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"files in {where}")
     if args.json:
         print(json.dumps(runs, indent=2))
-    print(f"a drain of {args.jobs:,} jobs, --concurrency 2 {' '.join(args.worker_args)}; "
-          f"per job, median of {args.repeat}")  # fmt: skip
+    print(
+        f"a drain of {args.jobs:,} jobs, --concurrency 2 {' '.join(args.worker_args)}; "
+        f"per job, median of {args.repeat}"
+    )
     print(f"rate {statistics.median(r['rate'] for r in runs):,.0f} jobs/s")
     for role in ROLES:
         print(

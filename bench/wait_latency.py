@@ -95,8 +95,10 @@ def main() -> None:
     p99 = samples_ms[min(len(samples_ms) - 1, round(0.99 * len(samples_ms)) - 1)]
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"wait wake-up after completion over {args.jobs} jobs, TCP loopback (load {load}):")
-    print(f"  p50 {statistics.median(samples_ms):.3f} ms  p99 {p99:.3f} ms  "
-          f"max {samples_ms[-1]:.3f} ms  min {samples_ms[0]:.3f} ms")  # fmt: skip
+    print(
+        f"  p50 {statistics.median(samples_ms):.3f} ms  p99 {p99:.3f} ms  "
+        f"max {samples_ms[-1]:.3f} ms  min {samples_ms[0]:.3f} ms"
+    )
 
 
 if __name__ == "__main__":

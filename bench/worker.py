@@ -31,8 +31,13 @@ class Master:
         notify = self.dir / "notify"
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(str(notify))
-        env = {**os.environ, "REDIS_URL": server.url, "RUNTIME_NAMESPACE": namespace,
-               "NOTIFY_SOCKET": str(notify), "RUNTIME_STATE_DIR": str(self.dir)}  # fmt: skip
+        env = {
+            **os.environ,
+            "REDIS_URL": server.url,
+            "RUNTIME_NAMESPACE": namespace,
+            "NOTIFY_SOCKET": str(notify),
+            "RUNTIME_STATE_DIR": str(self.dir),
+        }
         argv = [sys.executable, "-m", "runtime", "worker", "bench.jobs", "--queues", "bench", *args]
         log = (self.dir / "master.log").open("wb")
         self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=log)

@@ -23,8 +23,9 @@ from runtime.errors import BadArgument, ConfigError, EmbeddedRedisError, Error, 
 
 
 @click.group(name="runtime", context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(config.version(), "-V", "--version", prog_name="runtime",
-                      message="%(prog)s %(version)s")  # fmt: skip
+@click.version_option(
+    config.version(), "-V", "--version", prog_name="runtime", message="%(prog)s %(version)s"
+)
 @click.option("--url", envvar="REDIS_URL", help="Redis URL (default: the embedded server).")
 @click.option("--namespace", envvar="RUNTIME_NAMESPACE", help="Key namespace (default: runtime).")
 @click.option(

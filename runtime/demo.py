@@ -65,8 +65,19 @@ def broken(job: Any) -> None:
 def run_worker_until_done(client: Client, jids: list[str], timeout_s: float) -> list[Job]:
     """Starts `runtime worker runtime.demo`, waits for the jobs to end, stops it."""
     env = {**os.environ, "REDIS_URL": client.url, "RUNTIME_NAMESPACE": client.keys.namespace}
-    argv = [sys.executable, "-m", "runtime", "worker", __name__, "--queues", QUEUE,
-            "--concurrency", "2", "--grace", "5"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "runtime",
+        "worker",
+        __name__,
+        "--queues",
+        QUEUE,
+        "--concurrency",
+        "2",
+        "--grace",
+        "5",
+    ]
     worker = subprocess.Popen(argv, env=env)
     deadline = time.monotonic() + timeout_s
     try:

@@ -59,12 +59,17 @@ log = logging.getLogger(__name__)
 
 UP_S = 60.0  # a master seen within this many seconds counts as up
 STATES = tuple(Count)
-TOTALS = (("completed", "completions reported"), ("failed", "jobs failed for good"),
-          ("retried", "retries scheduled"))  # fmt: skip
+TOTALS = (
+    ("completed", "completions reported"),
+    ("failed", "jobs failed for good"),
+    ("retried", "retries scheduled"),
+)
 BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 600, 3600)  # each a stored bound
 LE = (*(repr(float(b)) for b in BUCKETS_S), "+Inf")
-TIMES = (("wait", "seconds from put (or due time) to popped, today (UTC)"),
-         ("run", "seconds from popped to completed, today (UTC)"))  # fmt: skip
+TIMES = (
+    ("wait", "seconds from put (or due time) to popped, today (UTC)"),
+    ("run", "seconds from popped to completed, today (UTC)"),
+)
 EMPTY: dict[str, Any] = {"queues": {}, "groups": {}, "workers": {}}
 
 Kind = Literal["gauge", "counter", "histogram"]
@@ -131,27 +136,60 @@ def families(snapshot: Mapping[str, Any], up_s: float = UP_S) -> list[Family]:
         out.append(Family(f"runtime_jobs_{name}", "counter", help_, ("queue",), series))
     hists = {q: _hist_counts(c.get("stats", {})) for q, c in queues}  # one pass per queue
     for what, help_ in TIMES:
-        out.append(Family(f"runtime_job_{what}_seconds", "histogram", help_, ("queue",),
-                          list(_histograms(what, queues, hists))))  # fmt: skip
+        out.append(
+            Family(
+                f"runtime_job_{what}_seconds",
+                "histogram",
+                help_,
+                ("queue",),
+                list(_histograms(what, queues, hists)),
+            )
+        )
     groups = sorted(snapshot["groups"].items())
-    out.append(Family("runtime_failed_jobs", "gauge", "failed jobs by group", ("group",),
-                      [((g,), n) for g, n in groups]))  # fmt: skip
+    out.append(
+        Family(
+            "runtime_failed_jobs",
+            "gauge",
+            "failed jobs by group",
+            ("group",),
+            [((g,), n) for g, n in groups],
+        )
+    )
     workers = sorted(snapshot["workers"].items())
-    out.append(Family("runtime_workers", "gauge", f"masters seen within {up_s:g} s", (),
-                      [((), len(workers))]))  # fmt: skip
-    out.append(Family("runtime_worker_running_jobs", "gauge", "jobs each master holds",
-                      ("worker",), [((w,), info["running"]) for w, info in workers]))  # fmt: skip
+    out.append(
+        Family(
+            "runtime_workers", "gauge", f"masters seen within {up_s:g} s", (), [((), len(workers))]
+        )
+    )
+    out.append(
+        Family(
+            "runtime_worker_running_jobs",
+            "gauge",
+            "jobs each master holds",
+            ("worker",),
+            [((w,), info["running"]) for w, info in workers],
+        )
+    )
     return out
 
 
 def _queue_gauges(queues: list[tuple[str, Mapping[str, Any]]]) -> list[Family]:
     jobs = Family("runtime_jobs", "gauge", "jobs by queue and state", ("queue", "state"))
     jobs.series = [((q, state), c[state]) for q, c in queues for state in STATES]
-    paused = Family("runtime_queue_paused", "gauge", "1 while the queue is paused", ("queue",),
-                    [((q,), 1 if c["paused"] else 0) for q, c in queues])  # fmt: skip
-    oldest = Family("runtime_queue_oldest_waiting_seconds", "gauge",
-                    "how long the oldest waiting job has waited", ("queue",),
-                    [((q,), c["oldest_waiting_ms"] / 1000) for q, c in queues])  # fmt: skip
+    paused = Family(
+        "runtime_queue_paused",
+        "gauge",
+        "1 while the queue is paused",
+        ("queue",),
+        [((q,), 1 if c["paused"] else 0) for q, c in queues],
+    )
+    oldest = Family(
+        "runtime_queue_oldest_waiting_seconds",
+        "gauge",
+        "how long the oldest waiting job has waited",
+        ("queue",),
+        [((q,), c["oldest_waiting_ms"] / 1000) for q, c in queues],
+    )
     return [jobs, paused, oldest]
 
 
@@ -260,8 +298,9 @@ def server(client: Client, host: str, port: int, up_s: float = UP_S) -> WSGIServ
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: metrics are at /metrics\n"]
         body = exposition(registry)
-        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST),
-                                  ("Content-Length", str(len(body)))])  # fmt: skip
+        start_response(
+            "200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))]
+        )
         return [body]
 
     return make_server(host, port, app, handler_class=_QuietHandler)

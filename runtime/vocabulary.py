@@ -45,8 +45,15 @@ STORED_STATES = tuple(s for s in JobState if s is not JobState.THROTTLED)
 ENDED_STATES = (JobState.COMPLETE, JobState.FAILED)
 # The states a queue's jobs are listed by (`jobs`, the CLI, the dashboard), in the
 # order they are offered; stalled jobs are listed with the running.
-LISTED_STATES = (JobState.WAITING, JobState.THROTTLED, JobState.SCHEDULED, JobState.RUNNING,
-                 JobState.DEPENDS, JobState.COMPLETE, JobState.FAILED)  # fmt: skip
+LISTED_STATES = (
+    JobState.WAITING,
+    JobState.THROTTLED,
+    JobState.SCHEDULED,
+    JobState.RUNNING,
+    JobState.DEPENDS,
+    JobState.COMPLETE,
+    JobState.FAILED,
+)
 
 
 class Count(StrEnum):

@@ -49,8 +49,16 @@ def _tasks(url: str) -> Any:
 
 
 def _workers(url: str) -> common.Workers:
-    argv = [common.bin_of("celery"), "-A", TASKS, "worker", "--pool", "prefork",
-            "--concurrency", "2"]  # fmt: skip
+    argv = [
+        common.bin_of("celery"),
+        "-A",
+        TASKS,
+        "worker",
+        "--pool",
+        "prefork",
+        "--concurrency",
+        "2",
+    ]
     return common.Workers([argv], url)
 
 

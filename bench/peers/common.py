@@ -85,8 +85,13 @@ def rate(n: int, started: float) -> dict[str, float]:
 
 def percentiles(values_ms: Sequence[float]) -> dict[str, float]:
     cuts = statistics.quantiles(values_ms, n=100, method="inclusive")
-    return {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "max": max(values_ms),
-            "n": len(values_ms)}  # fmt: skip
+    return {
+        "p50": cuts[49],
+        "p95": cuts[94],
+        "p99": cuts[98],
+        "max": max(values_ms),
+        "n": len(values_ms),
+    }
 
 
 def stamps(url: str, n: int, timeout_s: float, key: str = STAMPS) -> dict[int, float]:
@@ -132,9 +137,14 @@ def latency_of(url: str, n: int, put: Callable[[int], None], per_s: float = 50) 
     return {**out, "missing": n - len(started)}
 
 
-def lateness_of(url: str, n: int, put_at: Callable[[int, float], None],
-                put: Callable[[int], None], delay_s: float = 2.0,
-                spacing_s: float = 0.02) -> dict[str, Any]:  # fmt: skip
+def lateness_of(
+    url: str,
+    n: int,
+    put_at: Callable[[int, float], None],
+    put: Callable[[int], None],
+    delay_s: float = 2.0,
+    spacing_s: float = 0.02,
+) -> dict[str, Any]:
     """put_at(i, due) schedules job i to start at the time.time() `due`, delay_s after
     its put; puts are spacing_s apart, so the due times spread over n * spacing_s and
     a scheduler that ticks once a second is sampled at every phase of its tick.
@@ -147,8 +157,11 @@ def lateness_of(url: str, n: int, put_at: Callable[[int, float], None],
         time.sleep(max(0.0, due[i] - delay_s + spacing_s - time.time()))
     started = stamps(url, n, timeout_s=delay_s + 60)
     late = [(started[i] - due[i]) * 1000 for i in range(n) if i in started]
-    return {**percentiles(late), "early": sum(1 for x in late if x < 0),
-            "missing": n - len(started)}  # fmt: skip
+    return {
+        **percentiles(late),
+        "early": sum(1 for x in late if x < 0),
+        "missing": n - len(started),
+    }
 
 
 def drained(url: str, n: int) -> dict[str, Any]:
@@ -205,8 +218,13 @@ def limited(url: str, seconds: float) -> dict[str, float]:
     free_span = free_at[-1] - free_at[0] if len(free_at) > 1 else 0.0
     free_rate = len(free_at) / free_span if free_span > 0 else 0.0
     if len(limited_at) < 3:
-        return {"observed": 0.0, "error_pct": -100.0, "max_1s": len(limited_at),
-                "free_jobs": len(free_at), "free_rate": free_rate}  # fmt: skip
+        return {
+            "observed": 0.0,
+            "error_pct": -100.0,
+            "max_1s": len(limited_at),
+            "free_jobs": len(free_at),
+            "free_rate": free_rate,
+        }
     start = limited_at[0] + 1.0
     steady = [t for t in limited_at if t >= start]
     span = max(steady) - start if steady else 0.0
@@ -216,8 +234,13 @@ def limited(url: str, seconds: float) -> dict[str, float]:
         while limited_at[j] <= t - 1.0:
             j += 1
         max_1s = max(max_1s, i - j + 1)
-    return {"observed": observed, "error_pct": (observed / LIMIT_RATE - 1) * 100,
-            "max_1s": max_1s, "free_jobs": len(free_at), "free_rate": free_rate}  # fmt: skip
+    return {
+        "observed": observed,
+        "error_pct": (observed / LIMIT_RATE - 1) * 100,
+        "max_1s": max_1s,
+        "free_jobs": len(free_at),
+        "free_rate": free_rate,
+    }
 
 
 def _times(raw: list[Any]) -> list[float]:

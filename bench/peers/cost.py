@@ -192,9 +192,10 @@ class Profile:
         self.thread.join()
         self._read()
         per = max(jobs, 1)
-        rows = {name: {"calls_per_job": calls / per, "us_per_call": us / calls,
-                       "us_per_job": us / per}
-                for name, (calls, us) in self.by_label.items()}  # fmt: skip
+        rows = {
+            name: {"calls_per_job": calls / per, "us_per_call": us / calls, "us_per_job": us / per}
+            for name, (calls, us) in self.by_label.items()
+        }
         return {"by_label": rows, "lost": self.lost}
 
 

@@ -24,15 +24,24 @@ def _client(url: str) -> Client:
     return Client.from_url(url)
 
 
-VARIANTS = {"": (1, ["--concurrency", "2"]),
-            "p0": (1, ["--concurrency", "2", "--prefetch", "0", "--pipeline", "0"]),
-            "4x1": (4, ["--concurrency", "1"])}  # fmt: skip
+VARIANTS = {
+    "": (1, ["--concurrency", "2"]),
+    "p0": (1, ["--concurrency", "2", "--prefetch", "0", "--pipeline", "0"]),
+    "4x1": (4, ["--concurrency", "1"]),
+}
 
 
 def _workers(url: str, variant: str = "") -> common.Workers:
     masters, args = VARIANTS[variant]
-    argv = [common.bin_of("runtime"), "worker", TASKS, "--queues", common.QUEUE, *args,
-            *os.environ.get("BENCH_RUNTIME_ARGS", "").split()]  # fmt: skip
+    argv = [
+        common.bin_of("runtime"),
+        "worker",
+        TASKS,
+        "--queues",
+        common.QUEUE,
+        *args,
+        *os.environ.get("BENCH_RUNTIME_ARGS", "").split(),
+    ]
     state = f"/tmp/rt-bench-{uuid.uuid4().hex[:8]}"  # shared: each master's id is host-pid
     return common.Workers([argv] * masters, url, REDIS_URL=url, RUNTIME_STATE_DIR=state)
 

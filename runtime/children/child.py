@@ -213,10 +213,18 @@ class Child:
         except KlassNotFound as err:
             return self._failed(run, FailureGroup.KLASS_NOT_FOUND, _format(err), error=err)
         self.context = context = JobContext(
-            jid=run.jid, klass=run.klass, queue=run.queue, data=run.data, attempt=run.attempt,
-            retries=run.retries, remaining=run.remaining, sandbox=self.settings.workdir,
-            _send=self.send, _shard=self.settings.namespace, _shards=self.shards,
-        )  # fmt: skip
+            jid=run.jid,
+            klass=run.klass,
+            queue=run.queue,
+            data=run.data,
+            attempt=run.attempt,
+            retries=run.retries,
+            remaining=run.remaining,
+            sandbox=self.settings.workdir,
+            _send=self.send,
+            _shard=self.settings.namespace,
+            _shards=self.shards,
+        )
         try:
             result = fn(context)
             if result is not None and inspect.isawaitable(result):
@@ -249,8 +257,13 @@ class Child:
         error: BaseException | None = None,
     ) -> protocol.Failed:
         if not retry or run.remaining <= 0:  # this failure is final: report it
-            tags = {"queue": run.queue, "klass": run.klass, "jid": run.jid,
-                    "attempt": run.attempt, "worker": self.settings.worker}  # fmt: skip
+            tags = {
+                "queue": run.queue,
+                "klass": run.klass,
+                "jid": run.jid,
+                "attempt": run.attempt,
+                "worker": self.settings.worker,
+            }
             if sentry.init(self.settings.sentry_dsn, server_name=self.settings.worker):
                 sentry.report(group=group, message=message, tags=tags, error=error)
         return protocol.Failed(run.jid, group, message, retry=retry, delay=delay)

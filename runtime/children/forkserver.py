@@ -55,9 +55,16 @@ MAX_DATAGRAM = 1 << 16
 LAST_SWEEP_S = 5.0  # at exit: the longest wait for killed processes to be reaped
 CPU_LIMIT_SLACK_S = 0.05  # CPU time read from /proc is in clock ticks
 IGNORED = (
-    signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-    signal.SIGUSR2, signal.SIGTTIN, signal.SIGTTOU, signal.SIGWINCH,
-)  # fmt: skip
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGTTIN,
+    signal.SIGTTOU,
+    signal.SIGWINCH,
+)
 
 
 def send(ctl: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -177,8 +184,10 @@ class ForkServer:
         raw = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         sig = signal.SIGXCPU if raw == signal.SIGKILL and at_cpu_limit else raw
         with contextlib.suppress(OSError):  # the master may be gone
-            send(self.ctl, {"kind": "exited", "pid": pid, "code": code, "signal": sig,
-                            "raw_signal": raw})  # fmt: skip
+            send(
+                self.ctl,
+                {"kind": "exited", "pid": pid, "code": code, "signal": sig, "raw_signal": raw},
+            )
 
     @staticmethod
     def _at_cpu_hard_limit(pid: int) -> bool:

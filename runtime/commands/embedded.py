@@ -17,8 +17,13 @@ from runtime.queue import embedded
 from runtime.queue.client import Client
 
 STOP_TIMEOUT_S = 30.0
-INFO_FIELDS = ("redis_version", "uptime_in_seconds", "used_memory_human", "connected_clients",
-               "aof_enabled")  # fmt: skip
+INFO_FIELDS = (
+    "redis_version",
+    "uptime_in_seconds",
+    "used_memory_human",
+    "connected_clients",
+    "aof_enabled",
+)
 
 
 @click.group("embedded", no_args_is_help=False)
@@ -32,9 +37,12 @@ def _facts(state_dir: Path) -> dict[str, Any]:
     pid = embedded.live_server_pid(state_dir)
     answers = embedded.replies(sock)[:1] in (b"+", b"-")
     facts: dict[str, Any] = {
-        "state_dir": str(state_dir), "socket": str(sock), "pid": pid,
-        "running": pid is not None or answers, "answering": answers,
-    }  # fmt: skip
+        "state_dir": str(state_dir),
+        "socket": str(sock),
+        "pid": pid,
+        "running": pid is not None or answers,
+        "answering": answers,
+    }
     if answers:
         try:
             with Client.from_url(f"unix://{sock}", socket_timeout=2.0) as client:
@@ -83,22 +91,27 @@ def stop_cmd(ctx: click.Context) -> None:
     settings = settings_of(ctx)
     sock = settings.state_dir / embedded.SOCKET_NAME
     if settings.url is not None and settings.url != f"unix://{sock}":
-        why = ("a Redis URL is configured (REDIS_URL, --url or the config file): runtime "
-               "stops only the embedded server it starts, never that one")  # fmt: skip
+        why = (
+            "a Redis URL is configured (REDIS_URL, --url or the config file): runtime "
+            "stops only the embedded server it starts, never that one"
+        )
         raise click.exceptions.Exit(fail(why))
     pid = embedded.live_server_pid(settings.state_dir)
     if pid is None:
         if embedded.replies(sock):
-            why = (f"the server on {sock} is not one runtime started (no live redis-server "
-                   f"in {settings.state_dir}/redis.pid): not stopping it")  # fmt: skip
+            why = (
+                f"the server on {sock} is not one runtime started (no live redis-server "
+                f"in {settings.state_dir}/redis.pid): not stopping it"
+            )
             raise click.exceptions.Exit(fail(why))
         raise click.exceptions.Exit(fail(f"no embedded server runs in {settings.state_dir}"))
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while embedded.live_server_pid(settings.state_dir) == pid:
         if time.monotonic() > deadline:
-            raise click.exceptions.Exit(fail(f"redis-server pid {pid} did not stop in "
-                                             f"{STOP_TIMEOUT_S:g} s"))  # fmt: skip
+            raise click.exceptions.Exit(
+                fail(f"redis-server pid {pid} did not stop in {STOP_TIMEOUT_S:g} s")
+            )
         time.sleep(0.05)
     click.echo(f"stopped the embedded redis-server (pid {pid})")
 

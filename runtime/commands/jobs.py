@@ -44,10 +44,22 @@ def put(
 ) -> None:
     """Put a job: QUEUE KLASS [DATA as JSON, @file or -]."""
     payload = parse_data(data)
-    jid = client_of(ctx).queue(queue).put(
-        klass, payload, priority=priority, delay=delay, tags=tags, retries=retries,
-        depends=depends, domain=domain, unique_key=unique_key, jid=jid,
-    )  # fmt: skip
+    jid = (
+        client_of(ctx)
+        .queue(queue)
+        .put(
+            klass,
+            payload,
+            priority=priority,
+            delay=delay,
+            tags=tags,
+            retries=retries,
+            depends=depends,
+            domain=domain,
+            unique_key=unique_key,
+            jid=jid,
+        )
+    )
     click.echo(jid)
 
 
@@ -141,9 +153,15 @@ def _output(output: str) -> list[str]:
 
 
 def _event(ev: HistoryEvent) -> str:
-    fields = (("worker", ev.worker), ("queue", ev.queue), ("group", ev.group),
-              ("delay_ms", ev.delay_ms), ("priority", ev.priority), ("by", ev.by),
-              ("count", ev.count))  # fmt: skip
+    fields = (
+        ("worker", ev.worker),
+        ("queue", ev.queue),
+        ("group", ev.group),
+        ("delay_ms", ev.delay_ms),
+        ("priority", ev.priority),
+        ("by", ev.by),
+        ("count", ev.count),
+    )
     extra = " ".join(f"{k}={v}" for k, v in fields if v is not None)
     if ev.jids:
         more = "..." if ev.count is not None and ev.count > len(ev.jids) else ""
@@ -291,5 +309,17 @@ def events(ctx: click.Context, idle: float | None) -> None:
         click.echo(json.dumps(event, sort_keys=True))
 
 
-COMMANDS = [put, job, cancel, retry_cmd, priority, depends, tag, untag, tagged, track,
-            tracked, events]  # fmt: skip
+COMMANDS = [
+    put,
+    job,
+    cancel,
+    retry_cmd,
+    priority,
+    depends,
+    tag,
+    untag,
+    tagged,
+    track,
+    tracked,
+    events,
+]

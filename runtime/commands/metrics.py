@@ -20,8 +20,12 @@ POLL_S = 0.5  # how soon a stop request (INT, TERM) ends the server
 
 
 @click.command("metrics")
-@click.option("--port", type=click.IntRange(0, 65535), required=True,
-              help="Port to listen on (0: any free one, printed).")  # fmt: skip
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    required=True,
+    help="Port to listen on (0: any free one, printed).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.pass_context
 def metrics_cmd(ctx: click.Context, port: int, host: str) -> None:

@@ -34,9 +34,12 @@ PROGRESS_SHOWN = 10  # running jobs with their progress, per queue (JSON) and in
 @click.argument("queues", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one line per redraw).")
 @click.option(
-    "--watch", "watch_s", type=click.FloatRange(0.1), metavar="SECS",
+    "--watch",
+    "watch_s",
+    type=click.FloatRange(0.1),
+    metavar="SECS",
     help="Redraw every SECS seconds until Ctrl-C.",
-)  # fmt: skip
+)
 @click.pass_context
 def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: float | None) -> None:
     """Queues and their jobs by state (complete: still kept by retention), and the
@@ -101,8 +104,10 @@ def _progress_lines(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
     if not told:
         return []
     told.sort(key=lambda item: -int(item[1]["progress"].get("at_ms") or 0))
-    lines = [f"  {job['jid']}  {name:<12} {progress_text(job['progress'])}"
-             for name, job in told[:PROGRESS_SHOWN]]  # fmt: skip
+    lines = [
+        f"  {job['jid']}  {name:<12} {progress_text(job['progress'])}"
+        for name, job in told[:PROGRESS_SHOWN]
+    ]
     return ["", "in progress (latest told first)", *lines]
 
 
@@ -134,16 +139,26 @@ def _plain(value: Any) -> Any:
 @click.command("jobs")
 @click.argument("queue")
 # plain strings: click takes an enum's member names for its choices
-@click.option("--state", type=click.Choice([str(s) for s in LISTED_STATES]),
-              default=str(JobState.WAITING), show_default=True)  # fmt: skip
-@click.option("--limit", type=click.IntRange(1, config.LIMITS["get_max"]), default=25,
-              show_default=True, help="Most jobs to show.")  # fmt: skip
+@click.option(
+    "--state",
+    type=click.Choice([str(s) for s in LISTED_STATES]),
+    default=str(JobState.WAITING),
+    show_default=True,
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, config.LIMITS["get_max"]),
+    default=25,
+    show_default=True,
+    help="Most jobs to show.",
+)
 @click.option("--start", type=click.IntRange(0), default=0, help="Jobs to skip first.")
 @click.option("--oldest", is_flag=True, help="Oldest first (default: newest first).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: total and jobs.")
 @click.pass_context
-def jobs_cmd(ctx: click.Context, queue: str, state: str, limit: int, start: int, oldest: bool,
-             as_json: bool) -> None:  # fmt: skip
+def jobs_cmd(
+    ctx: click.Context, queue: str, state: str, limit: int, start: int, oldest: bool, as_json: bool
+) -> None:
     """Jobs of QUEUE in one state, newest first (waiting: the reverse of pop order)."""
     total, found = client_of(ctx).admin.jobs(queue, state, start, limit, oldest_first=oldest)
     if as_json:
@@ -187,13 +202,20 @@ def failed(ctx: click.Context, group: str | None, start: int, count: int) -> Non
 @click.command()
 @click.argument("group", required=False)
 @click.argument("queue", required=False)
-@click.option("--count", type=click.IntRange(1, config.LIMITS["unfail_max"]), default=25,
-              show_default=True, help="Most jobs to move (without --all).")  # fmt: skip
-@click.option("--all", "every", is_flag=True,
-              help="Every failed job of GROUP (of every group without GROUP).")  # fmt: skip
+@click.option(
+    "--count",
+    type=click.IntRange(1, config.LIMITS["unfail_max"]),
+    default=25,
+    show_default=True,
+    help="Most jobs to move (without --all).",
+)
+@click.option(
+    "--all", "every", is_flag=True, help="Every failed job of GROUP (of every group without GROUP)."
+)
 @click.pass_context
-def unfail(ctx: click.Context, group: str | None, queue: str | None, count: int,
-           every: bool) -> None:  # fmt: skip
+def unfail(
+    ctx: click.Context, group: str | None, queue: str | None, count: int, every: bool
+) -> None:
     """Move failed jobs of GROUP back to QUEUE (default: each job's own queue),
     oldest first."""
     client = client_of(ctx)
@@ -217,8 +239,11 @@ def unfail(ctx: click.Context, group: str | None, queue: str | None, count: int,
 
 def _warn_unknown(client: Client, queue: str) -> None:
     if not client.admin.queue_known(queue):
-        click.echo(f"runtime: warning: queue {queue} has never been used "
-                   f"(runtime queue forget {queue} removes it)", err=True)  # fmt: skip
+        click.echo(
+            f"runtime: warning: queue {queue} has never been used "
+            f"(runtime queue forget {queue} removes it)",
+            err=True,
+        )
 
 
 @click.command()
@@ -296,11 +321,15 @@ def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -
     if as_json:
         emit(dataclasses.asdict(found))
         return
-    click.echo(f"{queue} on {found.day}: failures {found.failures}, failed {found.failed}, "
-               f"retries {found.retries}")  # fmt: skip
+    click.echo(
+        f"{queue} on {found.day}: failures {found.failures}, failed {found.failed}, "
+        f"retries {found.retries}"
+    )
     for name, times in (("wait", found.wait), ("run", found.run)):
-        click.echo(f"{name:<5} {times.count} jobs, mean {duration(times.mean)}, "
-                   f"stddev {duration(times.stddev)}")  # fmt: skip
+        click.echo(
+            f"{name:<5} {times.count} jobs, mean {duration(times.mean)}, "
+            f"stddev {duration(times.stddev)}"
+        )
         if times.count:
             cuts = ", ".join(
                 f"{label} {duration(value)}"
@@ -317,8 +346,9 @@ def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -
 @click.option("--burst", type=click.IntRange(0), help="Extra starts allowed at once.")
 @click.option("--clear", is_flag=True, help="Remove DOMAIN's own limit.")
 @click.pass_context
-def limit(ctx: click.Context, domain: str | None, rate: str | None, burst: int | None,
-          clear: bool) -> None:  # fmt: skip
+def limit(
+    ctx: click.Context, domain: str | None, rate: str | None, burst: int | None, clear: bool
+) -> None:
     """Limit DOMAIN to RATE job starts, as N/SECONDS (e.g. 10/1, 100/60); no
     arguments: list the limits."""
     client = client_of(ctx)
@@ -341,5 +371,4 @@ def limit(ctx: click.Context, domain: str | None, rate: str | None, burst: int |
     click.echo(f"{domain}: {rate} (burst {burst or 0})")
 
 
-COMMANDS = [status, jobs_cmd, pause, resume, queue_group, failed, unfail, config_cmd, stats,
-            limit]  # fmt: skip
+COMMANDS = [status, jobs_cmd, pause, resume, queue_group, failed, unfail, config_cmd, stats, limit]

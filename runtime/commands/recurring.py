@@ -24,27 +24,57 @@ def recur() -> None:
 @click.option("--every", type=click.FloatRange(0, min_open=True), help="Seconds between ticks.")
 @click.option("--cron", help='A cron expression, e.g. "*/5 * * * *".')
 @click.option("--tz", default="UTC", show_default=True, help="Time zone of the cron ticks.")
-@click.option("--policy", type=click.Choice(POLICIES), default="once", show_default=True,
-              help="Ticks missed while no master popped: all, once, or skip.")  # fmt: skip
-@click.option("--grace", type=click.FloatRange(0), default=60.0, show_default=True,
-              help="skip: how late a tick may still run, seconds.")  # fmt: skip
+@click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    default="once",
+    show_default=True,
+    help="Ticks missed while no master popped: all, once, or skip.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(0),
+    default=60.0,
+    show_default=True,
+    help="skip: how late a tick may still run, seconds.",
+)
 @click.option("--id", "rid", help="Its name (default: QUEUE/KLASS); the same id replaces.")
 @click.option("--priority", type=int, default=0)
 @click.option("--retries", type=int, default=config.DEFAULT_RETRIES)
 @click.option("--tag", "tags", multiple=True)
 @click.pass_context
 def add(
-    ctx: click.Context, queue: str, klass: str, data: str | None, every: float | None,
-    cron: str | None, tz: str, policy: str, grace: float, rid: str | None, priority: int,
-    retries: int, tags: Sequence[str],
-) -> None:  # fmt: skip
+    ctx: click.Context,
+    queue: str,
+    klass: str,
+    data: str | None,
+    every: float | None,
+    cron: str | None,
+    tz: str,
+    policy: str,
+    grace: float,
+    rid: str | None,
+    priority: int,
+    retries: int,
+    tags: Sequence[str],
+) -> None:
     """Put KLASS on QUEUE --every SECONDS or at each --cron tick."""
     if (every is None) == (cron is None):
         raise BadArgument("give --every or --cron, one of them")
     r = client_of(ctx).scheduling.recur(
-        queue, klass, parse_data(data), every=every, cron=cron, tz=tz, policy=policy,
-        grace=grace, id=rid, priority=priority, retries=retries, tags=tags,
-    )  # fmt: skip
+        queue,
+        klass,
+        parse_data(data),
+        every=every,
+        cron=cron,
+        tz=tz,
+        policy=policy,
+        grace=grace,
+        id=rid,
+        priority=priority,
+        retries=retries,
+        tags=tags,
+    )
     click.echo(f"{r.id}: next at {when(r.next_ms)}")
 
 
@@ -57,8 +87,10 @@ def list_(ctx: click.Context) -> None:
         click.echo("no recurring jobs")
     for r in found:
         schedule = f"every {r.every:g} s" if r.every else f"cron '{r.cron}' {r.tz}"
-        click.echo(f"{r.id}  {r.queue}  {r.klass}  {schedule}  policy {r.policy}  "
-                   f"next {when(r.next_ms)}  spawned {r.count}")  # fmt: skip
+        click.echo(
+            f"{r.id}  {r.queue}  {r.klass}  {schedule}  policy {r.policy}  "
+            f"next {when(r.next_ms)}  spawned {r.count}"
+        )
 
 
 @recur.command("remove")

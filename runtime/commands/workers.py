@@ -49,10 +49,20 @@ log = logging.getLogger(__name__)
 @click.option("--max-processes", type=click.IntRange(1), help="RLIMIT_NPROC of children.")
 @click.option("--user", help="Run children as this user.")
 @click.option("--group", help="Run children as this group.")
-@click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True,
-              help="TERM: seconds running jobs get to finish.")  # fmt: skip
-@click.option("--kill-grace", type=click.FloatRange(0), default=5.0, show_default=True,
-              help="Seconds between SIGTERM and SIGKILL of a timed-out job.")  # fmt: skip
+@click.option(
+    "--grace",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="TERM: seconds running jobs get to finish.",
+)
+@click.option(
+    "--kill-grace",
+    type=click.FloatRange(0),
+    default=5.0,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL of a timed-out job.",
+)
 @click.option("--sandbox-dir", type=click.Path(file_okay=False), help="Where children work.")
 @click.option(
     "--allow-eviction",
@@ -92,10 +102,14 @@ def worker(
     logging.getLogger().setLevel(level)
     names = config.env_names((*settings.env, *env_names))
     _warn_unset(names)
-    renamed = {"max_memory_per_child": "max_memory_per_child_mib",
-               "memory_limit": "memory_limit_mib", "cpu_limit": "cpu_limit_s",
-               "address_space": "address_space_mib", "grace": "grace_s",
-               "kill_grace": "kill_grace_s"}  # fmt: skip
+    renamed = {
+        "max_memory_per_child": "max_memory_per_child_mib",
+        "memory_limit": "memory_limit_mib",
+        "cpu_limit": "cpu_limit_s",
+        "address_space": "address_space_mib",
+        "grace": "grace_s",
+        "kill_grace": "kill_grace_s",
+    }
     fields = {renamed.get(k, k): v for k, v in options.items() if v is not None}
     worker_id = fields.pop("worker_id", None)
     if "sandbox_dir" in fields:

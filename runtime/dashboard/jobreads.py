@@ -152,8 +152,10 @@ def delete_group(client: Client, group: str) -> int:
 def domain_rows(client: Client) -> list[DomainRow]:
     """Domains with a limit of their own or with jobs throttled now, by name."""
     found = client.admin.domains()
-    return [DomainRow(d, info.get("limit"), info.get("throttled"), info.get("next_start_ms"))
-            for d, info in sorted(found.items())]  # fmt: skip
+    return [
+        DomainRow(d, info.get("limit"), info.get("throttled"), info.get("next_start_ms"))
+        for d, info in sorted(found.items())
+    ]
 
 
 def default_limit(client: Client) -> Mapping[str, float] | None:

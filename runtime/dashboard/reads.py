@@ -21,12 +21,26 @@ from runtime.vocabulary import Count
 log = logging.getLogger(__name__)
 
 # the states a queue's page lists, in the order a job meets them
-QUEUE_STATES = (Count.WAITING, Count.SCHEDULED, Count.RUNNING, Count.STALLED, Count.DEPENDS,
-                Count.THROTTLED, Count.COMPLETE, Count.FAILED)  # fmt: skip
+QUEUE_STATES = (
+    Count.WAITING,
+    Count.SCHEDULED,
+    Count.RUNNING,
+    Count.STALLED,
+    Count.DEPENDS,
+    Count.THROTTLED,
+    Count.COMPLETE,
+    Count.FAILED,
+)
 LISTED_STATES = vocabulary.LISTED_STATES  # stalled jobs are listed with the running
 # the counts of the jobs that still have to run
-QUEUED = (Count.WAITING, Count.THROTTLED, Count.SCHEDULED, Count.DEPENDS, Count.RUNNING,
-          Count.STALLED)  # fmt: skip
+QUEUED = (
+    Count.WAITING,
+    Count.THROTTLED,
+    Count.SCHEDULED,
+    Count.DEPENDS,
+    Count.RUNNING,
+    Count.STALLED,
+)
 UP_WITHIN_MS = 60_000  # a worker seen this recently counts as up
 
 

@@ -31,9 +31,15 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        when=when, ago=ago, duration=duration, number=number, pretty=pretty, q=quote_part,
-        preview=preview, folded=tracebacks.parts,
-    )  # fmt: skip
+        when=when,
+        ago=ago,
+        duration=duration,
+        number=number,
+        pretty=pretty,
+        q=quote_part,
+        preview=preview,
+        folded=tracebacks.parts,
+    )
     env.globals["query"] = query
     return env
 

@@ -69,10 +69,10 @@ class Book:
         self.capacity = Capacity(worker, worker_id, self.slots, self.ledger)
         parts = (self.ledger, self.capacity, self.link, self.reports, self.actions)
         self.intake = Intake(worker, worker_id, *parts)
-        self.flow = JobFlow(worker, worker_id, self.ledger, self.slots, self.capacity,
-                            self.reports, self.actions)  # fmt: skip
-        self.renewals = Renewals(worker_id, self.ledger, self.link, self.actions,
-                                 self.flow.let_go)  # fmt: skip
+        self.flow = JobFlow(
+            worker, worker_id, self.ledger, self.slots, self.capacity, self.reports, self.actions
+        )
+        self.renewals = Renewals(worker_id, self.ledger, self.link, self.actions, self.flow.let_go)
         self.drain_at: float | None = None
         self.stopping_since: float | None = None
         self.checked_at = -math.inf
@@ -180,15 +180,20 @@ class Book:
             return False
         intake = self.intake
         if (
-            not self.ledger.held and not self.reports.outcomes and not intake.exchanging
+            not self.ledger.held
+            and not self.reports.outcomes
+            and not intake.exchanging
             and not intake.registered
-        ):  # fmt: skip
+        ):
             return True
         since = self.stopping_since if self.stopping_since is not None else now
         if not self.link.up and now - since >= STOP_REPORT_WAIT_S:
-            log.warning("exiting with %d reports unsent: Redis is out of reach; their "
-                        "leases will run out and the jobs run again worker=%s",
-                        len(self.ledger.held), self.worker_id)  # fmt: skip
+            log.warning(
+                "exiting with %d reports unsent: Redis is out of reach; their "
+                "leases will run out and the jobs run again worker=%s",
+                len(self.ledger.held),
+                self.worker_id,
+            )
             return True
         return False
 

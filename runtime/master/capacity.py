@@ -60,10 +60,13 @@ class Capacity:
             self.pipelining_flips += 1
             if now - self.pipelining_logged_at >= PIPELINING_LOG_EVERY_S:
                 more = self.pipelining_flips - 1
-                log.info("pipelining %s: jobs take %.2f ms on average%s worker=%s",
-                         "on" if depth else "off", self.avg_run_s * 1000,
-                         f" ({more} more changes since the last line)" if more else "",
-                         self.worker_id)  # fmt: skip
+                log.info(
+                    "pipelining %s: jobs take %.2f ms on average%s worker=%s",
+                    "on" if depth else "off",
+                    self.avg_run_s * 1000,
+                    f" ({more} more changes since the last line)" if more else "",
+                    self.worker_id,
+                )
                 self.pipelining_logged_at, self.pipelining_flips = now, 0
         return depth
 

@@ -237,11 +237,33 @@ class ReportFailure:
 
 
 Event = (
-    Signalled | ChildSpawned | SpawnFailed | ChildSaid | ChildBroke | ChildExited | Exchanged
-    | ExchangeFailed | Renewed | RenewFailed | WaitEnded | WaitFailed | ServerReplaced | Rss
+    Signalled
+    | ChildSpawned
+    | SpawnFailed
+    | ChildSaid
+    | ChildBroke
+    | ChildExited
+    | Exchanged
+    | ExchangeFailed
+    | Renewed
+    | RenewFailed
+    | WaitEnded
+    | WaitFailed
+    | ServerReplaced
+    | Rss
     | Cancelled
-)  # fmt: skip
+)
 Action = (
-    Spawn | Post | Kill | Exchange | Renew | Wait | StopWaiting | GiveBack | ReplaceServer
-    | Extend | ReportFailure | Register
-)  # fmt: skip
+    Spawn
+    | Post
+    | Kill
+    | Exchange
+    | Renew
+    | Wait
+    | StopWaiting
+    | GiveBack
+    | ReplaceServer
+    | Extend
+    | ReportFailure
+    | Register
+)

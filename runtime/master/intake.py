@@ -111,8 +111,12 @@ class Intake:
             if jid in reports.cancelled:
                 reports.cancelled.discard(jid)  # cancelled meanwhile: nothing to say
             elif isinstance(state, LeaseLost | NoSuchJob):
-                log.warning("report refused with %s, nothing changed jid=%s worker=%s",
-                            type(state).__name__, jid, self.worker_id)  # fmt: skip
+                log.warning(
+                    "report refused with %s, nothing changed jid=%s worker=%s",
+                    type(state).__name__,
+                    jid,
+                    self.worker_id,
+                )
             elif isinstance(state, Error):
                 log.error("report refused: %s jid=%s worker=%s", state, jid, self.worker_id)
         if event.popped is not None:
@@ -135,8 +139,12 @@ class Intake:
         if popped.refill:
             self.actions += [events.Extend(low) for low in popped.refill]
         for jid, why in popped.corrupt:
-            log.error("a popped job does not decode, left to its lease: %s jid=%s worker=%s",
-                      why, jid, self.worker_id)  # fmt: skip
+            log.error(
+                "a popped job does not decode, left to its lease: %s jid=%s worker=%s",
+                why,
+                jid,
+                self.worker_id,
+            )
         add = self.ledger.add
         for leased in popped.jobs:
             if leased.handed:  # handed to us while we waited: its first lease is short
@@ -170,9 +178,11 @@ class Intake:
     def maybe_wait(self, now: float) -> None:
         """Keeps one blocking read for work going while there is room and no work."""
         want = (
-            self.capacity.accepting() and self.link.up and not self.want_work
+            self.capacity.accepting()
+            and self.link.up
+            and not self.want_work
             and self.capacity.room(now) > 0
-        )  # fmt: skip
+        )
         if want and not self.waiting:
             self.waiting = True
             self.actions.append(events.Wait())
@@ -199,6 +209,8 @@ class Intake:
 
 def _jids(outcomes: Any) -> list[str]:
     return [
-        *outcomes.complete, *(r.jid for r in outcomes.retry), *(f.jid for f in outcomes.fail),
+        *outcomes.complete,
+        *(r.jid for r in outcomes.retry),
+        *(f.jid for f in outcomes.fail),
         *outcomes.release,
-    ]  # fmt: skip
+    ]

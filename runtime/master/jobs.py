@@ -83,12 +83,21 @@ class JobFlow:
                 return held
             stop_at = plan.stop_before(held.lease_until, held.renew_length_s())
             if now >= stop_at:
-                log.warning("job leased ahead not started, its lease ran out jid=%s queue=%s "
-                            "worker=%s", held.jid, held.leased.queue, self.worker_id)  # fmt: skip
+                log.warning(
+                    "job leased ahead not started, its lease ran out jid=%s queue=%s worker=%s",
+                    held.jid,
+                    held.leased.queue,
+                    self.worker_id,
+                )
             else:
-                log.info("job leased ahead given back unstarted, %.2f s of its lease left "
-                         "jid=%s queue=%s worker=%s", stop_at - now,
-                         held.jid, held.leased.queue, self.worker_id)  # fmt: skip
+                log.info(
+                    "job leased ahead given back unstarted, %.2f s of its lease left "
+                    "jid=%s queue=%s worker=%s",
+                    stop_at - now,
+                    held.jid,
+                    held.leased.queue,
+                    self.worker_id,
+                )
             self.release(held, now)
         return None
 
@@ -100,11 +109,23 @@ class JobFlow:
         else:
             self.ledger.move(leased.jid, Where.PIPELINED, slot.index)
         deadline = plan.stop_before(held.lease_until, held.renew_length_s())
-        self.actions.append(events.Post(slot.index, protocol.Run(
-            jid=leased.jid, klass=leased.klass, queue=leased.queue, data=leased.data,
-            attempt=leased.attempt, retries=leased.retries, remaining=leased.remaining,
-            deadline=deadline, cpu_limit_s=self.worker.cpu_limit_s, start_at=held.start_at,
-        )))  # fmt: skip
+        self.actions.append(
+            events.Post(
+                slot.index,
+                protocol.Run(
+                    jid=leased.jid,
+                    klass=leased.klass,
+                    queue=leased.queue,
+                    data=leased.data,
+                    attempt=leased.attempt,
+                    retries=leased.retries,
+                    remaining=leased.remaining,
+                    deadline=deadline,
+                    cpu_limit_s=self.worker.cpu_limit_s,
+                    start_at=held.start_at,
+                ),
+            )
+        )
 
     def withdraw(self, slot: Slot, everything: bool) -> None:
         """Asks back the jobs pipelined behind the slot's running one."""
@@ -130,20 +151,37 @@ class JobFlow:
             held = self.ledger.held[message.jid]
             if isinstance(message, protocol.Done):
                 self.reports.outcomes.add_complete(
-                    held.jid, held.leased.token, result=message.result, output=event.output,
-                    note=message.note or None, puts=held.puts,
-                )  # fmt: skip
+                    held.jid,
+                    held.leased.token,
+                    result=message.result,
+                    output=event.output,
+                    note=message.note or None,
+                    puts=held.puts,
+                )
                 self._report(held, now)
             else:
-                self._failure(held, message.group, message.message, message.retry,
-                              message.delay, now, event.output)  # fmt: skip
+                self._failure(
+                    held,
+                    message.group,
+                    message.message,
+                    message.retry,
+                    message.delay,
+                    now,
+                    event.output,
+                )
             self._finished(slot, held, now)
         elif isinstance(message, protocol.Ready):
             if slot.state is SlotState.STARTING:
                 slot.state = SlotState.IDLE
-            log.info("child ready index=%d pid=%d forked by pid=%d threads=%d loop=%s worker=%s",
-                     slot.index, event.pid, message.parent, message.threads,
-                     "running" if message.loop_running else "none", self.worker_id)  # fmt: skip
+            log.info(
+                "child ready index=%d pid=%d forked by pid=%d threads=%d loop=%s worker=%s",
+                slot.index,
+                event.pid,
+                message.parent,
+                message.threads,
+                "running" if message.loop_running else "none",
+                self.worker_id,
+            )
         elif isinstance(message, protocol.Skipped):
             self._skipped(slot, message.jid, now)
         elif isinstance(message, protocol.Put | protocol.Progress):
@@ -154,19 +192,20 @@ class JobFlow:
             self.ledger.held[slot.running].last_sign = now
 
     def _unexpected(self, message: protocol.Message, pid: int) -> None:
-        log.warning("unexpected %s from child pid=%d worker=%s", message.kind, pid,
-                    self.worker_id)  # fmt: skip
+        log.warning("unexpected %s from child pid=%d worker=%s", message.kind, pid, self.worker_id)
 
-    def _on_job_said(self, slot: Slot, message: protocol.Put | protocol.Progress,
-                     now: float) -> None:  # fmt: skip
+    def _on_job_said(
+        self, slot: Slot, message: protocol.Put | protocol.Progress, now: float
+    ) -> None:
         """The running job puts a job or tells its progress."""
         held = self.ledger.held.get(message.jid)
         if held is None or slot.running != message.jid:
             return
         if isinstance(message, protocol.Progress):
             token = held.leased.token
-            self.reports.outcomes.add_progress(held.jid, token, message.done, message.total,
-                                               message.message)  # fmt: skip
+            self.reports.outcomes.add_progress(
+                held.jid, token, message.done, message.total, message.message
+            )
             self.reports.noted(now)
         elif message.now:
             self.reports.outcomes.add_put(message.spec, message.data, by=held.jid)  # in its history
@@ -179,8 +218,7 @@ class JobFlow:
         held = self.ledger.held.get(event.jid)
         if held is None or held.cancelled:
             return
-        log.info("cancelled jid=%s queue=%s worker=%s", held.jid, held.leased.queue,
-                 self.worker_id)  # fmt: skip
+        log.info("cancelled jid=%s queue=%s worker=%s", held.jid, held.leased.queue, self.worker_id)
         held.cancelled = held.lost = True
         self.let_go(held, reasons.CANCELLED)
 
@@ -253,9 +291,14 @@ class JobFlow:
             self._ended(self.ledger.held[slot.running], ending, event.tail, now)
         elif slot.kill is None and (event.code not in (0, None) or event.signal is not None):
             self.slots.crashed(now)
-            log.warning("idle child died code=%s signal=%s pid=%d output=%r worker=%s",
-                        event.code, event.signal, event.pid, event.tail[-500:],
-                        self.worker_id)  # fmt: skip
+            log.warning(
+                "idle child died code=%s signal=%s pid=%d output=%r worker=%s",
+                event.code,
+                event.signal,
+                event.pid,
+                event.tail[-500:],
+                self.worker_id,
+            )
             if slot.state is SlotState.STARTING and self.start_failure is None:
                 lines = event.tail.strip().splitlines()
                 self.start_failure = lines[-1] if lines else f"exited with code {event.code}"
@@ -268,37 +311,58 @@ class JobFlow:
         leased = held.leased
         if ending.fate is reasons.Fate.DROPPED:
             if ending is not reasons.CANCELLED:
-                log.warning("job stopped, its lease was lost jid=%s worker=%s", held.jid,
-                            self.worker_id)  # fmt: skip
+                log.warning(
+                    "job stopped, its lease was lost jid=%s worker=%s", held.jid, self.worker_id
+                )
             self.ledger.move(held.jid, None)
             return
         if ending.fate is reasons.Fate.RELEASED:
             if ending is not reasons.SHUTDOWN:
-                log.warning("job stopped, its lease was lost (%s) jid=%s worker=%s",
-                            ending.reason, held.jid, self.worker_id)  # fmt: skip
+                log.warning(
+                    "job stopped, its lease was lost (%s) jid=%s worker=%s",
+                    ending.reason,
+                    held.jid,
+                    self.worker_id,
+                )
             self.release(held, now, started=True)
             return
         message = ending.reason + (f"\n--- last output of the child ---\n{tail}" if tail else "")
-        log.warning("child of job ended: %s jid=%s worker=%s", ending.reason, held.jid,
-                    self.worker_id)  # fmt: skip
+        log.warning(
+            "child of job ended: %s jid=%s worker=%s", ending.reason, held.jid, self.worker_id
+        )
         self._failure(held, ending.group, message, retry=True, delay=None, now=now)
         if leased.remaining <= 0:
-            tags = {"queue": leased.queue, "klass": leased.klass, "jid": leased.jid,
-                    "attempt": leased.attempt, "worker": self.worker_id}  # fmt: skip
+            tags = {
+                "queue": leased.queue,
+                "klass": leased.klass,
+                "jid": leased.jid,
+                "attempt": leased.attempt,
+                "worker": self.worker_id,
+            }
             self.actions.append(events.ReportFailure(ending.group, message, tags))
 
     def _failure(
-        self, held: Held, group: str, message: str, retry: bool, delay: float | None,
-        now: float, output: str = "",
-    ) -> None:  # fmt: skip
+        self,
+        held: Held,
+        group: str,
+        message: str,
+        retry: bool,
+        delay: float | None,
+        now: float,
+        output: str = "",
+    ) -> None:
         leased = held.leased
-        log.info("job attempt failed group=%s jid=%s queue=%s worker=%s",
-                 group, leased.jid, leased.queue, self.worker_id)  # fmt: skip
+        log.info(
+            "job attempt failed group=%s jid=%s queue=%s worker=%s",
+            group,
+            leased.jid,
+            leased.queue,
+            self.worker_id,
+        )
         outcomes = self.reports.outcomes
         if retry:
             delay_ms = -1 if delay is None else round(max(0.0, delay) * 1000)
-            outcomes.add_retry(leased.jid, leased.token, group, message, delay_ms,
-                               output=output)  # fmt: skip
+            outcomes.add_retry(leased.jid, leased.token, group, message, delay_ms, output=output)
         else:
             outcomes.add_fail(leased.jid, leased.token, group, message, output=output)
         self._report(held, now)

@@ -76,8 +76,12 @@ class Link:
             return False
         lasted_s = now - self.down_since
         if self.unlogged == 0 or now - self.logged_at >= FLAP_WINDOW_S:
-            log.warning("Redis available again after %.1f s (%s) worker=%s",
-                        lasted_s, ", ".join(self.seen), self.worker_id)  # fmt: skip
+            log.warning(
+                "Redis available again after %.1f s (%s) worker=%s",
+                lasted_s,
+                ", ".join(self.seen),
+                self.worker_id,
+            )
         self.up, self.down_since, self.condition, self.failures = True, None, None, 0
         return True
 
@@ -86,6 +90,11 @@ class Link:
             self.unlogged += 1  # flapping: counted, told with the next line logged
             return
         more = f" ({self.unlogged} more outages since the last one logged)" if self.unlogged else ""
-        log.warning("Redis unavailable (%s): %s; retrying with backoff%s worker=%s",
-                    condition, detail, more, self.worker_id)  # fmt: skip
+        log.warning(
+            "Redis unavailable (%s): %s; retrying with backoff%s worker=%s",
+            condition,
+            detail,
+            more,
+            self.worker_id,
+        )
         self.logged_at, self.unlogged = now, 0

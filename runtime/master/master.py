@@ -56,12 +56,16 @@ from runtime.queue.keys import Keys
 log = logging.getLogger(__name__)
 
 SIGNALS = {
-    signal.SIGTERM: events.Intent.DRAIN, signal.SIGINT: events.Intent.DRAIN,
-    signal.SIGQUIT: events.Intent.FINISH, signal.SIGUSR1: events.Intent.KILL_JOBS,
-    signal.SIGUSR2: events.Intent.PAUSE, signal.SIGCONT: events.Intent.RESUME,
-    signal.SIGHUP: events.Intent.REPLACE, signal.SIGTTIN: events.Intent.GROW,
+    signal.SIGTERM: events.Intent.DRAIN,
+    signal.SIGINT: events.Intent.DRAIN,
+    signal.SIGQUIT: events.Intent.FINISH,
+    signal.SIGUSR1: events.Intent.KILL_JOBS,
+    signal.SIGUSR2: events.Intent.PAUSE,
+    signal.SIGCONT: events.Intent.RESUME,
+    signal.SIGHUP: events.Intent.REPLACE,
+    signal.SIGTTIN: events.Intent.GROW,
     signal.SIGTTOU: events.Intent.SHRINK,
-}  # fmt: skip
+}
 IDLE_WAIT_S = 10.0  # an idle master pops at least this often (its idle registration too)
 READY_TIMEOUT_S = 60.0
 SENTRY_FLUSH_S = 1.0  # at exit, the longest wait for unsent Sentry events
@@ -188,8 +192,9 @@ class Master:
             self.unexpected[name] = (last, count + 1)
             return
         more = f" ({count} more times since the last line)" if count else ""
-        log.error("task %s ended unexpectedly%s worker=%s", name, more, self.worker_id,
-                  exc_info=err)  # fmt: skip
+        log.error(
+            "task %s ended unexpectedly%s worker=%s", name, more, self.worker_id, exc_info=err
+        )
         self.unexpected[name] = (now, 0)
 
     def _disown(self, name: str, task: asyncio.Task[None], wake: bool) -> None:
@@ -223,13 +228,24 @@ class Master:
 
     async def _exchange(self, action: events.Exchange) -> None:
         done = await self.client.exchange(
-            action.outcomes, action.pop, list(action.queues), self.worker.order, AHEAD_S,
+            action.outcomes,
+            action.pop,
+            list(action.queues),
+            self.worker.order,
+            AHEAD_S,
             outage_ms=action.outage_ms,
-        )  # fmt: skip
-        self.post(events.Exchanged(
-            action.outcomes, action.pop, done.states, done.popped, done.sent_at, time.monotonic(),
-            done.unsent,
-        ))  # fmt: skip
+        )
+        self.post(
+            events.Exchanged(
+                action.outcomes,
+                action.pop,
+                done.states,
+                done.popped,
+                done.sent_at,
+                time.monotonic(),
+                done.unsent,
+            )
+        )
         if done.popped is not None and done.popped.jobs:
             self._fit_timeout(min(j.lease_s for j in done.popped.jobs))
 
@@ -257,8 +273,11 @@ class Master:
             try:
                 handed = ops.handed(value)
             except CorruptReply as err:
-                log.error("a job handed to this master does not decode, left to its lease: "
-                          "%s worker=%s", err, self.worker_id)  # fmt: skip
+                log.error(
+                    "a job handed to this master does not decode, left to its lease: %s worker=%s",
+                    err,
+                    self.worker_id,
+                )
         at_us = None if own else ops.wake_at_us(value)
         self.events.append(events.WaitEnded(handed, key, own, at_us))
         if handed is not None and self.finished is not None:
@@ -273,9 +292,12 @@ class Master:
     async def _register(self, concurrency: int) -> None:
         try:
             await self.client.register(
-                host=socket.gethostname(), pid=os.getpid(), queues=list(self.worker.queues),
-                concurrency=concurrency, started_ms=self.started_ms,
-            )  # fmt: skip
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                queues=list(self.worker.queues),
+                concurrency=concurrency,
+                started_ms=self.started_ms,
+            )
         except Error as err:  # shown by `runtime workers` only: not worth more
             log.debug("could not register: %s worker=%s", err, self.worker_id)
 
@@ -453,8 +475,12 @@ class Master:
         try:
             await self._start()
             started = True
-            log.info("master ready queues=%s children=%d worker=%s", ",".join(self.worker.queues),
-                     len(self.book.slots), self.worker_id)  # fmt: skip
+            log.info(
+                "master ready queues=%s children=%d worker=%s",
+                ",".join(self.worker.queues),
+                len(self.book.slots),
+                self.worker_id,
+            )
             self.notifier.ready(self.book.describe())
             await self._loop()
         finally:
@@ -479,5 +505,6 @@ class Master:
         except (TimeoutError, Error) as err:
             log.warning("could not say goodbye to Redis: %s worker=%s", err, self.worker_id)
         await self.client.close()
-        log.log(logging.INFO if started else logging.DEBUG, "master stopped worker=%s",
-                self.worker_id)  # fmt: skip
+        log.log(
+            logging.INFO if started else logging.DEBUG, "master stopped worker=%s", self.worker_id
+        )

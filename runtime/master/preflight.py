@@ -48,8 +48,11 @@ def check(settings: config.Settings, worker: config.WorkerSettings, url: str) ->
         connection.close()
     check_server(facts, worker, redact(url))
     if worker.cpu_limit_s is not None:
-        log.info("--cpu-limit %g s: every child runs one job, then a fresh child takes over "
-                 "(a CPU budget cannot be renewed)", worker.cpu_limit_s)  # fmt: skip
+        log.info(
+            "--cpu-limit %g s: every child runs one job, then a fresh child takes over "
+            "(a CPU budget cannot be renewed)",
+            worker.cpu_limit_s,
+        )
     return facts
 
 
@@ -70,8 +73,11 @@ def check_identity(worker: config.WorkerSettings) -> None:
         return
     needed = [CAP_SETGID] + ([CAP_SETUID] if uid is not None and uid != os.geteuid() else [])
     if os.geteuid() != 0 and not all(_capable(cap) for cap in needed):
-        flags = " ".join(f"{flag} {value}" for flag, value in
-                         (("--user", worker.user), ("--group", worker.group)) if value)  # fmt: skip
+        flags = " ".join(
+            f"{flag} {value}"
+            for flag, value in (("--user", worker.user), ("--group", worker.group))
+            if value
+        )
         raise ConfigError(
             f"{flags} needs root (the master runs as uid {os.geteuid()}): children could not "
             f"switch to uid {uid if uid is not None else os.geteuid()} gid {gid}"
@@ -93,8 +99,12 @@ def _capable(cap: int) -> bool:
 def check_server(facts: ServerFacts, worker: config.WorkerSettings, where: str) -> None:
     """ConfigError for an evicting Redis (unless allowed); warnings for the rest."""
     if facts.refused is not None:
-        log.warning("could not read the settings of Redis at %s (%s): the eviction and "
-                    "append-only checks were skipped", where, facts.refused)  # fmt: skip
+        log.warning(
+            "could not read the settings of Redis at %s (%s): the eviction and "
+            "append-only checks were skipped",
+            where,
+            facts.refused,
+        )
         return
     policy = facts.maxmemory_policy
     if facts.evicting:
@@ -103,9 +113,16 @@ def check_server(facts: ServerFacts, worker: config.WorkerSettings, where: str) 
                 f"Redis at {where} evicts keys when full (maxmemory-policy {policy}), "
                 "which loses jobs: set maxmemory-policy noeviction, or pass --allow-eviction"
             )
-        log.warning("Redis at %s evicts keys when full (maxmemory-policy %s): jobs may be "
-                    "lost (allowed by --allow-eviction)", where, policy)  # fmt: skip
+        log.warning(
+            "Redis at %s evicts keys when full (maxmemory-policy %s): jobs may be "
+            "lost (allowed by --allow-eviction)",
+            where,
+            policy,
+        )
     if facts.appendonly is False and not worker.allow_no_aof:
-        log.warning("Redis at %s keeps no append-only file (appendonly no): jobs put or "
-                    "changed since its last snapshot are lost if it restarts "
-                    "(--allow-no-aof silences this)", where)  # fmt: skip
+        log.warning(
+            "Redis at %s keeps no append-only file (appendonly no): jobs put or "
+            "changed since its last snapshot are lost if it restarts "
+            "(--allow-no-aof silences this)",
+            where,
+        )

@@ -125,8 +125,9 @@ class ChildHandle:
         """An incomplete frame that stalls is a protocol error (the child is killed)."""
         if self.partial_since is not None and now - self.partial_since > FRAME_TIMEOUT_S:
             missing = len(self.frames.buffer)
-            self._broke(f"incomplete frame: {missing} bytes came, the rest not in "
-                        f"{FRAME_TIMEOUT_S:g} s")  # fmt: skip
+            self._broke(
+                f"incomplete frame: {missing} bytes came, the rest not in {FRAME_TIMEOUT_S:g} s"
+            )
 
     def _on_output(self, most: int = READ_MAX_BYTES) -> None:
         """Reads what the child printed (at most `most` bytes a call: a chatty job

@@ -79,9 +79,14 @@ class Renewals:
         """Redis says the lease is gone: the job is not ours any more."""
         held.lost = True
         if held.where in (Where.CONFIRMING, Where.BUFFERED, Where.TIMED):  # not started
-            log.warning("job leased ahead not started, its lease ran out jid=%s queue=%s "
-                        "worker=%s", held.jid, held.leased.queue, self.worker_id)  # fmt: skip
+            log.warning(
+                "job leased ahead not started, its lease ran out jid=%s queue=%s worker=%s",
+                held.jid,
+                held.leased.queue,
+                self.worker_id,
+            )
         else:
-            log.warning("lease lost jid=%s queue=%s worker=%s", held.jid, held.leased.queue,
-                        self.worker_id)  # fmt: skip
+            log.warning(
+                "lease lost jid=%s queue=%s worker=%s", held.jid, held.leased.queue, self.worker_id
+            )
         self.let_go(held, reasons.LOST)

@@ -41,17 +41,22 @@ TICK_S = 0.1  # the supervisor's loop wakes at least this often
 
 
 def run_site(
-    settings: config.Settings, worker: config.WorkerSettings, worker_id: str | None,
+    settings: config.Settings,
+    worker: config.WorkerSettings,
+    worker_id: str | None,
     run_one: RunOne,
-) -> int:  # fmt: skip
+) -> int:
     """Runs the worker's queues: with one master if they live in one namespace,
     else one master per namespace under a supervisor; returns the exit code."""
     groups = Shards.of(settings).split(worker.queues)
     plans = [
-        (replace(settings, namespace=ns), replace(worker, queues=queues),
-         None if worker_id is None else f"{worker_id}.{ns}")
+        (
+            replace(settings, namespace=ns),
+            replace(worker, queues=queues),
+            None if worker_id is None else f"{worker_id}.{ns}",
+        )
         for ns, queues in groups.items()
-    ]  # fmt: skip
+    ]
     if len(plans) == 1:
         return run_one(*plans[0])
     return Supervisor(plans, run_one).run()
@@ -59,9 +64,10 @@ def run_site(
 
 class Supervisor:
     def __init__(
-        self, plans: list[tuple[config.Settings, config.WorkerSettings, str | None]],
+        self,
+        plans: list[tuple[config.Settings, config.WorkerSettings, str | None]],
         run_one: RunOne,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.plans = plans
         self.run_one = run_one
         self.pids: dict[int, str] = {}  # running master pid -> namespace
@@ -81,8 +87,10 @@ class Supervisor:
                     signal.signal(sig, self._record)
                 for plan in self.plans:
                     self._fork(plan, path)
-                log.info("site worker: masters %s",
-                         " ".join(f"{ns}={pid}" for pid, ns in self.pids.items()))  # fmt: skip
+                log.info(
+                    "site worker: masters %s",
+                    " ".join(f"{ns}={pid}" for pid, ns in self.pids.items()),
+                )
                 while self.pids:
                     self._pass(sock, notifier)
         return max(self.codes, default=0)
@@ -90,8 +98,9 @@ class Supervisor:
     def _record(self, signum: int, frame: FrameType | None) -> None:
         self.pending.append(signum)
 
-    def _fork(self, plan: tuple[config.Settings, config.WorkerSettings, str | None],
-              notify_path: str) -> None:  # fmt: skip
+    def _fork(
+        self, plan: tuple[config.Settings, config.WorkerSettings, str | None], notify_path: str
+    ) -> None:
         settings, worker, worker_id = plan
         pid = os.fork()
         if pid == 0:  # the master of one namespace

@@ -56,5 +56,10 @@ class SizeWatch:
             size = sum(c[k] for k in COUNTED)
             if limit and size > limit and now - self.warned.get(queue, -1e18) >= every_s:
                 self.warned[queue] = now
-                log.warning("queue is over its size warning: %d jobs > %g queue=%s worker=%s",
-                            size, limit, queue, self.worker_id)  # fmt: skip
+                log.warning(
+                    "queue is over its size warning: %d jobs > %g queue=%s worker=%s",
+                    size,
+                    limit,
+                    queue,
+                    self.worker_id,
+                )

@@ -89,9 +89,10 @@ class Slots:
     def accepting(self) -> list[Slot]:
         """Busy slots whose pipeline may take more jobs."""
         return [
-            s for s in self.by_index.values()
+            s
+            for s in self.by_index.values()
             if s.state is SlotState.BUSY and s.running is not None and not s.retire
-        ]  # fmt: skip
+        ]
 
     def ready(self, target: int) -> bool:
         """All wanted children are up (the master may say READY)."""

@@ -112,9 +112,10 @@ class Spawner:
         self.pending[index] = future
         try:
             socket.send_fds(
-                self.ctl, [json.dumps({"kind": "spawn", "index": index}).encode()],
+                self.ctl,
+                [json.dumps({"kind": "spawn", "index": index}).encode()],
                 [theirs.fileno(), out_w],
-            )  # fmt: skip
+            )
         finally:
             theirs.close()
             os.close(out_w)

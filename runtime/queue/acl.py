@@ -22,18 +22,71 @@ from __future__ import annotations
 
 # what the Lua operations call (tests check this against lua/**/*.lua)
 IN_SCRIPTS = (
-    "del", "exists", "expire", "get", "hdel", "hexists", "hget", "hgetall", "hincrby",
-    "hmget", "hscan", "hset", "lindex", "linsert", "llen", "lpop", "lpush", "lrange", "lrem",
-    "lset", "pexpire", "pttl", "publish", "rpop", "rpush", "sadd", "scard", "set", "sismember",
-    "smembers", "srandmember", "srem", "sscan", "time", "zadd", "zcard", "zcount",
-    "zincrby", "zpopmin", "zrange", "zrangebyscore", "zrem", "zremrangebyscore",
-    "zrevrange", "zrevrangebyscore", "zscore",
-)  # fmt: skip
+    "del",
+    "exists",
+    "expire",
+    "get",
+    "hdel",
+    "hexists",
+    "hget",
+    "hgetall",
+    "hincrby",
+    "hmget",
+    "hscan",
+    "hset",
+    "lindex",
+    "linsert",
+    "llen",
+    "lpop",
+    "lpush",
+    "lrange",
+    "lrem",
+    "lset",
+    "pexpire",
+    "pttl",
+    "publish",
+    "rpop",
+    "rpush",
+    "sadd",
+    "scard",
+    "set",
+    "sismember",
+    "smembers",
+    "srandmember",
+    "srem",
+    "sscan",
+    "time",
+    "zadd",
+    "zcard",
+    "zcount",
+    "zincrby",
+    "zpopmin",
+    "zrange",
+    "zrangebyscore",
+    "zrem",
+    "zremrangebyscore",
+    "zrevrange",
+    "zrevrangebyscore",
+    "zscore",
+)
 # what the clients send themselves (a master, the Client, the CLI)
 FROM_CLIENTS = (
-    "ping", "blpop", "rpush", "ltrim", "del", "hget", "hgetall", "hset", "hdel",
-    "zrange", "zrevrange", "zcard", "subscribe", "unsubscribe", "persist",
-)  # fmt: skip
+    "ping",
+    "blpop",
+    "rpush",
+    "ltrim",
+    "del",
+    "hget",
+    "hgetall",
+    "hset",
+    "hdel",
+    "zrange",
+    "zrevrange",
+    "zcard",
+    "subscribe",
+    "unsubscribe",
+    "persist",
+)
 FUNCTIONS = ("fcall", "fcall_ro", "function|load")  # Redis 7
 SCRIPTS = ("evalsha", "script|load")  # Redis 6.2, or users without FUNCTION
 OPTIONAL = ("info",)  # a master's start-up check of the eviction policy and AOF
@@ -60,6 +113,10 @@ def commands(functions: bool = True, optional: bool = True) -> list[str]:
 def rules(namespace: str, functions: bool = True, optional: bool = True) -> list[str]:
     """The ACL SETUSER rules (after `on` and the password) for a deployment's user."""
     return [
-        "resetkeys", key_pattern(namespace), "resetchannels", channel_pattern(namespace),
-        "-@all", *(f"+{c}" for c in commands(functions, optional)),
-    ]  # fmt: skip
+        "resetkeys",
+        key_pattern(namespace),
+        "resetchannels",
+        channel_pattern(namespace),
+        "-@all",
+        *(f"+{c}" for c in commands(functions, optional)),
+    ]

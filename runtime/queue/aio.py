@@ -70,8 +70,10 @@ class AsyncClient:
             pool.connection_kwargs["socket_timeout"] = timeout_s
             pool.connection_kwargs["socket_connect_timeout"] = timeout_s
             # connections the pool made already reconnect with their own settings
-            made = [*getattr(pool, "_available_connections", ()),
-                    *getattr(pool, "_in_use_connections", ())]  # fmt: skip
+            made = [
+                *getattr(pool, "_available_connections", ()),
+                *getattr(pool, "_in_use_connections", ()),
+            ]
             for conn in made:
                 conn.socket_timeout = conn.socket_connect_timeout = timeout_s
 
@@ -260,10 +262,16 @@ class AsyncClient:
         self, *, host: str, pid: int, queues: list[str], concurrency: int, started_ms: int
     ) -> None:
         """Tells who this master is (host, pid, what it serves) for `runtime workers`."""
-        await self._one(ops.register_worker(
-            self.worker, host=host, pid=pid, queues=queues, concurrency=concurrency,
-            started_ms=started_ms,
-        ))  # fmt: skip
+        await self._one(
+            ops.register_worker(
+                self.worker,
+                host=host,
+                pid=pid,
+                queues=queues,
+                concurrency=concurrency,
+                started_ms=started_ms,
+            )
+        )
 
     async def setting(self, name: str) -> str | None:
         """A shared setting as stored in Redis (None: unset, its default applies)."""
@@ -358,9 +366,11 @@ def _connect(url: str, command_timeout_s: float) -> redis.asyncio.Redis:
     the command timeout; over TCP with keepalive on (probes after KEEPALIVE_IDLE_S
     idle), which unix sockets do not take. For a Sentinel URL, a client of the
     service's primary (redis-py's Sentinel: asked again on every new connection)."""
-    options: dict[str, Any] = {"socket_timeout": command_timeout_s,
-                               "socket_connect_timeout": command_timeout_s,
-                               "retry": Retry(NoBackoff(), 0)}  # fmt: skip
+    options: dict[str, Any] = {
+        "socket_timeout": command_timeout_s,
+        "socket_connect_timeout": command_timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+    }
     if url.split("://", 1)[0].lower() in ("redis", "rediss", urls.SENTINEL_SCHEME):
         options |= {"socket_keepalive": True, "socket_keepalive_options": _keepalive()}
     target = urls.parse(url)
@@ -369,9 +379,12 @@ def _connect(url: str, command_timeout_s: float) -> redis.asyncio.Redis:
             list(target.seeds), sentinel_kwargs=_sentinel_options(target, options)
         )
         primary: redis.asyncio.Redis = sentinels.master_for(
-            target.service, db=target.db, username=target.username,
-            password=target.password, **options,
-        )  # fmt: skip
+            target.service,
+            db=target.db,
+            username=target.username,
+            password=target.password,
+            **options,
+        )
         return primary
     if target.kind == "cluster":
         url = target.node_url(target.seeds[0])

@@ -174,8 +174,9 @@ class Client:
                 raise WaitTimeout(jid, limit_s or 0.0)
             # blocks, then reads the job (and registers for the next slice) at once
             next_s = _slice_s(None if deadline is None else deadline - block_s)
-            _, ending = self.conn.calls([ops.wait_for_end(key, round(block_s, 3)),
-                                         ops.wait(jid, _ms(next_s))])  # fmt: skip
+            _, ending = self.conn.calls(
+                [ops.wait_for_end(key, round(block_s, 3)), ops.wait(jid, _ms(next_s))]
+            )
         if ending.state == JobState.FAILED:
             raise JobFailed(jid, ending.group, ending.message)
         return ending.result
@@ -233,11 +234,24 @@ class Queue:
         """Puts one job; returns its jid (or, for a duplicate of a unique key, the jid
         of the job holding that key)."""
         spec = JobSpec.build(
-            self.name, klass, data, priority=priority, delay=delay, at=at, tags=tags,
-            retries=retries, depends=depends, domain=domain, unique_key=unique_key,
-            unique_for=unique_for, requeue_if_running=requeue_if_running,
-            jid=jid, backoff=backoff, timeout=timeout, tracked=tracked,
-        )  # fmt: skip
+            self.name,
+            klass,
+            data,
+            priority=priority,
+            delay=delay,
+            at=at,
+            tags=tags,
+            retries=retries,
+            depends=depends,
+            domain=domain,
+            unique_key=unique_key,
+            unique_for=unique_for,
+            requeue_if_running=requeue_if_running,
+            jid=jid,
+            backoff=backoff,
+            timeout=timeout,
+            tracked=tracked,
+        )
         return self.client.put_many([spec])[0]
 
     def spec(self, klass: str | Any, data: Mapping[str, Any] | None = None, **opts: Any) -> JobSpec:

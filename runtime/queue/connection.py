@@ -68,8 +68,12 @@ def connect(url: str, **kwargs: Any) -> redis.Redis:
     for calls safe to repeat) and never waits forever for an answer. For a
     Sentinel URL, a client of the service's primary (found again on every new
     connection); for a Cluster URL, of its first node (see runtime.queue.routing)."""
-    options = {"socket_timeout": SOCKET_TIMEOUT_S, "socket_connect_timeout": CONNECT_TIMEOUT_S,
-               "retry": Retry(NoBackoff(), 0), **kwargs}  # fmt: skip
+    options = {
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "retry": Retry(NoBackoff(), 0),
+        **kwargs,
+    }
     target = urls.parse(url)
     try:
         if target.kind == "sentinel":
@@ -88,9 +92,12 @@ def _sentinel_primary(target: urls.Target, options: dict[str, Any]) -> redis.Red
         list(target.seeds), sentinel_kwargs=sentinel_options(target, options)
     )
     primary: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
-        target.service, db=target.db, username=target.username, password=target.password,
+        target.service,
+        db=target.db,
+        username=target.username,
+        password=target.password,
         **options,
-    )  # fmt: skip
+    )
     return primary
 
 

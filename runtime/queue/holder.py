@@ -84,9 +84,14 @@ class Leases:
         return _single(self.conn.call(ops.fail(worker, [row])), jid)
 
     def progress(
-        self, jid: str, worker: str, token: str, done: float, total: float | None = None,
+        self,
+        jid: str,
+        worker: str,
+        token: str,
+        done: float,
+        total: float | None = None,
         message: str | None = None,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """Tells a leased job's progress (stored on it, published if it is tracked)."""
         total = None if total is None else wire.check_progress(total)
         row = ProgressRow(jid, token, wire.check_progress(done), total, message)
@@ -111,12 +116,24 @@ class Leases:
         return _single(self.conn.call(ops.release(worker, {jid: token})), jid)
 
     def register_worker(
-        self, worker: str, *, host: str, pid: int, queues: Sequence[str], concurrency: int,
+        self,
+        worker: str,
+        *,
+        host: str,
+        pid: int,
+        queues: Sequence[str],
+        concurrency: int,
         started_ms: int | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """What a master tells of itself (the master sends it; also for tools and tests)."""
-        told = ops.register_worker(worker, host=host, pid=pid, queues=queues,
-                                   concurrency=concurrency, started_ms=started_ms)  # fmt: skip
+        told = ops.register_worker(
+            worker,
+            host=host,
+            pid=pid,
+            queues=queues,
+            concurrency=concurrency,
+            started_ms=started_ms,
+        )
         self.conn.call(told)
 
     def extend_recurrence(self, id: str, cron: str, tz: str, after_ms: int) -> int:

@@ -53,13 +53,20 @@ class Leased:
         if not isinstance(jid, str) or not isinstance(token, str) or not isinstance(data, dict):
             raise TypeError("jid and token must be text, data an object")
         return cls(
-            jid=jid, token=token, klass=str(meta["k"]), queue=str(meta["q"]),
-            data=data, attempt=int(meta.get("a", 1)), retries=int(meta["r"]),
-            remaining=int(meta["m"]), lease_s=float(reply["lease_ms"]) / 1000,
+            jid=jid,
+            token=token,
+            klass=str(meta["k"]),
+            queue=str(meta["q"]),
+            data=data,
+            attempt=int(meta.get("a", 1)),
+            retries=int(meta["r"]),
+            remaining=int(meta["m"]),
+            lease_s=float(reply["lease_ms"]) / 1000,
             timeout_s=float(reply["timeout_s"]),
             start_in_s=float(reply["start_in_us"]) / 1e6 if "start_in_us" in reply else None,
-            expires_us=_int_or_none(reply.get("expires_us")), handed=bool(reply.get("handed")),
-        )  # fmt: skip
+            expires_us=_int_or_none(reply.get("expires_us")),
+            handed=bool(reply.get("handed")),
+        )
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -92,8 +99,13 @@ class Popped:
         refill = reply.get("refill", [])
         if not isinstance(refill, list):
             raise TypeError("refill must be a list")
-        return cls(jobs, None if wake < 0 else wake / 1000, refill,
-                   _int_or_none(reply.get("now_us")), corrupt)  # fmt: skip
+        return cls(
+            jobs,
+            None if wake < 0 else wake / 1000,
+            refill,
+            _int_or_none(reply.get("now_us")),
+            corrupt,
+        )
 
 
 # The rows of the reports: named, and in the order the scripts take their arguments.
@@ -215,9 +227,14 @@ class Outcomes:
     def take(self) -> Outcomes:
         """These outcomes, leaving this collection empty."""
         taken = Outcomes(
-            self.complete, self.retry, self.fail, self.release, self.started,
-            self.progress, self.puts,
-        )  # fmt: skip
+            self.complete,
+            self.retry,
+            self.fail,
+            self.release,
+            self.started,
+            self.progress,
+            self.puts,
+        )
         self.complete, self.retry, self.fail, self.release = {}, [], [], {}
         self.started, self.progress, self.puts = set(), {}, []
         return taken

@@ -64,8 +64,16 @@ class Recurrence:
     def from_definition(cls, raw: str | bytes) -> Recurrence:
         d = json.loads(raw)
         return cls(
-            id=d["id"], queue=d["q"], klass=d["spec"]["klass"], data=json.loads(d["data"]),
-            every=d.get("every"), cron=d.get("cron"), tz=d.get("tz", "UTC"),
-            policy=d["policy"], grace=d["grace"], next_ms=d.get("next"),
-            last_ms=d.get("last"), count=d.get("count", 0),
-        )  # fmt: skip
+            id=d["id"],
+            queue=d["q"],
+            klass=d["spec"]["klass"],
+            data=json.loads(d["data"]),
+            every=d.get("every"),
+            cron=d.get("cron"),
+            tz=d.get("tz", "UTC"),
+            policy=d["policy"],
+            grace=d["grace"],
+            next_ms=d.get("next"),
+            last_ms=d.get("last"),
+            count=d.get("count", 0),
+        )

@@ -135,10 +135,13 @@ class Scheduling:
         dropped = ("jid", "depends", "delay_ms", "at_ms", "unique_key")
         options = {k: v for k, v in spec.options.items() if v is not None and k not in dropped}
         definition: dict[str, Any] = {
-            "id": id or f"{queue}/{spec.klass}", "queue": queue, "policy": policy,
-            "grace": wire.check_seconds("grace", grace), "tz": tz,
+            "id": id or f"{queue}/{spec.klass}",
+            "queue": queue,
+            "policy": policy,
+            "grace": wire.check_seconds("grace", grace),
+            "tz": tz,
             "spec": {"klass": spec.klass, **options},
-        }  # fmt: skip
+        }
         ticks: list[int] = []
         if every is not None:
             definition["every"] = wire.check_seconds("every", every)

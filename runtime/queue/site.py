@@ -46,9 +46,10 @@ class Site:
         try:
             for namespace in self.shards.namespaces:
                 self.clients[namespace] = Client(
-                    settings=replace(settings, namespace=namespace), retry_for_s=retry_for_s,
+                    settings=replace(settings, namespace=namespace),
+                    retry_for_s=retry_for_s,
                     **redis_kwargs,
-                )  # fmt: skip
+                )
         except BaseException:
             self.close()
             raise

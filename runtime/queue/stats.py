@@ -23,8 +23,14 @@ LAST_DAY_BUCKET_S = 365 * 86400
 
 def bucket_width_s(lower_s: float) -> float:
     """How wide the bucket starting at `lower_s` is (inf for the last one)."""
-    for below_s, width_s in ((0.01, 0.001), (0.1, 0.01), (1, 0.1), (60, 1), (3600, 60),
-                             (86400, 3600)):  # fmt: skip
+    for below_s, width_s in (
+        (0.01, 0.001),
+        (0.1, 0.01),
+        (1, 0.1),
+        (60, 1),
+        (3600, 60),
+        (86400, 3600),
+    ):
         if lower_s < below_s - 1e-9:
             return width_s
     return math.inf if lower_s >= LAST_DAY_BUCKET_S else 86400

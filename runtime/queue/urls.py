@@ -107,10 +107,16 @@ def _parse(url: str, kind: Kind) -> Target:
     if db < 0:
         raise ValueError("db must be >= 0")
     return Target(
-        url, kind, seeds, service=unquote(parts[0]), db=db, username=username,
-        password=password, sentinel_username=options.get("sentinel_user") or None,
+        url,
+        kind,
+        seeds,
+        service=unquote(parts[0]),
+        db=db,
+        username=username,
+        password=password,
+        sentinel_username=options.get("sentinel_user") or None,
         sentinel_password=options.get("sentinel_password") or None,
-    )  # fmt: skip
+    )
 
 
 def _address(text: str, default_port: int) -> Address:

@@ -40,8 +40,19 @@ MIB = 1024 * 1024
 # Environment variables a child must not see, unless the worker names them (--env):
 # these names, names containing these words, and values holding a password.
 SECRET_NAMES = frozenset({"REDIS_URL", "SENTRY_DSN", "RUNTIME_CONFIG", "MYSQL_PWD"})
-SECRET_WORDS = ("PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "TOKEN", "CREDENTIAL",
-                "API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY", "DSN")  # fmt: skip
+SECRET_WORDS = (
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "SECRET",
+    "TOKEN",
+    "CREDENTIAL",
+    "API_KEY",
+    "APIKEY",
+    "ACCESS_KEY",
+    "PRIVATE_KEY",
+    "DSN",
+)
 # a URL's user:password@ or :password@ (any scheme, also among several URLs in one value)
 URL_PASSWORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]*:[^/?#@\s]*@")
 # password=..., token=... as a URL's query or a key-value DSN ("host=db password=x")

@@ -59,8 +59,13 @@ def workload(dashboard: Dashboard) -> Iterator[Workload]:
     client = dashboard.client
     clock = FrozenClock(client.redis, client.keys)
     client.admin.config_set("heartbeat", 86400)
-    client.leases.register_worker(WORKER, host="worker-host-with-a-long-name.example.internal",
-                           pid=4242, queues=["billing", "emails"], concurrency=8)  # fmt: skip
+    client.leases.register_worker(
+        WORKER,
+        host="worker-host-with-a-long-name.example.internal",
+        pid=4242,
+        queues=["billing", "emails"],
+        concurrency=8,
+    )
     queue = client.queue("billing")
     jids = [
         queue.put(

@@ -197,14 +197,20 @@ def describe_process(job: Any) -> None:
         status = dict(line.split(":", 1) for line in fh if ":" in line)
     Path("made-by-the-job.txt").write_text("x")
     info = {
-        "env": dict(os.environ), "fds": fds, "uid": os.getuid(), "gid": os.getgid(),
-        "cwd": os.getcwd(), "sandbox": str(job.sandbox), "ppid": os.getppid(),
+        "env": dict(os.environ),
+        "fds": fds,
+        "uid": os.getuid(),
+        "gid": os.getgid(),
+        "cwd": os.getcwd(),
+        "sandbox": str(job.sandbox),
+        "ppid": os.getppid(),
         "no_new_privs": status.get("NoNewPrivs", "").strip(),
         "parent_threads": len(os.listdir(f"/proc/{os.getppid()}/task")),
         "sandbox_files": sorted(os.listdir(job.sandbox)),
         "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-        "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0], "groups": os.getgroups(),
-    }  # fmt: skip
+        "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0],
+        "groups": os.getgroups(),
+    }
     Path(job.data["path"]).write_text(json.dumps(info))
 
 

@@ -85,8 +85,14 @@ def test_a_user_with_only_the_documented_rights_runs_the_core_of_the_suite(
     failing = q.put(f"{J}:fail", {"n": 2}, retries=0)
     limited.scheduling.track(done)
     master = start_master("q", url=url)
-    wait_for(lambda: all(limited.get_job(j).state in ("complete", "failed")  # type: ignore[union-attr]
-                         for j in (done, failing)), 30, what="both jobs to end")  # fmt: skip
+    wait_for(
+        lambda: all(
+            limited.get_job(j).state in ("complete", "failed")  # type: ignore[union-attr]
+            for j in (done, failing)
+        ),
+        30,
+        what="both jobs to end",
+    )
     assert limited.get_job(done).state == "complete"  # type: ignore[union-attr]
     assert limited.get_job(failing).state == "failed"  # type: ignore[union-attr]
     assert limited.failed() == {"builtins.ValueError": 1} or sum(limited.failed().values()) == 1

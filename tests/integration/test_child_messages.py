@@ -77,8 +77,16 @@ def child(tmp_path: Path) -> Iterator[Driven]:
 
 
 def run(jid: str, klass: str, data: dict[str, object]) -> protocol.Run:
-    return protocol.Run(jid=jid, klass=f"{J}:{klass}", queue="q", data=data, attempt=1,
-                        retries=0, remaining=0, deadline=time.monotonic() + 30)  # fmt: skip
+    return protocol.Run(
+        jid=jid,
+        klass=f"{J}:{klass}",
+        queue="q",
+        data=data,
+        attempt=1,
+        retries=0,
+        remaining=0,
+        deadline=time.monotonic() + 30,
+    )
 
 
 def test_a_withdrawn_job_sent_again_to_the_same_child_runs_once_under_its_new_run(
@@ -108,9 +116,16 @@ def test_a_job_whose_lease_ran_out_before_its_turn_is_skipped_and_marked_ended(
     """Every way a child is done with a job writes its end marker before it says so:
     here the lease of a job sent ahead ran out while the one before it ran."""
     child.send(run("j1", "talk", {"word": "one"}))
-    stale = protocol.Run(jid="j2", klass=f"{J}:talk", queue="q", data={"word": "never"},
-                         attempt=1, retries=0, remaining=0,
-                         deadline=time.monotonic() - 1)  # fmt: skip
+    stale = protocol.Run(
+        jid="j2",
+        klass=f"{J}:talk",
+        queue="q",
+        data={"word": "never"},
+        attempt=1,
+        retries=0,
+        remaining=0,
+        deadline=time.monotonic() - 1,
+    )
     child.send(stale)
     child.send(run("j3", "talk", {"word": "three"}))
     said = [child.receive() for _ in range(3)]

@@ -147,9 +147,11 @@ def test_a_bad_data_file_is_one_line_naming_the_file_and_exit_2(
 
 @pytest.mark.parametrize(
     ("content", "fragment"),
-    [(NOT_UTF8, "is not UTF-8 text: byte 8 is invalid"),
-     (b"x = " + TOO_DEEP, "is nested too deeply")],
-)  # fmt: skip
+    [
+        (NOT_UTF8, "is not UTF-8 text: byte 8 is invalid"),
+        (b"x = " + TOO_DEEP, "is nested too deeply"),
+    ],
+)
 def test_a_bad_config_file_is_one_line_naming_the_file_and_exit_2(
     cli: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes, fragment: str
 ) -> None:
@@ -179,12 +181,16 @@ def test_cancel_of_an_unknown_jid_cancels_the_others_and_exits_1(
 ) -> None:
     plain_client.queue("q").put("a.b:c", {}, jid="known")
     assert cli("cancel", "known", "missing") == (
-        1, "cancelled 1 of 2\n", "runtime: error: no job missing\n"
-    )  # fmt: skip
+        1,
+        "cancelled 1 of 2\n",
+        "runtime: error: no job missing\n",
+    )
     assert plain_client.get_job("known") is None
     assert cli("cancel", "gone-1", "gone-2") == (
-        1, "cancelled 0 of 2\n", "runtime: error: no jobs gone-1, gone-2\n"
-    )  # fmt: skip
+        1,
+        "cancelled 0 of 2\n",
+        "runtime: error: no jobs gone-1, gone-2\n",
+    )
 
 
 def test_a_duplicate_jid_is_refused(cli: Invoke) -> None:
@@ -274,8 +280,13 @@ def test_the_installed_command_works_with_no_configuration(tmp_path: Path) -> No
     exe = shutil.which("runtime", path=os.path.dirname(sys.executable))
     assert exe is not None
     try:
-        put = subprocess.run([exe, "put", "emails", "myapp.jobs:send", '{"n": 1}'],
-                             env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        put = subprocess.run(
+            [exe, "put", "emails", "myapp.jobs:send", '{"n": 1}'],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert put.returncode == 0, put.stderr
         status = subprocess.run(
             [exe, "status"], env=env, capture_output=True, text=True, timeout=60

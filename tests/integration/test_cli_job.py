@@ -100,8 +100,10 @@ def watched(client: Client, *args: str, lines: int) -> list[str]:
     env = {**os.environ, "REDIS_URL": client.url, "RUNTIME_NAMESPACE": client.keys.namespace}
     proc = subprocess.Popen(
         [sys.executable, "-m", "runtime", "status", "--watch", "0.2", *args],
-        env=env, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     try:
         out = [proc.stdout.readline().rstrip("\n") for _ in range(lines)]
@@ -131,9 +133,16 @@ def test_status_json_and_watch_show_the_running_jobs_plain_status_shows(
     assert draw == drawn, "a redraw is what plain status prints"
     _, out, _ = cli("status", "--json")
     told = json.loads(out)["q"]["in_progress"]
-    assert sorted((j["jid"], j["klass"], j["worker"], j["progress"]["done"],
-                   j["progress"]["total"], j["progress"]["message"]) for j in told) == [
-        ("p1", "app:a", W, 1, 10, "first"), ("p2", "app:a", W, 5, None, None)
-    ]  # fmt: skip
+    assert sorted(
+        (
+            j["jid"],
+            j["klass"],
+            j["worker"],
+            j["progress"]["done"],
+            j["progress"]["total"],
+            j["progress"]["message"],
+        )
+        for j in told
+    ) == [("p1", "app:a", W, 1, 10, "first"), ("p2", "app:a", W, 5, None, None)]
     [line] = watched(plain_client, "--json", lines=1)
     assert json.loads(line) == json.loads(out), "a JSON redraw is what --json prints"

@@ -67,8 +67,12 @@ def test_a_scheduler_verb_with_bad_input_prints_one_line_naming_the_problem(
 def test_a_bad_domain_is_blamed_on_the_domain_from_a_real_process(env: Client) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "runtime", "limit", "bad domain", "10/1"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "domain must be" in done.stderr and "RATE" not in done.stderr

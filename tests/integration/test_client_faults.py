@@ -133,9 +133,11 @@ def test_a_repeatable_call_rides_out_a_short_busy_spell(server: ServerProcess) -
 
 @pytest.mark.parametrize(
     ("fault", "condition"),
-    [(redis_faults.out_of_memory, RedisCondition.OOM),
-     (redis_faults.readonly, RedisCondition.READONLY)],  # a demoted server
-)  # fmt: skip
+    [
+        (redis_faults.out_of_memory, RedisCondition.OOM),
+        (redis_faults.readonly, RedisCondition.READONLY),
+    ],  # a demoted server
+)
 def test_a_server_that_refuses_writes_refuses_the_operations_with_its_condition(
     server: ServerProcess, fault: Callable[[Any], ContextManager[None]], condition: RedisCondition
 ) -> None:
@@ -318,8 +320,11 @@ def test_a_connection_reset_while_idle_is_never_handed_out_again(
             await seen_closed(aio.blocking.connection_pool)
             accepted = proxy.stats.accepted
             found: list[Any] = []
-            for call in (aio.heartbeat({"j": "t"}), aio.wait_for_work(["q"], 0.05),
-                         aio.exchange(Outcomes(), 1, ["q"], "ordered")):  # fmt: skip
+            for call in (
+                aio.heartbeat({"j": "t"}),
+                aio.wait_for_work(["q"], 0.05),
+                aio.exchange(Outcomes(), 1, ["q"], "ordered"),
+            ):
                 try:
                     found.append(await call)
                 except Error as err:

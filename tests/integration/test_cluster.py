@@ -56,8 +56,14 @@ def start_master(cluster: Cluster, plain_client: Client, workdir: Path) -> Itera
     masters: list[MasterProcess] = []
 
     def start(queues: str = "q", *args: str, ready: bool = True) -> MasterProcess:
-        master = MasterProcess(cluster.nodes[0].process, plain_client.keys.namespace, workdir,
-                               queues, *args, url=cluster.url())  # fmt: skip
+        master = MasterProcess(
+            cluster.nodes[0].process,
+            plain_client.keys.namespace,
+            workdir,
+            queues,
+            *args,
+            url=cluster.url(),
+        )
         masters.append(master)
         return master.start(ready=ready)
 
@@ -86,7 +92,10 @@ def test_a_migration_of_the_namespaces_slot_during_a_drain_loses_no_job(
         assert not command(source.conn(), "CLUSTER", "COUNTKEYSINSLOT", slot)
         libraries = command(target.conn(), "FUNCTION", "LIST")
         assert libraries, "the masters loaded the function library on the slot's new owner"
-        wait_for(lambda: run.client.conn.route.url.endswith(f":{target.port}/0"), 5,
-                 what="the client to follow the slot")  # fmt: skip
+        wait_for(
+            lambda: run.client.conn.route.url.endswith(f":{target.port}/0"),
+            5,
+            what="the client to follow the slot",
+        )
     finally:
         run.close()

@@ -72,8 +72,20 @@ def _start_fault(run: FaultRun, proxies: list[Proxy], plan: Schedule) -> None:
     rng = plan.rng
     i = rng.randrange(MASTERS)
     proxy, master = proxies[i], run.masters[i]
-    kind = rng.choice(["reset", "reset", "flap", "partition", "partition", "delay", "drop",
-                       "stop", "hup", "redis"])  # fmt: skip
+    kind = rng.choice(
+        [
+            "reset",
+            "reset",
+            "flap",
+            "partition",
+            "partition",
+            "delay",
+            "drop",
+            "stop",
+            "hup",
+            "redis",
+        ]
+    )
     if kind == "redis":  # kill -9, then a start that replays the append-only file
         redis_faults.restart_with_aof(run.server)
         plan.count(kind, *range(MASTERS))
@@ -148,8 +160,10 @@ def test_overlapping_faults_lose_no_job_overlap_no_attempt_and_log_no_traceback(
             lines = [ln for ln in master.log().splitlines() if DOWN in ln or UP in ln]
             most = 2 * plan.hits.get(i, 0)
             assert len(lines) <= most, f"master {i}: {len(lines)} lines for {most // 2} faults"
-        print(f"\ncombined faults: {len(acknowledged)} puts acknowledged, 0 lost, "
-              f"faults {plan.kinds}, drained {drained_s:.1f} s after healing")  # fmt: skip
+        print(
+            f"\ncombined faults: {len(acknowledged)} puts acknowledged, 0 lost, "
+            f"faults {plan.kinds}, drained {drained_s:.1f} s after healing"
+        )
     finally:
         plan.due(everything=True)
         run.close()

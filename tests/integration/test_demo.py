@@ -24,12 +24,18 @@ def test_the_demo_runs_its_jobs_on_the_embedded_redis_again_and_again() -> None:
     env["RUNTIME_STATE_DIR"] = str(state)
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "runtime", "demo"], env=env, capture_output=True, text=True,
+            [sys.executable, "-m", "runtime", "demo"],
+            env=env,
+            capture_output=True,
+            text=True,
             timeout=120,
-        )  # fmt: skip
+        )
         assert done.returncode == 0, done.stdout + done.stderr
-        rows = {line.split()[1]: line.split() for line in done.stdout.splitlines()
-                if line[:32].isalnum() and len(line.split()) >= 5}  # fmt: skip
+        rows = {
+            line.split()[1]: line.split()
+            for line in done.stdout.splitlines()
+            if line[:32].isalnum() and len(line.split()) >= 5
+        }
         assert rows["add"][2] == "complete" and rows["flaky"][2:4] == ["complete", "2"]
         assert rows["broken"][2] == "failed" and "ValueError" in " ".join(rows["broken"])
         assert rows["look_up"][2:4] == ["failed", "1"], "Fail spends no retry"
@@ -38,9 +44,12 @@ def test_the_demo_runs_its_jobs_on_the_embedded_redis_again_and_again() -> None:
         assert demo_row(done.stdout) == ["demo", "0", "0", "0", "0", "0", "0", "4", "2"]
         assert "Traceback" not in done.stderr
         again = subprocess.run(
-            [sys.executable, "-m", "runtime", "demo"], env=env, capture_output=True, text=True,
+            [sys.executable, "-m", "runtime", "demo"],
+            env=env,
+            capture_output=True,
+            text=True,
             timeout=120,
-        )  # fmt: skip
+        )
         assert again.returncode == 0, again.stdout + again.stderr
         assert again.stdout.rstrip().endswith("4 complete, 2 failed")
         assert demo_row(again.stdout) == ["demo", "0", "0", "0", "0", "0", "0", "4", "2"], (

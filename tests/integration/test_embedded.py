@@ -82,8 +82,12 @@ def test_the_server_runs_with_aof_and_noeviction(state_dir: Path) -> None:
     got = {
         k: conn.config_get(k)[k] for k in ("appendonly", "appendfsync", "maxmemory-policy", "port")
     }
-    assert got == {"appendonly": "yes", "appendfsync": "everysec", "maxmemory-policy": "noeviction",
-                   "port": "0"}  # fmt: skip
+    assert got == {
+        "appendonly": "yes",
+        "appendfsync": "everysec",
+        "maxmemory-policy": "noeviction",
+        "port": "0",
+    }
 
 
 def test_jobs_survive_a_kill_and_restart_of_the_server(state_dir: Path) -> None:
@@ -167,8 +171,11 @@ def test_a_stopped_server_is_waited_for_not_started_twice(state_dir: Path) -> No
     try:
         client = subprocess.Popen(
             [sys.executable, "-m", "runtime", "status"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = _stderr_line_with(client, "waiting for the embedded redis-server", 30)
         assert f"pid {first}" in line
         assert servers_of(state_dir) == [first]

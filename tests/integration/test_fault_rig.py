@@ -31,17 +31,24 @@ def proxy(own_proxy: Proxy) -> Proxy:
 def through(proxy: Proxy, timeout_s: float = 2.0) -> redis.Redis:
     """A client through the proxy that does not retry on its own."""
     return redis.Redis.from_url(
-        proxy.url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+        proxy.url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
         retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
-    )  # fmt: skip
+    )
 
 
 def test_the_splitter_cuts_requests_and_replies_into_whole_frames() -> None:
     splitter = FrameSplitter()
     stream = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n+OK\r\n*2\r\n:1\r\n$-1\r\n$5\r\nhello\r\nPING\r\n"
     frames = [f for i in range(len(stream)) for f in splitter.feed(stream[i : i + 1])]
-    assert frames == [b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", b"+OK\r\n", b"*2\r\n:1\r\n$-1\r\n",
-                      b"$5\r\nhello\r\n", b"PING\r\n"]  # fmt: skip
+    assert frames == [
+        b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+        b"+OK\r\n",
+        b"*2\r\n:1\r\n$-1\r\n",
+        b"$5\r\nhello\r\n",
+        b"PING\r\n",
+    ]
     assert splitter.buffer == b""
 
 

@@ -131,9 +131,11 @@ def test_a_job_that_returns_leaves_nothing_behind(
     ],
 )
 def test_a_master_that_ends_leaves_nothing_behind(
-    start_master: StartMaster, plain_client: Client, workdir: Path,
+    start_master: StartMaster,
+    plain_client: Client,
+    workdir: Path,
     stop: Callable[[MasterProcess], None],
-) -> None:  # fmt: skip
+) -> None:
     master = start_master("q", "-c", "1", "--grace", "0", modules=MODULES)
     server = master.fork_server_pid()
     assert server is not None

@@ -56,8 +56,10 @@ def test_a_scrape_after_a_known_workload(plain_client: Client) -> None:
         "box-1", host="box", pid=1, queues=["emails"], concurrency=2
     )
     samples = scrape(plain_client)
-    jobs = {state: samples[("runtime_jobs", q("emails", state=state))]
-            for state in ("waiting", "scheduled", "running", "complete", "failed")}  # fmt: skip
+    jobs = {
+        state: samples[("runtime_jobs", q("emails", state=state))]
+        for state in ("waiting", "scheduled", "running", "complete", "failed")
+    }
     assert jobs == {"waiting": 2, "scheduled": 1, "running": 0, "complete": 2, "failed": 1}
     assert samples[("runtime_jobs", q("idle", state="waiting"))] == 1
     assert samples[("runtime_jobs_completed_total", q("emails"))] == 2
@@ -90,8 +92,11 @@ def scrape_cost(client: Client) -> tuple[int, int]:
     after = script_calls(client)
     delta = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
     delta.pop("cmdstat_info", None)
-    sent = sum(n for k, n in delta.items() if k in (
-        "cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_evalsha", "cmdstat_evalsha_ro"))  # fmt: skip
+    sent = sum(
+        n
+        for k, n in delta.items()
+        if k in ("cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_evalsha", "cmdstat_evalsha_ro")
+    )
     return sent, sum(delta.values())
 
 
@@ -106,12 +111,18 @@ def test_a_scrape_is_one_call_however_many_queues(plain_client: Client, queues: 
 
 @pytest.fixture
 def serving(plain_client: Client) -> Any:
-    env = {**os.environ, "REDIS_URL": plain_client.url,
-           "RUNTIME_NAMESPACE": plain_client.keys.namespace}  # fmt: skip
+    env = {
+        **os.environ,
+        "REDIS_URL": plain_client.url,
+        "RUNTIME_NAMESPACE": plain_client.keys.namespace,
+    }
     proc = subprocess.Popen(
         [sys.executable, "-c", "from runtime.cli import main; main()", "metrics", "--port", "0"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     yield proc
     if proc.poll() is None:
         proc.kill()
@@ -146,9 +157,19 @@ def test_runtime_metrics_serves_redis_down_until_redis_answers() -> None:
         server.socket.unlink(missing_ok=True)  # refused until it is up again
         env = {**os.environ, "REDIS_URL": server.url}
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from runtime.cli import main; main()", "metrics", "--port",
-             "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                "from runtime.cli import main; main()",
+                "metrics",
+                "--port",
+                "0",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             warning = proc.stderr.readline()  # type: ignore[union-attr]
             assert "WARNING" in warning and "cannot reach Redis" in warning, warning
@@ -179,9 +200,19 @@ def test_a_port_in_use_is_a_one_line_error(plain_client: Client) -> None:
         port = taken.getsockname()[1]
         env = {**os.environ, "REDIS_URL": plain_client.url}
         done = subprocess.run(
-            [sys.executable, "-c", "from runtime.cli import main; main()", "metrics", "--port",
-             str(port)], env=env, capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                "from runtime.cli import main; main()",
+                "metrics",
+                "--port",
+                str(port),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(f"runtime: error: cannot listen on 127.0.0.1:{port}")
     assert done.stderr.count("\n") == 1

@@ -225,8 +225,11 @@ def test_after_a_partition_longer_than_a_lease_a_job_done_meanwhile_is_not_run_a
     wait_for(lambda: run.ledger.started(long + graced), 15, what="the jobs to start")
     proxy.blackhole()
     outage_s = 2.5 * LEASE_S
-    wait_for(lambda: {r.jid for r in run.ledger.runs() if r.ended} >= set(graced), 5,
-             what="the graced jobs to finish during the outage")  # fmt: skip
+    wait_for(
+        lambda: {r.jid for r in run.ledger.runs() if r.ended} >= set(graced),
+        5,
+        what="the graced jobs to finish during the outage",
+    )
     run.hold(outage_s - 1.0, "the partition")
     proxy.passthrough()
     fault_end = time.time()

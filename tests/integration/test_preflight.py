@@ -121,8 +121,18 @@ def test_a_redis_that_keeps_its_settings_to_itself_is_used_with_a_warning(
 ) -> None:
     user = f"limited{uuid.uuid4().hex[:6]}"
     with redis_faults.connect(private_server) as conn:
-        conn.execute_command("ACL", "SETUSER", user, "on", f">{ACL_PASSWORD}", "~*", "&*",
-                          "+@all", "-info", "-config")  # fmt: skip
+        conn.execute_command(
+            "ACL",
+            "SETUSER",
+            user,
+            "on",
+            f">{ACL_PASSWORD}",
+            "~*",
+            "&*",
+            "+@all",
+            "-info",
+            "-config",
+        )
     url = f"unix://{user}:{ACL_PASSWORD}@{private_server.socket}"
     master = start_master("q", "-c", "1", env={"REDIS_URL": url})
     lines = [ln for ln in master.log().splitlines() if "checks were skipped" in ln]

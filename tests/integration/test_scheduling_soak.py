@@ -50,8 +50,9 @@ def tcp_server() -> Iterator[TcpServer]:
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    server = TcpServer(find_server_binary(), directory, appendonly=True,
-                       extra=f"port {port}\nbind 127.0.0.1")  # fmt: skip
+    server = TcpServer(
+        find_server_binary(), directory, appendonly=True, extra=f"port {port}\nbind 127.0.0.1"
+    )
     server.port = port
     server.start()
     yield server
@@ -60,14 +61,21 @@ def tcp_server() -> Iterator[TcpServer]:
 
 
 def _master(server: TcpServer, namespace: str, workdir: Path) -> MasterProcess:
-    return MasterProcess(server, namespace, workdir, ",".join(QUEUES), "-c", "2",
-                         url=server.url).start()  # fmt: skip
+    return MasterProcess(
+        server, namespace, workdir, ",".join(QUEUES), "-c", "2", url=server.url
+    ).start()
 
 
 def _faults(
-    server: TcpServer, client: Client, namespace: str, workdir: Path, masters: list[MasterProcess],
-    rng: random.Random, until: float, stopped: threading.Event,
-) -> None:  # fmt: skip
+    server: TcpServer,
+    client: Client,
+    namespace: str,
+    workdir: Path,
+    masters: list[MasterProcess],
+    rng: random.Random,
+    until: float,
+    stopped: threading.Event,
+) -> None:
     """One fault at a time, each followed by a restart: at least two masters serve."""
     while time.monotonic() < until and not stopped.is_set():
         time.sleep(rng.uniform(1.0, 3.0))
@@ -106,8 +114,9 @@ def test_delayed_jobs_start_on_time_through_pauses_limits_recurrences_and_master
     path = workdir / "runs"
     stopped = threading.Event()
     until = time.monotonic() + soak_s
-    chaos = threading.Thread(target=_faults, args=(tcp_server, client, namespace, workdir,
-                                                   masters, rng, until, stopped))  # fmt: skip
+    chaos = threading.Thread(
+        target=_faults, args=(tcp_server, client, namespace, workdir, masters, rng, until, stopped)
+    )
     chaos.start()
     delayed: list[str] = []
     try:
@@ -123,8 +132,11 @@ def test_delayed_jobs_start_on_time_through_pauses_limits_recurrences_and_master
     finally:
         stopped.set()
         chaos.join()
-    wait_for(lambda: all(_state(client, jid) == "complete" for jid in delayed), 60,
-             what="every delayed job complete")  # fmt: skip
+    wait_for(
+        lambda: all(_state(client, jid) == "complete" for jid in delayed),
+        60,
+        what="every delayed job complete",
+    )
     starts = {line.split()[0]: float(line.split()[2]) for line in path.read_text().splitlines()}
     late, early, disturbed = [], [], 0
     for jid in delayed:

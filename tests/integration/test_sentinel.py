@@ -108,8 +108,9 @@ class Failover:
     def __init__(self, topology: SentinelSet, workdir: Path) -> None:
         self.topology = topology
         self.run = FaultRun(topology.nodes[0].process, workdir, namespace="ha", url=topology.url())
-        self.putter = Putter(Client.from_url(topology.url(), namespace="ha"),
-                             str(self.run.ledger.path))  # fmt: skip
+        self.putter = Putter(
+            Client.from_url(topology.url(), namespace="ha"), str(self.run.ledger.path)
+        )
         self.old = topology.primary_port()
         self.lost: list[str] = []  # acknowledged puts not found after the failover
 
@@ -121,8 +122,12 @@ class Failover:
 
     def promoted(self) -> float:
         """Waits for the sentinels to name another primary; time.time() then."""
-        wait_for(lambda: self.topology.primary_port() != self.old, 30, interval_s=0.05,
-                 what="the sentinels to promote a replica")  # fmt: skip
+        wait_for(
+            lambda: self.topology.primary_port() != self.old,
+            30,
+            interval_s=0.05,
+            what="the sentinels to promote a replica",
+        )
         return time.time()
 
     def resume(self, promoted_at: float) -> None:
@@ -144,8 +149,12 @@ class Failover:
             return all(job is not None and job.state == "complete" for job in jobs)
 
         try:
-            wait_for(completed, max(1.0, promoted_at + RESUME_S - time.time()), interval_s=0.05,
-                     what=f"fresh jobs complete within {RESUME_S} s of the promotion")  # fmt: skip
+            wait_for(
+                completed,
+                max(1.0, promoted_at + RESUME_S - time.time()),
+                interval_s=0.05,
+                what=f"fresh jobs complete within {RESUME_S} s of the promotion",
+            )
         except AssertionError as err:
             jids = [jid for jid in fresh.values() if jid]
             raise AssertionError(f"{err}\n{run.describe(jids)}") from None
@@ -154,36 +163,51 @@ class Failover:
     def check(self, fault_at: float, promoted_at: float, label: str) -> None:
         run = self.run
         self.resume(promoted_at)
-        wait_for(lambda: any(t > promoted_at for t, _ in self.putter.acked), RESUME_S,
-                 what="an acknowledged put after the promotion")  # fmt: skip
+        wait_for(
+            lambda: any(t > promoted_at for t, _ in self.putter.acked),
+            RESUME_S,
+            what="an acknowledged put after the promotion",
+        )
         self.putter.stop()
         acked = [jid for _, jid in self.putter.acked]
         found = run.client.get_jobs(acked)
         self.lost += [jid for jid, job in zip(acked, found, strict=True) if job is None]
         run.jids += [jid for jid, job in zip(acked, found, strict=True) if job is not None]
-        first_after = min(t for t, jid in self.putter.acked
-                          if t > promoted_at and jid not in self.lost)  # fmt: skip
+        first_after = min(
+            t for t, jid in self.putter.acked if t > promoted_at and jid not in self.lost
+        )
         run.assert_alive()
         run.assert_nothing_lost()
         run.assert_alive()
-        ran_again = [jid for jid, runs in run.ledger.by_jid().items()
-                     if sum(r.ended for r in runs) > 1]  # fmt: skip
+        ran_again = [
+            jid for jid, runs in run.ledger.by_jid().items() if sum(r.ended for r in runs) > 1
+        ]
         before = [t for t, _ in self.putter.acked if t < fault_at]
         rate = len(before) / max(1e-3, fault_at - before[0]) if before else 0.0
         bound = max(1.0, rate * (MAX_LAG_S + 1))
-        print(f"\n[{label}] puts acknowledged {len(acked)} ({rate:.0f}/s before the fault), "
-              f"lost {len(self.lost)} (bound {bound:.0f}); jobs run again after their end "
-              f"{len(ran_again)}; promotion {promoted_at - fault_at:.2f} s after the fault; "
-              f"writes resumed {first_after - promoted_at:.2f} s after the promotion; "
-              f"puts refused {self.putter.refused}")  # fmt: skip
+        print(
+            f"\n[{label}] puts acknowledged {len(acked)} ({rate:.0f}/s before the fault), "
+            f"lost {len(self.lost)} (bound {bound:.0f}); jobs run again after their end "
+            f"{len(ran_again)}; promotion {promoted_at - fault_at:.2f} s after the fault; "
+            f"writes resumed {first_after - promoted_at:.2f} s after the promotion; "
+            f"puts refused {self.putter.refused}"
+        )
         assert len(self.lost) <= bound, f"{len(self.lost)} acknowledged puts lost: {self.lost[:10]}"
         # the old primary's late writes neither bring back nor duplicate a job
-        stays(lambda: set(run.states().values()) == {"complete"}, 2.0, interval_s=0.2,
-              what="every job stays complete")  # fmt: skip
+        stays(
+            lambda: set(run.states().values()) == {"complete"},
+            2.0,
+            interval_s=0.2,
+            what="every job stays complete",
+        )
         old = self.topology.node(self.old).conn()
         wait_for(lambda: command(old, "ROLE")[0] == b"slave", 30, what="the old primary a replica")
-        stays(lambda: set(run.states().values()) == {"complete"}, 1.0, interval_s=0.2,
-              what="every job stays complete once the old primary is a replica")  # fmt: skip
+        stays(
+            lambda: set(run.states().values()) == {"complete"},
+            1.0,
+            interval_s=0.2,
+            what="every job stays complete once the old primary is a replica",
+        )
 
     def close(self) -> None:
         self.putter.stop()

@@ -122,9 +122,12 @@ def test_a_final_job_failure_is_one_scrubbed_event(
     wait_state(plain_client, jid, "failed")
     event = only_event(sentry)
     assert event["tags"] == {
-        "queue": "q", "klass": f"{J}:fail", "jid": jid, "attempt": "2",
+        "queue": "q",
+        "klass": f"{J}:fail",
+        "jid": jid,
+        "attempt": "2",
         "worker": event["tags"]["worker"],
-    }  # fmt: skip
+    }
     assert str(master.pid) in event["tags"]["worker"]
     assert event["fingerprint"] == ["builtins.ValueError"]
     assert event["exception"]["values"][-1]["type"] == "ValueError"

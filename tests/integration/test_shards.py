@@ -54,17 +54,25 @@ def test_three_namespaces_on_three_nodes_act_as_one_site(cluster: Cluster, workd
     a, b, c = namespaces_on_every_node(cluster)
     rule = f"{a}:qa;{b}:qb;{c}:qc,*"
     site = Site(settings=config.Settings(url=cluster.url(), namespace=a, shards=rule))
-    master = MasterProcess(cluster.nodes[0].process, a, workdir, "qa,qb,qc",
-                           env={"RUNTIME_SHARDS": rule}, url=cluster.url())  # fmt: skip
+    master = MasterProcess(
+        cluster.nodes[0].process,
+        a,
+        workdir,
+        "qa,qb,qc",
+        env={"RUNTIME_SHARDS": rule},
+        url=cluster.url(),
+    )
     try:
         master.start()
         puts = {"qa": 30, "qb": 20, "qc": 10}
-        jids = [site.queue(q).put(f"{JOBS}:noop", {"i": i}) for q, n in puts.items()
-                for i in range(n)]  # fmt: skip
+        jids = [
+            site.queue(q).put(f"{JOBS}:noop", {"i": i}) for q, n in puts.items() for i in range(n)
+        ]
         failing = site.queue("qb").put(f"{JOBS}:fail", retries=0)
         # a job of qa putting into qc (another shard) fails, and puts nothing
-        crossing = site.queue("qa").put(f"{JOBS}:put_follow_ups", {"queue": "qc", "count": 1},
-                                        retries=0)  # fmt: skip
+        crossing = site.queue("qa").put(
+            f"{JOBS}:put_follow_ups", {"queue": "qc", "count": 1}, retries=0
+        )
         done = {"qa": 30, "qb": 20, "qc": 10}
 
         def settled() -> bool:
@@ -103,15 +111,15 @@ def test_three_namespaces_on_three_nodes_act_as_one_site(cluster: Cluster, workd
         with pytest.raises(CrossShard, match=f"{a}.*qb.*{b}"):
             site.clients[a].queue("qb").put(f"{JOBS}:noop")
         with pytest.raises(CrossShard, match="one shard"):
-            site.put_many([site.queue("qa").spec(f"{JOBS}:noop"),
-                           site.queue("qb").spec(f"{JOBS}:noop")])  # fmt: skip
+            site.put_many(
+                [site.queue("qa").spec(f"{JOBS}:noop"), site.queue("qb").spec(f"{JOBS}:noop")]
+            )
         with pytest.raises(CrossShard, match=f"depend on job {jids[0]} of shard '{a}'"):
             site.queue("qc").put(f"{JOBS}:noop", depends=[jids[0]])
 
         # domain limits are set in every namespace
         site.set_domain_limit("example.com", 5)
-        assert all("example.com" in site.clients[ns].scheduling.domain_limits()
-                   for ns in (a, b, c))  # fmt: skip
+        assert all("example.com" in site.clients[ns].scheduling.domain_limits() for ns in (a, b, c))
 
         master.send(signal.SIGTERM)
         assert master.wait(30) == 0

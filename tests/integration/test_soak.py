@@ -79,8 +79,10 @@ def test_soak_children_and_masters_killed_at_random_lose_no_job_and_never_overla
     path = workdir / "alive"
     q = client.queue("q")
     rng = random.Random(7)  # a failing run can be replayed
-    specs = [q.spec(f"{J}:alive", {"seconds": rng.uniform(0.01, 0.3), "path": str(path)},
-                    retries=20) for _ in range(600)]  # fmt: skip
+    specs = [
+        q.spec(f"{J}:alive", {"seconds": rng.uniform(0.01, 0.3), "path": str(path)}, retries=20)
+        for _ in range(600)
+    ]
     jids = client.put_many(specs)
     masters = [_master(aof_server, "soak", workdir) for _ in "ab"]
     faults = {"child": 0, "master": 0, "hup": 0}
@@ -120,8 +122,9 @@ def test_redis_killed_and_restarted_with_aof_loses_no_job(
     client = _client(aof_server, "aof")
     path = workdir / "runs"
     q = client.queue("q")
-    jids = client.put_many(q.spec(f"{J}:record", {"path": str(path), "seconds": 0.01})
-                           for _ in range(1500))  # fmt: skip
+    jids = client.put_many(
+        q.spec(f"{J}:record", {"path": str(path), "seconds": 0.01}) for _ in range(1500)
+    )
     master = _master(aof_server, "aof", workdir)
 
     def ran() -> int:

@@ -43,8 +43,12 @@ def test_a_typed_job_put_by_its_function_runs_with_its_arguments(
     assert [ended(plain_client, j).state for j in [*many, by_path]] == ["complete"] * 3
     assert plain_client.get_job(many[0]).priority == 3  # type: ignore[union-attr]
     greetings = {r["jid"]: r["greeting"] for r in records(path)}
-    assert greetings == {jid: "hello, ada!", many[0]: "hello, bob?", many[1]: "hello, cy!",
-                         by_path: "hello, dee!"}  # fmt: skip
+    assert greetings == {
+        jid: "hello, ada!",
+        many[0]: "hello, bob?",
+        many[1]: "hello, cy!",
+        by_path: "hello, dee!",
+    }
 
 
 def test_a_typed_job_puts_typed_follow_up_jobs_with_its_completion(

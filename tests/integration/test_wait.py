@@ -101,8 +101,10 @@ def test_wait_on_a_cancelled_job_raises_no_such_job(plain_client: Client, leased
 
 def test_many_waiters_on_one_job_all_wake(plain_client: Client, leased: Lease) -> None:
     waiters = [Waiter(lambda: plain_client.wait("j1", timeout=30)) for _ in range(5)]
-    wait_for(lambda: b'"wn":5' in (plain_client.redis.hget(plain_client.keys.key("jobs"), "j1")
-                                    or b""), what="five waiters")  # fmt: skip
+    wait_for(
+        lambda: b'"wn":5' in (plain_client.redis.hget(plain_client.keys.key("jobs"), "j1") or b""),
+        what="five waiters",
+    )
     leased.complete(result=7)
     assert [w.result() for w in waiters] == [("returned", 7)] * 5
 
@@ -143,8 +145,9 @@ def test_an_exchange_sends_progress_and_puts_first_then_the_reports(
     spec = plain_client.queue("links").spec("a.b:c", {"u": 1}, jid="link-1")
     out.add_put(*spec.to_wire(), by="j1")
     later = plain_client.queue("links").spec("a.b:c", {"u": 2}, jid="link-2")
-    out.add_complete("j1", leased.token or "", result='{"n":2}', output="out\n",
-                     puts=[later.to_wire()])  # fmt: skip
+    out.add_complete(
+        "j1", leased.token or "", result='{"n":2}', output="out\n", puts=[later.to_wire()]
+    )
     out.add_progress("gone", "t", 1, None, None)  # refused: not in the answer
 
     done = on_aio(plain_client, lambda aio: aio.exchange(out, None, [], "ordered"))
@@ -155,8 +158,10 @@ def test_an_exchange_sends_progress_and_puts_first_then_the_reports(
     assert job is not None and job.result == {"n": 2} and job.output == "out\n"
     assert job.progress is not None and job.progress["message"] == "all"
     assert [(e.event, e.count) for e in job.history[-3:]] == [
-        ("puts", 1), ("puts", 1), ("completed", None),
-    ]  # fmt: skip
+        ("puts", 1),
+        ("puts", 1),
+        ("completed", None),
+    ]
     assert plain_client.queue("links").counts()["waiting"] == 2
 
 

@@ -113,9 +113,13 @@ def forks(master: MasterProcess) -> list[tuple[int, int, str]]:
 
 def test_the_sandbox(start_master: StartMaster, plain_client: Client, workdir: Path) -> None:
     start_master(
-        "q", "-c", "1", "--open-files", "64",
+        "q",
+        "-c",
+        "1",
+        "--open-files",
+        "64",
         env={"SENTRY_DSN": "http://k@127.0.0.1:9/1", "DB_PASSWORD": "x", "KEEP_ME": "yes"},
-    )  # fmt: skip
+    )
     q = plain_client.queue("q")
     first, second = workdir / "one.json", workdir / "two.json"
     jids = [q.put(f"{J}:describe_process", {"path": str(p)}) for p in (first, second)]
@@ -261,8 +265,13 @@ def test_runtime_workers_lists_a_live_master_and_its_jobs(
     jid = plain_client.queue("q").put(f"{J}:alive", {"seconds": 30, "path": str(path)})
     wait_for(path.exists, 10)
     env = {**os.environ, "REDIS_URL": master.url, "RUNTIME_NAMESPACE": master.namespace}
-    listed = subprocess.run([sys.executable, "-m", "runtime", "workers", "--json"], env=env,
-                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    listed = subprocess.run(
+        [sys.executable, "-m", "runtime", "workers", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert listed.returncode == 0, listed.stderr
     [(name, info)] = json.loads(listed.stdout).items()
     assert name == f"{socket.gethostname()}-{master.pid}"
@@ -286,8 +295,9 @@ def test_an_idle_master_only_blocks_waiting_for_work(
     # an absence: what a polling master would send within three seconds
     stays(blocked, 3.0, interval_s=0.5, what="the master blocked")
     ours = ("info", "config", "client")
-    sent = {name.removeprefix("cmdstat_"): v["calls"]
-            for name, v in conn.info("commandstats").items()}  # fmt: skip
+    sent = {
+        name.removeprefix("cmdstat_"): v["calls"] for name, v in conn.info("commandstats").items()
+    }
     # the cancels connection's keepalive: at most one PING in half a minute
     assert sent.pop("ping", 0) <= 1
     assert {name: n for name, n in sent.items() if not name.startswith(ours)} == {}

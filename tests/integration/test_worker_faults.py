@@ -53,9 +53,14 @@ def still_serving(master: MasterProcess, client: Client, workdir: Path) -> None:
     ],
 )
 def test_a_child_that_dies_fails_its_job_after_its_retries_with_a_reason(
-    start_master: StartMaster, plain_client: Client, workdir: Path,
-    klass: str, data: dict[str, int], group: str, reason: str,
-) -> None:  # fmt: skip
+    start_master: StartMaster,
+    plain_client: Client,
+    workdir: Path,
+    klass: str,
+    data: dict[str, int],
+    group: str,
+    reason: str,
+) -> None:
     master = start_master("q", "-c", "1")
     jid = plain_client.queue("q").put(f"{J}:{klass}", data, retries=2, backoff=(0.01, 0.01))
     got_group, message = final_failure(plain_client, jid)

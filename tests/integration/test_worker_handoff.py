@@ -59,15 +59,22 @@ def test_a_frozen_master_never_starts_a_handed_job_whose_first_lease_ran_out(
     # it never starts the job.
     dropped = f"job leased ahead not started, its lease ran out jid={jid}"
     lost_read = "Redis unavailable (timeout)"
-    wait_for(lambda: dropped in frozen.log() or lost_read in frozen.log(), 10,
-             what="the stale handoff gone")  # fmt: skip
+    wait_for(
+        lambda: dropped in frozen.log() or lost_read in frozen.log(),
+        10,
+        what="the stale handoff gone",
+    )
     after = plain_client.queue("q").put(f"{J}:noop", {})
     wait_state(plain_client, after, "complete")
     assert [line.split()[1] for line in path.read_text().splitlines()] == ["2"]
     job = plain_client.get_job(jid)
     assert job is not None and [e.event for e in job.history] == [
-        "put", "popped", "lease-lost", "popped", "completed"
-    ]  # fmt: skip
+        "put",
+        "popped",
+        "lease-lost",
+        "popped",
+        "completed",
+    ]
 
 
 # --- a master that dies while it waits (issue 22) ------------------------------------
@@ -98,9 +105,13 @@ def _serve_one_at_a_time(
 
 
 def _crash_then_serve(
-    start_master: StartMaster, client: Client, workdir: Path, queues: list[str],
-    masters: int, killed: int,
-) -> None:  # fmt: skip
+    start_master: StartMaster,
+    client: Client,
+    workdir: Path,
+    queues: list[str],
+    masters: int,
+    killed: int,
+) -> None:
     running = [start_master(",".join(queues), "-c", "1") for _ in range(masters)]
     wait_for(lambda: _registered(client, queues, masters), 10, what="every master waiting")
     for master in running[:killed]:
@@ -160,8 +171,11 @@ def test_a_frozen_master_never_runs_a_handed_job_a_live_master_took(
     assert int(line.split()[4]) in live.children()
     # woken, the frozen master drops the stale handoff (or lost it with its read)
     dropped = f"job leased ahead not started, its lease ran out jid={jid}"
-    wait_for(lambda: dropped in frozen.log() or "Redis unavailable (timeout)" in frozen.log(),
-             10, what="the stale handoff gone")  # fmt: skip
+    wait_for(
+        lambda: dropped in frozen.log() or "Redis unavailable (timeout)" in frozen.log(),
+        10,
+        what="the stale handoff gone",
+    )
     after = plain_client.queue("q").put(f"{J}:record", {"path": str(path)})
     wait_state(plain_client, after, "complete")
     assert [x.split()[0] for x in path.read_text().splitlines()] == [jid, after]

@@ -47,8 +47,10 @@ def test_max_processes_limits_an_unprivileged_child(
     start_master("q", "-c", "1", "--user", "nobody", "--max-processes", "2")
     q = plain_client.queue("q")
     described, forked = workdir / "proc.json", workdir / "fork"
-    jids = [q.put(f"{J}:describe_process", {"path": str(described)}),
-            q.put(f"{J}:try_fork", {"path": str(forked)})]  # fmt: skip
+    jids = [
+        q.put(f"{J}:describe_process", {"path": str(described)}),
+        q.put(f"{J}:try_fork", {"path": str(forked)}),
+    ]
     for jid in jids:
         wait_state(plain_client, jid, "complete")
     assert json.loads(described.read_text())["nproc"] == 2

@@ -63,8 +63,10 @@ def test_a_killed_master_s_jobs_run_again_elsewhere_once(
     plain_client.admin.config_set("q-heartbeat", 1)
     first = start_master("q", "-c", "2")
     path = workdir / "alive"
-    jids = [plain_client.queue("q").put(f"{J}:alive", {"seconds": 1.5, "path": str(path)})
-            for _ in range(2)]  # fmt: skip
+    jids = [
+        plain_client.queue("q").put(f"{J}:alive", {"seconds": 1.5, "path": str(path)})
+        for _ in range(2)
+    ]
     wait_for(lambda: plain_client.status("q")["q"]["running"] == 2, 10)
     children = first.children()
     first.kill()
@@ -158,10 +160,12 @@ def test_a_job_leased_ahead_is_not_started_after_its_lease_ran_out(
     for jid in [q.put(f"{J}:noop", {}) for _ in range(3)]:  # short jobs: prefetch starts
         wait_state(plain_client, jid, "complete")
     first, ahead = workdir / "first", workdir / "ahead"
-    [_, later] = plain_client.put_many([
-        q.spec(f"{J}:record", {"seconds": 0.3, "path": str(first)}),
-        q.spec(f"{J}:alive", {"seconds": 0.3, "path": str(ahead)}),
-    ])  # fmt: skip
+    [_, later] = plain_client.put_many(
+        [
+            q.spec(f"{J}:record", {"seconds": 0.3, "path": str(first)}),
+            q.spec(f"{J}:alive", {"seconds": 0.3, "path": str(ahead)}),
+        ]
+    )
     wait_for(lambda: plain_client.status("q")["q"]["running"] == 2, 10, what="one leased ahead")
     master.send(signal.SIGSTOP)  # the first job ends while its master is frozen ...
     stopped_at = time.time()
@@ -177,8 +181,11 @@ def test_a_job_leased_ahead_is_not_started_after_its_lease_ran_out(
     # lease runs out in Redis and the next pop leases it afresh.
     dropped = f"job leased ahead not started, its lease ran out jid={later}"
     lost_read = "Redis unavailable (timeout)"
-    wait_for(lambda: dropped in master.log() or lost_read in master.log(), 10,
-             what="the stale job dropped or gone with its reply")  # fmt: skip
+    wait_for(
+        lambda: dropped in master.log() or lost_read in master.log(),
+        10,
+        what="the stale job dropped or gone with its reply",
+    )
     wait_state(plain_client, later, "complete", 30)
     assert f"job stopped, its lease was lost jid={later}" not in master.log()
     ran = {int(line.split()[1]) for line in ahead.read_text().splitlines()}

@@ -61,8 +61,14 @@ def test_an_import_error_in_a_job_module_names_its_file_and_line(
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "tasks.py").write_text("import os\n\n\nvalue = not_defined_here\n")
-    start_master("q", "-c", "1", "brokenjobs.__init__", modules=(J, "brokenjobs"),
-                 env={"PYTHONPATH": str(workdir)})  # fmt: skip
+    start_master(
+        "q",
+        "-c",
+        "1",
+        "brokenjobs.__init__",
+        modules=(J, "brokenjobs"),
+        env={"PYTHONPATH": str(workdir)},
+    )
     jid = plain_client.queue("q").put("brokenjobs.tasks:run", {}, retries=0)
     group, message = failure(plain_client, jid)
     assert group == "runtime.KlassNotFound"
@@ -105,8 +111,7 @@ def test_a_job_of_another_user_cannot_lift_its_cpu_limit(
 def test_every_job_under_a_cpu_limit_gets_a_fresh_child_and_budget(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
-    start_master("q", "-c", "1", "--cpu-limit", "2", "--max-jobs-per-child", "50",
-                 modules=MODULES)  # fmt: skip
+    start_master("q", "-c", "1", "--cpu-limit", "2", "--max-jobs-per-child", "50", modules=MODULES)
     path = workdir / "limits"
     q = plain_client.queue("q")
     for jid in [q.put(f"{H}:cpu_limits", {"path": str(path)}) for _ in range(3)]:
@@ -180,8 +185,9 @@ def test_dropping_a_capability_removes_it_from_every_set() -> None:
         " if l.startswith('Cap')}))\n"
     )
     before = capability_bits("self")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          check=True, cwd=REPO)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO
+    )
     after = json.loads(done.stdout)
     for name in ("CapEff", "CapPrm", "CapInh"):
         assert not after[name] >> 23 & 1, name

@@ -83,8 +83,9 @@ def test_usr1_kills_running_jobs_and_they_are_retried(
 ) -> None:
     master = start_master("q", "-c", "1")
     path = workdir / "naps"
-    jid = plain_client.queue("q").put(f"{J}:nap", {"seconds": 30, "path": str(path)},
-                                      backoff=(60, 60))  # fmt: skip
+    jid = plain_client.queue("q").put(
+        f"{J}:nap", {"seconds": 30, "path": str(path)}, backoff=(60, 60)
+    )
     wait_started(path, 1)
     master.send(signal.SIGUSR1)
     wait_state(plain_client, jid, "scheduled")
@@ -130,8 +131,9 @@ def test_hup_replaces_every_child_under_load_losing_and_doubling_nothing(
     first_children = set(master.children())
     path = workdir / "runs"
     q = plain_client.queue("q")
-    jids = plain_client.put_many(q.spec(f"{J}:record", {"path": str(path), "seconds": 0.005})
-                                 for _ in range(300))  # fmt: skip
+    jids = plain_client.put_many(
+        q.spec(f"{J}:record", {"path": str(path), "seconds": 0.005}) for _ in range(300)
+    )
     wait_for(lambda: running(plain_client) > 0, 10, what="the load to start")
     for hups in range(1, 4):  # one HUP at a time: signals of one kind sent at once may merge
         master.send(signal.SIGHUP)

@@ -101,9 +101,11 @@ def test_jobs_put_by_a_job_are_committed_with_its_completion_only(
     ended(plain_client, ok)
     assert plain_client.queue("next").counts()["waiting"] == 3
     bad = plain_client.queue("q").put(
-        f"{J}:put_follow_ups", {"count": 2, "queue": "never", "fail": True},
-        retries=1, backoff=(0.01, 0.01),
-    )  # fmt: skip
+        f"{J}:put_follow_ups",
+        {"count": 2, "queue": "never", "fail": True},
+        retries=1,
+        backoff=(0.01, 0.01),
+    )
     assert ended(plain_client, bad).state == "failed"
     assert plain_client.queue("never").counts()["waiting"] == 0, "failed attempts put nothing"
 
@@ -157,8 +159,10 @@ def test_progress_is_stored_on_the_job(start_master: StartMaster, plain_client: 
     job = ended(plain_client, plain_client.queue("q").put(f"{J}:report_progress", {}))
     assert job.progress is not None
     assert (job.progress["done"], job.progress["total"], job.progress["message"]) == (
-        10, 10, "step 10",
-    )  # fmt: skip
+        10,
+        10,
+        "step 10",
+    )
 
 
 @pytest.mark.parametrize("children", [1, 2])

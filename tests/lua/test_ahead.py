@@ -51,8 +51,10 @@ def test_jobs_due_soon_come_after_waiting_ones_in_due_then_put_order(client: Cli
     q.put("app.jobs:run", {}, jid="c", delay=0.004)
     q.put("app.jobs:run", {}, jid="now")
     assert starts(pop(client, 5 * MS, "q", count=3)) == [
-        ("now", None), ("a", 2 * MS), ("b", 4 * MS)
-    ]  # fmt: skip
+        ("now", None),
+        ("a", 2 * MS),
+        ("b", 4 * MS),
+    ]
     assert starts(pop(client, 5 * MS, "q")) == [("c", 4 * MS)]
 
 
@@ -91,5 +93,6 @@ def test_a_fast_domain_gets_every_turn_within_ahead_in_one_pop(client: Client) -
     for i in range(10):
         q.put("app.jobs:run", {}, jid=f"f{i}", domain="fast.example")
     assert starts(pop(client, 5 * MS, "q")) == [
-        ("f0", None), *((f"f{i}", i * MS) for i in range(1, 6))
-    ]  # fmt: skip
+        ("f0", None),
+        *((f"f{i}", i * MS) for i in range(1, 6)),
+    ]

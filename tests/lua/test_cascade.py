@@ -63,10 +63,14 @@ def test_a_job_failed_for_good_fails_the_jobs_waiting_on_it_down_the_graph(
     assert states(client, "a", "b", "c", "d", "x") == ["failed"] * 4 + ["scheduled"]
     b_meta, _ = record(client, "b")  # type: ignore[misc]
     assert b_meta == {
-        "k": "app:b", "q": "q", "s": "failed", "r": 5, "m": 5,
+        "k": "app:b",
+        "q": "q",
+        "s": "failed",
+        "r": 5,
+        "m": 5,
         "f": {"g": DF, "m": f"job a, which it depends on, failed for good ({group})", "t": now_ms},
         "h": [{"e": "put", "t": put_ms}, {"e": "failed", "t": now_ms, "g": DF}],
-    }  # fmt: skip
+    }
     c = client.get_job("c")
     assert c is not None and c.failure is not None
     assert c.failure.message == f"job b, which it depends on, failed for good ({DF})"
@@ -87,13 +91,17 @@ def test_jobs_that_failed_with_their_dependency_return_to_depends_when_it_is_unf
     assert states(client, "a", "b", "c", "d") == ["waiting", "depends", "depends", "depends"]
     b_meta, _ = record(client, "b")  # type: ignore[misc]
     assert b_meta == {
-        "k": "app:b", "q": "q", "s": "depends", "r": 5, "m": 5,
+        "k": "app:b",
+        "q": "q",
+        "s": "depends",
+        "r": 5,
+        "m": 5,
         "h": [
             {"e": "put", "t": put_ms},
             {"e": "failed", "t": fail_ms, "g": DF},
             {"e": "unfailed", "t": clock.now_ms, "n": "job a runs again"},
         ],
-    }  # fmt: skip
+    }
     assert record(client, "c")[0]["h"][-1]["n"] == "job b runs again"  # type: ignore[index]
     assert client.failed() == {}
     assert client.queue("q").counts()["depends"] == 3
@@ -165,8 +173,9 @@ def test_waiting_on_a_job_already_failed_fails_at_once(
     n = client.get_job("n")
     assert n is not None and n.state == "failed" and n.failure is not None
     assert (n.failure.group, n.failure.message) == (
-        DF, "job a, which it depends on, failed for good (app.Boom)",
-    )  # fmt: skip
+        DF,
+        "job a, which it depends on, failed for good (app.Boom)",
+    )
     assert client.queue("q").counts()["depends"] == 0
     client.scheduling.requeue("a")
     assert states(client, "n") == ["depends"]

@@ -208,8 +208,10 @@ def test_heartbeat_and_reports_of_a_corrupt_running_job_lose_the_lease(
     # goes when the lease runs out (test_an_expired_lease_on_a_corrupt_record...)
     assert client.redis.scard(client.keys.key("worker_jobs", worker="w")) == 0
     reports: list[Callable[[], str]] = [
-        job.complete, lambda: job.fail("g", "m"), lambda: job.retry("g", "m"),
-    ]  # fmt: skip
+        job.complete,
+        lambda: job.fail("g", "m"),
+        lambda: job.retry("g", "m"),
+    ]
     for report in reports:
         with pytest.raises(LeaseLost, match="CorruptJob"):
             report()

@@ -82,8 +82,9 @@ def test_a_failed_job_found_corrupt_is_listed_as_corrupt_and_moved_by_the_next_w
     corrupt(client, "bad", RECORD_KINDS["meta-not-json"])
     total, jobs = client.admin.failed_jobs("app.Error")
     assert (total, [(j.jid, j.failure.group) for j in jobs]) == (  # type: ignore[union-attr]
-        2, [("other", "app.Error"), ("bad", GROUP)],
-    )  # fmt: skip
+        2,
+        [("other", "app.Error"), ("bad", GROUP)],
+    )
     assert client.failed() == {"app.Error": 2}, "the listing (no-writes) moves nothing"
     assert client.unfail("app.Error", "q") == 1, "unfail moves it to its group (as below)"
     assert client.failed() == {GROUP: 1}

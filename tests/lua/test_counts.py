@@ -112,27 +112,49 @@ def test_workers_show_what_a_master_told_and_what_it_holds(
     q.put("myapp.jobs:send", {}, jid="j1")
     q.pop(1, worker="host-a-123")
     clock.advance(2.5)
-    client.leases.register_worker("host-a-123", host="host-a", pid=123, queues=["q", "r"],
-                           concurrency=4, started_ms=clock.now_ms - 60_000)  # fmt: skip
+    client.leases.register_worker(
+        "host-a-123",
+        host="host-a",
+        pid=123,
+        queues=["q", "r"],
+        concurrency=4,
+        started_ms=clock.now_ms - 60_000,
+    )
     q.put("a.b:c", {}, jid="j2")
     q.pop(1, worker="elsewhere-77")
     clock.advance(1)
     found = client.admin.workers()
     assert list(found) == ["host-a-123", "elsewhere-77"] or list(found) == [
-        "elsewhere-77", "host-a-123"
-    ]  # fmt: skip
+        "elsewhere-77",
+        "host-a-123",
+    ]
     told = found["host-a-123"]
     assert told == {
-        "seen_ms": clock.now_ms - 1000, "jobs": ["j1"], "host": "host-a", "pid": 123,
-        "queues": ["q", "r"], "concurrency": 4, "started_ms": clock.now_ms - 61_000,
+        "seen_ms": clock.now_ms - 1000,
+        "jobs": ["j1"],
+        "host": "host-a",
+        "pid": 123,
+        "queues": ["q", "r"],
+        "concurrency": 4,
+        "started_ms": clock.now_ms - 61_000,
         "told": True,
-        "running": [{"jid": "j1", "klass": "myapp.jobs:send", "queue": "q",
-                     "started_ms": clock.now_ms - 3500, "elapsed_ms": 3500}],
-    }  # fmt: skip
+        "running": [
+            {
+                "jid": "j1",
+                "klass": "myapp.jobs:send",
+                "queue": "q",
+                "started_ms": clock.now_ms - 3500,
+                "elapsed_ms": 3500,
+            }
+        ],
+    }
     guessed = found["elsewhere-77"]
     assert (guessed["host"], guessed["pid"], guessed["queues"], guessed["concurrency"]) == (
-        "elsewhere", 77, ["q"], None,
-    )  # fmt: skip
+        "elsewhere",
+        77,
+        ["q"],
+        None,
+    )
     assert guessed["told"] is False and guessed["running"][0]["elapsed_ms"] == 1000
 
 
@@ -170,8 +192,14 @@ def test_domains_show_their_limit_throttled_jobs_and_next_start(
         q.put("a.b:c", {}, jid=f"s{i}", domain="slow.com")
     q.pop(1, worker="w")
     assert client.admin.domains() == {
-        "slow.com": {"limit": {"rate": 1, "period": 60, "burst": 0}, "throttled": 2,
-                     "next_start_ms": clock.now_ms + 60_000},
-        "idle.com": {"limit": {"rate": 5, "period": 1, "burst": 0}, "throttled": 0,
-                     "next_start_ms": None},
-    }  # fmt: skip
+        "slow.com": {
+            "limit": {"rate": 1, "period": 60, "burst": 0},
+            "throttled": 2,
+            "next_start_ms": clock.now_ms + 60_000,
+        },
+        "idle.com": {
+            "limit": {"rate": 5, "period": 1, "burst": 0},
+            "throttled": 0,
+            "next_start_ms": None,
+        },
+    }

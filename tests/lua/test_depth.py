@@ -49,8 +49,10 @@ def test_deeper_data_sent_by_any_client_is_refused_with_the_rule(
     client: Client, clock: FrozenClock, levels: int
 ) -> None:
     before = snapshot(client)
-    for text in ('{"a":' * (levels - 1) + "{}" + "}" * (levels - 1),
-                 '{"a":' + "[" * (levels - 1) + "]" * (levels - 1) + "}"):  # fmt: skip
+    for text in (
+        '{"a":' * (levels - 1) + "{}" + "}" * (levels - 1),
+        '{"a":' + "[" * (levels - 1) + "]" * (levels - 1) + "}",
+    ):
         with pytest.raises(BadArgument) as caught:
             raw_put(client, text)
         assert (

@@ -186,8 +186,10 @@ def test_a_pop_sets_aside_a_few_lanes_at_most_then_asks_to_be_called_again_at_on
     q.put("a.b:c", {}, jid="free")
     reply = pop(client, "q", count=1)
     assert {k: reply[k] for k in ("jobs", "wake_in_ms", "refill")} == {
-        "jobs": [], "wake_in_ms": 0, "refill": []
-    }  # fmt: skip
+        "jobs": [],
+        "wake_in_ms": 0,
+        "refill": [],
+    }
     waiting, throttled = counts(client, "q")
     # a skip throttles a spent domain's lane, or corrects the stale score of the
     # lane the last pop took from (it does not re-read that lane's new head)
@@ -282,8 +284,9 @@ def test_domains_freed_at_once_are_released_a_bounded_batch_per_pop_until_none_i
     client.admin.config_set("domain-period", 10)
     q = client.queue("q")
     for round_ in range(2):
-        client.put_many(q.spec("a.b:c", {}, jid=f"d{i:03d}-{round_}", domain=f"d{i:03d}")
-                        for i in range(200))  # fmt: skip
+        client.put_many(
+            q.spec("a.b:c", {}, jid=f"d{i:03d}-{round_}", domain=f"d{i:03d}") for i in range(200)
+        )
     assert len(jids(pop(client, "q"))) == 200
     assert counts(client, "q") == (0, 200)
     clock.advance(10)  # all 200 domains free at once

@@ -25,10 +25,19 @@ def test_retry_with_an_explicit_delay_schedules_the_job(client: Client, clock: F
         clock.now_ms + 30_000,
         "retry",
     )
-    assert meta["f"] == {"g": "builtins.KeyError", "m": "Traceback...\nKeyError: 'x'",
-                         "t": clock.now_ms, "w": "w"}  # fmt: skip
-    assert meta["h"][-1] == {"e": "retried", "t": clock.now_ms, "w": "w", "g": "builtins.KeyError",
-                             "dl": 30_000}  # fmt: skip
+    assert meta["f"] == {
+        "g": "builtins.KeyError",
+        "m": "Traceback...\nKeyError: 'x'",
+        "t": clock.now_ms,
+        "w": "w",
+    }
+    assert meta["h"][-1] == {
+        "e": "retried",
+        "t": clock.now_ms,
+        "w": "w",
+        "g": "builtins.KeyError",
+        "dl": 30_000,
+    }
     clock.advance(30)
     again = pop_one(client)
     assert (again.jid, again.job.attempt, again.job.remaining) == ("j1", 2, 1)

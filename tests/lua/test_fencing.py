@@ -42,9 +42,12 @@ REPORTS: dict[str, Callable[[Client, str, str], object]] = {
     ids=["wrong-token", "wrong-worker", "both-wrong"],
 )
 def test_reports_from_anyone_but_the_holder_raise_lease_lost_and_change_nothing(
-    client: Client, leased: Lease, report: Callable[[Client, str, str], object],
-    worker: str, token: str | None,
-) -> None:  # fmt: skip
+    client: Client,
+    leased: Lease,
+    report: Callable[[Client, str, str], object],
+    worker: str,
+    token: str | None,
+) -> None:
     before = snapshot(client)
     with pytest.raises(LeaseLost):
         report(client, worker, token or leased.token or "")

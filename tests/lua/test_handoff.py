@@ -69,8 +69,9 @@ def test_a_batch_hands_out_the_queue_s_head_in_order(client: Client) -> None:
     FrozenClock(client.redis, client.keys)
     master_pop(client, "m1")
     q = client.queue("q")
-    [low, high] = client.put_many([q.spec("app.jobs:run", {}, priority=5),
-                                   q.spec("app.jobs:run", {}, priority=-1)])  # fmt: skip
+    [low, high] = client.put_many(
+        [q.spec("app.jobs:run", {}, priority=5), q.spec("app.jobs:run", {}, priority=-1)]
+    )
     assert [r["jid"] for r in handed(client, "m1")] == [high]
     assert client.get_job(low).state == "waiting"  # type: ignore[union-attr]
 

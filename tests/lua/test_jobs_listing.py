@@ -40,9 +40,10 @@ def test_waiting_jobs_of_several_domains_and_priorities_merge_in_pop_order(
         q.put("a.b:c", {}, jid=f"j{i:02}", domain=f"d{i % 3}", priority=1 if i % 4 == 0 else 0)
     popped_order = [j.jid for j in q.peek(12)]
     listed = [
-        jid for start in range(0, 12, 5)
+        jid
+        for start in range(0, 12, 5)
         for jid in jids(client.admin.jobs("q", "waiting", start, 5, oldest_first=True))
-    ]  # fmt: skip
+    ]
     assert listed == popped_order
     assert jids(client.admin.jobs("q", "waiting", 0, 12)) == popped_order[::-1]
     assert jids(client.admin.jobs("q", "waiting", 2, 4)) == popped_order[::-1][2:6]

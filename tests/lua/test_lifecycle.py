@@ -77,11 +77,21 @@ def test_put_pop_heartbeat_complete_timeline(client: Client, clock: FrozenClock)
     assert client.redis.zcard(running) == 0
     assert client.redis.scard(client.keys.key("worker_jobs", worker=W1)) == 0
     assert q.counts() == {
-        "waiting": 0, "throttled": 0, "scheduled": 0, "running": 0,
-        "stalled": 0, "depends": 0, "complete": 1, "failed": 0, "paused": False,
-        "size_warning": 0, "completed_total": 1, "failed_total": 0, "retried_total": 0,
+        "waiting": 0,
+        "throttled": 0,
+        "scheduled": 0,
+        "running": 0,
+        "stalled": 0,
+        "depends": 0,
+        "complete": 1,
+        "failed": 0,
+        "paused": False,
+        "size_warning": 0,
+        "completed_total": 1,
+        "failed_total": 0,
+        "retried_total": 0,
         "oldest_waiting_ms": 0,
-    }  # fmt: skip
+    }
 
 
 def test_public_job_fields_follow_the_record(client: Client, clock: FrozenClock) -> None:
@@ -90,8 +100,12 @@ def test_public_job_fields_follow_the_record(client: Client, clock: FrozenClock)
     job = client.get_job("j1")
     assert job is not None
     assert (job.state, job.data, job.queue, job.priority, job.tags) == (
-        "waiting", {"x": [1, 2]}, "emails", 4, ("t",),
-    )  # fmt: skip
+        "waiting",
+        {"x": [1, 2]},
+        "emails",
+        4,
+        ("t",),
+    )
     assert (job.retries, job.remaining, job.worker, job.failure) == (3, 3, None, None)
     assert [(e.event, e.at_ms) for e in job.history] == [("put", clock.now_ms)]
     assert client.get_job("nope") is None
@@ -113,8 +127,11 @@ def test_expired_lease_makes_the_job_poppable_again_with_one_retry_spent(
     assert (again.job.remaining, again.job.attempt, again.worker) == (2, 2, "host-2")
     assert again.token != first.token
     assert [(e.event, e.worker) for e in again.job.history] == [
-        ("put", None), ("popped", W1), ("lease-lost", W1), ("popped", "host-2"),
-    ]  # fmt: skip
+        ("put", None),
+        ("popped", W1),
+        ("lease-lost", W1),
+        ("popped", "host-2"),
+    ]
     before = client.redis.hget(client.keys.key("jobs"), "j1")
     with pytest.raises(LeaseLost):
         first.complete()

@@ -271,12 +271,17 @@ def test_every_script_has_malformed_cases() -> None:
     assert covered == set(scripts.operations())
 
 
-@pytest.mark.parametrize(("op", "args", "error", "fragment"), CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("op", "args", "error", "fragment"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
 def test_malformed_arguments_raise_a_typed_error_and_write_nothing(
-    client: Client, clock: FrozenClock, op: str, args: tuple[object, ...],
-    error: type[Error], fragment: str,
-) -> None:  # fmt: skip
+    client: Client,
+    clock: FrozenClock,
+    op: str,
+    args: tuple[object, ...],
+    error: type[Error],
+    fragment: str,
+) -> None:
     client.admin.config_set("max-data-bytes", 1000)
     client.queue("q").put("a.b:c", {}, jid="old")
     before = snapshot(client)

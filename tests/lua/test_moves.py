@@ -22,9 +22,15 @@ def finish(client: Client, queue: str, n: int = 1, **kwargs) -> list[str]:  # ty
 def test_cancel_removes_a_job_in_any_state(client: Client, clock: FrozenClock, state: str) -> None:
     q = client.queue("q")
     q.put("a.b:c", {}, jid="dep")
-    q.put("a.b:c", {}, jid="j1", tags=["t"], tracked=True,
-          delay=10 if state == "scheduled" else 0,
-          depends=["dep"] if state == "depends" else [])  # fmt: skip
+    q.put(
+        "a.b:c",
+        {},
+        jid="j1",
+        tags=["t"],
+        tracked=True,
+        delay=10 if state == "scheduled" else 0,
+        depends=["dep"] if state == "depends" else [],
+    )
     if state != "depends":
         client.cancel("dep")
     if state in ("running", "failed", "complete"):
@@ -44,9 +50,16 @@ def test_cancel_removes_a_job_in_any_state(client: Client, clock: FrozenClock, s
     )
     assert client.failed() == {}
     keys = {k.decode() for k in snapshot(client)}
-    leftovers = {k for k in keys if not k.endswith((":config", ":queues")) and ":q:q" not in k
-                 and ":wake:" not in k and ":workers" not in k and ":stats:" not in k
-                 and ":throughput:" not in k}  # fmt: skip
+    leftovers = {
+        k
+        for k in keys
+        if not k.endswith((":config", ":queues"))
+        and ":q:q" not in k
+        and ":wake:" not in k
+        and ":workers" not in k
+        and ":stats:" not in k
+        and ":throughput:" not in k
+    }
     assert leftovers == set()
 
 
@@ -138,8 +151,10 @@ def test_the_put_event_keeps_the_queue_the_job_was_put_on_through_moves(
     moved = client.get_job("j1")
     assert moved is not None and moved.queue == "third"
     assert [(e.event, e.queue) for e in moved.history if e.queue] == [
-        ("put", "first"), ("completed", "second"), ("completed", "third")
-    ]  # fmt: skip
+        ("put", "first"),
+        ("completed", "second"),
+        ("completed", "third"),
+    ]
 
 
 def test_complete_with_next_delay_and_depends(client: Client, clock: FrozenClock) -> None:

@@ -57,8 +57,11 @@ def test_progress_is_stored_listed_while_running_and_kept_after(
     progressing = client.keys.key("progressing", queue="q")
     assert client.redis.zrange(progressing, 0, -1, withscores=True) == [(b"j1", clock.now_ms)]
     assert client.get_job("j1").progress == {  # type: ignore[union-attr]
-        "done": 4.5, "total": None, "message": None, "at_ms": clock.now_ms,
-    }  # fmt: skip
+        "done": 4.5,
+        "total": None,
+        "message": None,
+        "at_ms": clock.now_ms,
+    }
     assert first_ms < clock.now_ms
     client.leases.progress("j1", W, token, 10, 10, "é" * 2000)
     stored = client.get_job("j1").progress  # type: ignore[union-attr]
@@ -107,9 +110,16 @@ def test_a_tracked_job_publishes_its_progress(
     assert messages(subscriber) == []  # subscribed
     client.leases.progress("j1", W, job.token or "", 2, 4, "half")
     assert [json.loads(m) for m in messages(subscriber)] == [
-        {"event": "progress", "jid": "j1", "queue": "q", "t": clock.now_ms, "done": 2,
-         "total": 4, "message": "half"},
-    ]  # fmt: skip
+        {
+            "event": "progress",
+            "jid": "j1",
+            "queue": "q",
+            "t": clock.now_ms,
+            "done": 2,
+            "total": 4,
+            "message": "half",
+        },
+    ]
 
 
 def test_cancel_of_a_running_job_tells_its_holder_on_its_channel(
@@ -162,10 +172,16 @@ def test_the_ends_wake_their_waiters_with_how_they_ended(
     jobs["bad"].retry("app.Boom", "tb\nValueError: x", delay=0)  # none left: failed
     client.cancel("gone")
     jobs["nobody"].complete()
-    tokens = {jid: client.redis.lrange(client.keys.waited(jid), 0, -1)
-              for jid in ("done", "bad", "gone", "nobody")}  # fmt: skip
-    assert tokens == {"done": [b"complete"], "bad": [b"failed"], "gone": [b"cancelled"],
-                      "nobody": []}  # fmt: skip
+    tokens = {
+        jid: client.redis.lrange(client.keys.waited(jid), 0, -1)
+        for jid in ("done", "bad", "gone", "nobody")
+    }
+    assert tokens == {
+        "done": [b"complete"],
+        "bad": [b"failed"],
+        "gone": [b"cancelled"],
+        "nobody": [],
+    }
     assert client.conn.call(ops.wait("bad", 0)) == ops.Ending(
         JobState.FAILED, group="app.Boom", message="tb\nValueError: x"
     )

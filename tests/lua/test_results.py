@@ -40,27 +40,44 @@ def test_a_completion_stores_result_output_and_puts_in_one_step(
     clock.advance(2)
     kids = [client.queue("links").spec("app.jobs:crawl", {"url": u}, jid=u) for u in ("b", "c")]
     out = Outcomes()
-    out.add_complete("j1", job.token or "", result='{"links":2}', output="fetched a\n",
-                     note="two links", puts=[k.to_wire() for k in kids])  # fmt: skip
+    out.add_complete(
+        "j1",
+        job.token or "",
+        result='{"links":2}',
+        output="fetched a\n",
+        note="two links",
+        puts=[k.to_wire() for k in kids],
+    )
     assert send(client, out) == {"j1": "complete"}
     meta, data = record(client, "j1")  # type: ignore[misc]
     assert meta == {
-        "k": "app.jobs:crawl", "q": "q", "s": "complete", "r": 5, "m": 5, "a": 1,
-        "pt": put_ms, "w": W, "l": job.token, "lr": "complete", "ot": 1, "rl": 11,
+        "k": "app.jobs:crawl",
+        "q": "q",
+        "s": "complete",
+        "r": 5,
+        "m": 5,
+        "a": 1,
+        "pt": put_ms,
+        "w": W,
+        "l": job.token,
+        "lr": "complete",
+        "ot": 1,
+        "rl": 11,
         "h": [
             {"e": "put", "t": put_ms},
             {"e": "popped", "t": put_ms, "w": W},
             {"e": "puts", "t": clock.now_ms, "c": 2, "j": ["b", "c"]},
             {"e": "completed", "t": clock.now_ms, "w": W, "n": "two links"},
         ],
-    }  # fmt: skip
+    }
     assert data == '{"url":"a"}{"links":2}', "the result follows the data, rl bytes long"
     found = client.get_job("j1")
     assert found is not None
     assert (found.data, found.result, found.output) == ({"url": "a"}, {"links": 2}, "fetched a\n")
     assert [(e.event, e.count, e.jids, e.note) for e in found.history[2:]] == [
-        ("puts", 2, ("b", "c"), None), ("completed", None, (), "two links"),
-    ]  # fmt: skip
+        ("puts", 2, ("b", "c"), None),
+        ("completed", None, (), "two links"),
+    ]
     kid_meta, kid_data = record(client, "b")  # type: ignore[misc]
     assert kid_meta["h"] == [{"e": "put", "t": clock.now_ms, "b": "j1"}]
     assert (kid_meta["s"], kid_data) == ("waiting", '{"url":"b"}')
@@ -122,22 +139,34 @@ def test_a_put_refused_fails_the_job_for_good_and_keeps_nothing_it_put(
     good = client.queue("n").spec("a.b:c", {}, jid="fine")
     bad = client.queue("n").spec("a.b:c", {}, jid="taken")
     out = Outcomes()
-    out.add_complete("j1", job.token or "", result="1", output="tail",
-                     puts=[good.to_wire(), bad.to_wire()])  # fmt: skip
+    out.add_complete(
+        "j1", job.token or "", result="1", output="tail", puts=[good.to_wire(), bad.to_wire()]
+    )
     assert send(client, out) == {"j1": "failed"}
     meta, data = record(client, "j1")  # type: ignore[misc]
-    message = ("a job it put was refused (JOB_EXISTS): a job with jid taken already exists; "
-               "nothing it put was kept, and no result")  # fmt: skip
+    message = (
+        "a job it put was refused (JOB_EXISTS): a job with jid taken already exists; "
+        "nothing it put was kept, and no result"
+    )
     assert meta == {
-        "k": "a.b:c", "q": "q", "s": "failed", "r": 5, "m": 5, "a": 1, "pt": clock.now_ms,
-        "w": W, "l": job.token, "lr": "complete", "ot": 1,
+        "k": "a.b:c",
+        "q": "q",
+        "s": "failed",
+        "r": 5,
+        "m": 5,
+        "a": 1,
+        "pt": clock.now_ms,
+        "w": W,
+        "l": job.token,
+        "lr": "complete",
+        "ot": 1,
         "f": {"g": "runtime.PutRefused", "m": message, "t": clock.now_ms, "w": W},
         "h": [
             {"e": "put", "t": clock.now_ms},
             {"e": "popped", "t": clock.now_ms, "w": W},
             {"e": "failed", "t": clock.now_ms, "w": W, "g": "runtime.PutRefused"},
         ],
-    }  # fmt: skip
+    }
     assert data == "{}"
     assert client.get_jobs(["fine"]) == [None]
     assert client.get_job("j1").output == "tail"  # type: ignore[union-attr]

@@ -109,9 +109,13 @@ def test_a_user_without_function_rights_runs_the_operations_by_evalsha(
         pytest.skip("Redis 6.2 has no functions: every user runs scripts")
     user = "nofn" + uuid.uuid4().hex[:6]
     client.redis.acl_setuser(
-        user, enabled=True, passwords=["+secret"], keys=["*"], channels=["*"],
+        user,
+        enabled=True,
+        passwords=["+secret"],
+        keys=["*"],
+        channels=["*"],
         commands=["+@all", "-function", "-fcall", "-fcall_ro"],
-    )  # fmt: skip
+    )
     try:
         socket = redis_server.url.removeprefix("unix://")
         limited = Client.from_url(f"unix://{user}@{socket}?password=secret", namespace="tacl")

@@ -26,19 +26,43 @@ def run_times(client: Client, clock: FrozenClock, seconds: list[float]) -> stats
 def test_times_below_a_second_land_in_millisecond_buckets(
     client: Client, clock: FrozenClock
 ) -> None:
-    found = run_times(client, clock, [0, 0.001, 0.007, 0.0099, 0.01, 0.057, 0.099, 0.1, 0.25,
-                                      0.999, 1.0, 59.5, 61])  # fmt: skip
+    found = run_times(
+        client,
+        clock,
+        [0, 0.001, 0.007, 0.0099, 0.01, 0.057, 0.099, 0.1, 0.25, 0.999, 1.0, 59.5, 61],
+    )
     assert found.run.histogram == (
-        (0.0, 1), (0.001, 1), (0.007, 1), (0.009, 1), (0.01, 1), (0.05, 1), (0.09, 1),
-        (0.1, 1), (0.2, 1), (0.9, 1), (1.0, 1), (59.0, 1), (60.0, 1),
-    )  # fmt: skip
+        (0.0, 1),
+        (0.001, 1),
+        (0.007, 1),
+        (0.009, 1),
+        (0.01, 1),
+        (0.05, 1),
+        (0.09, 1),
+        (0.1, 1),
+        (0.2, 1),
+        (0.9, 1),
+        (1.0, 1),
+        (59.0, 1),
+        (60.0, 1),
+    )
     key = client.keys.key("stats", queue="q", day=stats.day_number(found.day))
     fields = [f.decode() if isinstance(f, bytes) else f for f in client.redis.hkeys(key)]
     assert {f for f in fields if f.startswith("run:hist:")} == {
-        "run:hist:ms0", "run:hist:ms1", "run:hist:ms7", "run:hist:ms9", "run:hist:ms10",
-        "run:hist:ms50", "run:hist:ms90", "run:hist:ms100", "run:hist:ms200", "run:hist:ms900",
-        "run:hist:s1", "run:hist:s59", "run:hist:m1",
-    }  # fmt: skip
+        "run:hist:ms0",
+        "run:hist:ms1",
+        "run:hist:ms7",
+        "run:hist:ms9",
+        "run:hist:ms10",
+        "run:hist:ms50",
+        "run:hist:ms90",
+        "run:hist:ms100",
+        "run:hist:ms200",
+        "run:hist:ms900",
+        "run:hist:s1",
+        "run:hist:s59",
+        "run:hist:m1",
+    }
 
 
 def test_percentiles_come_from_the_histogram(client: Client, clock: FrozenClock) -> None:

@@ -66,15 +66,33 @@ def test_tracked_jobs_are_listed_and_publish_their_events(
     job.fail("myapp.Broken", "Traceback: broken")
     thread.join(10)
     assert [(e["event"], e["jid"]) for e in seen] == [
-        ("put", "t1"), ("popped", "t1"), ("retried", "t1"), ("popped", "t1"),
-        ("lease-lost", "t1"), ("popped", "t1"), ("completed", "t1"),
-        ("put", "t2"), ("popped", "t2"), ("failed", "t2"),
-    ]  # fmt: skip
+        ("put", "t1"),
+        ("popped", "t1"),
+        ("retried", "t1"),
+        ("popped", "t1"),
+        ("lease-lost", "t1"),
+        ("popped", "t1"),
+        ("completed", "t1"),
+        ("put", "t2"),
+        ("popped", "t2"),
+        ("failed", "t2"),
+    ]
     completed, failed = seen[6], seen[9]
-    assert completed == {"event": "completed", "jid": "t1", "queue": "q",
-                         "t": clock.now_ms, "worker": "w2"}  # fmt: skip
-    assert failed == {"event": "failed", "jid": "t2", "queue": "q", "t": clock.now_ms,
-                      "worker": "w3", "group": "myapp.Broken"}  # fmt: skip
+    assert completed == {
+        "event": "completed",
+        "jid": "t1",
+        "queue": "q",
+        "t": clock.now_ms,
+        "worker": "w2",
+    }
+    assert failed == {
+        "event": "failed",
+        "jid": "t2",
+        "queue": "q",
+        "t": clock.now_ms,
+        "worker": "w3",
+        "group": "myapp.Broken",
+    }
     assert client.get_job("t2").state == "failed"  # type: ignore[union-attr]
     client.scheduling.untrack("t1")
     client.scheduling.untrack("t2")

@@ -81,10 +81,19 @@ def test_a_call_that_completes_and_fails_counts_both_in_the_minute(
     jobs = {j.jid: j for j in q.pop(2, worker="w")}
     bad_put = '{"puts": [["not json", "{}"]]}'
     client.conn.run(
-        "complete", "w",
-        "done", jobs["done"].token or "", "{}", "", "",
-        "refused", jobs["refused"].token or "", bad_put, "", "",
-    )  # fmt: skip
+        "complete",
+        "w",
+        "done",
+        jobs["done"].token or "",
+        "{}",
+        "",
+        "",
+        "refused",
+        jobs["refused"].token or "",
+        bad_put,
+        "",
+        "",
+    )
     assert client.get_job("refused").state == "failed"  # type: ignore[union-attr]
     minute = START_US // MINUTE_US
     hour_key = client.keys.key("throughput", hour=minute // 60)

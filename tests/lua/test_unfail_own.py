@@ -18,8 +18,9 @@ def test_unfail_without_a_queue_sends_each_job_back_to_its_own(
         job.fail("app.Boom", "tb")
     assert client.unfail("app.Boom", None) == 2
     assert [(j.queue, j.state) for j in client.get_jobs(["j-a", "j-b"]) if j] == [
-        ("a", "waiting"), ("b", "waiting"),
-    ]  # fmt: skip
+        ("a", "waiting"),
+        ("b", "waiting"),
+    ]
     event = client.get_job("j-a").history[-1]  # type: ignore[union-attr]
     assert (event.event, event.queue) == ("unfailed", "a")
 

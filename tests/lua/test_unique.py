@@ -115,9 +115,11 @@ def test_the_jid_a_job_s_duplicate_put_returned_names_the_job_it_was_folded_into
     [index] = client.queue("q").pop(1, worker="w")
     # what the index job's ctx.put calls returned: "dup" (page a is queued already),
     # "new" (page b), and "after" depending on the duplicate
-    puts = [pages.spec("app.jobs:crawl", {"url": "a"}, unique_key="page:a", jid="dup"),
-            pages.spec("app.jobs:crawl", {"url": "b"}, unique_key="page:b", jid="new"),
-            pages.spec("app.jobs:report", {}, jid="after", depends=["dup"])]  # fmt: skip
+    puts = [
+        pages.spec("app.jobs:crawl", {"url": "a"}, unique_key="page:a", jid="dup"),
+        pages.spec("app.jobs:crawl", {"url": "b"}, unique_key="page:b", jid="new"),
+        pages.spec("app.jobs:report", {}, jid="after", depends=["dup"]),
+    ]
     out = Outcomes()
     out.add_complete("index", index.token or "", puts=[p.to_wire() for p in puts])
     assert [client.conn.call(call) for _, call in ops.reports("w", out)] == [{"index": "complete"}]

@@ -101,8 +101,11 @@ class Ledger:
 
     def assert_ran_once(self, jids: list[str]) -> None:
         runs = self.by_jid()
-        twice = {jid: [(r.attempt, r.pid) for r in runs[jid]] for jid in jids
-                 if len(runs.get(jid, [])) > 1}  # fmt: skip
+        twice = {
+            jid: [(r.attempt, r.pid) for r in runs[jid]]
+            for jid in jids
+            if len(runs.get(jid, [])) > 1
+        }
         assert not twice, f"jobs started more than once (attempt, pid): {twice}"
 
 
@@ -110,9 +113,12 @@ class FaultRun:
     """Masters on `server` (directly, or through `url`), jobs, and the checks."""
 
     def __init__(
-        self, server: ServerProcess, workdir: Path, namespace: str = "faults",
+        self,
+        server: ServerProcess,
+        workdir: Path,
+        namespace: str = "faults",
         url: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.server = server
         self.workdir = workdir
         self.namespace = namespace
@@ -130,8 +136,16 @@ class FaultRun:
     ) -> list[MasterProcess]:
         """`count` masters more, each with `children` and the worker options `args`."""
         for i in range(len(self.masters), len(self.masters) + count):
-            master = MasterProcess(self.server, self.namespace, self.workdir, f"m{i},q",
-                                   "-c", str(children), *args, url=url)  # fmt: skip
+            master = MasterProcess(
+                self.server,
+                self.namespace,
+                self.workdir,
+                f"m{i},q",
+                "-c",
+                str(children),
+                *args,
+                url=url,
+            )
             self.masters.append(master)
             master.start()
         return self.masters
@@ -180,8 +194,11 @@ class FaultRun:
 
     def assert_resumes(self, fault_end: float) -> list[str]:
         """A fresh job per master, put now, completes by fault_end + RESUME_S."""
-        fresh = [jid for i in range(len(self.masters))
-                 for jid in self.put(f"m{i}", 0.0, priority=FRESH_PRIORITY)]  # fmt: skip
+        fresh = [
+            jid
+            for i in range(len(self.masters))
+            for jid in self.put(f"m{i}", 0.0, priority=FRESH_PRIORITY)
+        ]
         deadline_s = max(0.5, fault_end + RESUME_S - time.time())
         try:
             what = f"fresh jobs to complete within {RESUME_S} s of the fault's end"
@@ -253,12 +270,17 @@ class FaultRun:
 
     def states(self) -> dict[str, str]:
         try:  # a read takes at most get_max jobs
-            jobs = [job for at in range(0, len(self.jids), GET_MAX)
-                    for job in self.client.get_jobs(self.jids[at : at + GET_MAX])]  # fmt: skip
+            jobs = [
+                job
+                for at in range(0, len(self.jids), GET_MAX)
+                for job in self.client.get_jobs(self.jids[at : at + GET_MAX])
+            ]
         except (Error, redis.exceptions.RedisError):  # Redis still coming back
             return {jid: "unknown" for jid in self.jids}
-        return {jid: "lost" if job is None else job.state
-                for jid, job in zip(self.jids, jobs, strict=True)}  # fmt: skip
+        return {
+            jid: "lost" if job is None else job.state
+            for jid, job in zip(self.jids, jobs, strict=True)
+        }
 
     def _alive_and_complete(self, jids: list[str]) -> bool:
         self.assert_alive()  # an exit is the failure to report, not the wait

@@ -20,10 +20,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 class MasterProcess:
     def __init__(
-        self, server: ServerProcess, namespace: str, workdir: Path, queues: str, *args: str,
-        modules: tuple[str, ...] = ("tests.integration.jobs",), env: dict[str, str] | None = None,
+        self,
+        server: ServerProcess,
+        namespace: str,
+        workdir: Path,
+        queues: str,
+        *args: str,
+        modules: tuple[str, ...] = ("tests.integration.jobs",),
+        env: dict[str, str] | None = None,
         url: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.server = server
         self.url = url or server.url  # e.g. a fault proxy's in front of the server
         self.namespace = namespace
@@ -39,9 +45,14 @@ class MasterProcess:
         self.notify.setblocking(False)
 
     def start(self, ready: bool = True) -> MasterProcess:
-        env = {**os.environ, "REDIS_URL": self.url, "RUNTIME_NAMESPACE": self.namespace,
-               "NOTIFY_SOCKET": str(self.notify_path), "RUNTIME_STATE_DIR": str(self.workdir),
-               **self.extra_env}  # fmt: skip
+        env = {
+            **os.environ,
+            "REDIS_URL": self.url,
+            "RUNTIME_NAMESPACE": self.namespace,
+            "NOTIFY_SOCKET": str(self.notify_path),
+            "RUNTIME_STATE_DIR": str(self.workdir),
+            **self.extra_env,
+        }
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(self.argv, cwd=REPO, env=env, stdout=log, stderr=log)
         if ready:

@@ -95,20 +95,33 @@ class SentinelProcess:
     """`redis-server sentinel.conf --sentinel` watching one service."""
 
     def __init__(
-        self, binary: str, directory: Path, port: int, service: str, primary: Node,
-        down_after_ms: int, failover_timeout_ms: int,
-    ) -> None:  # fmt: skip
+        self,
+        binary: str,
+        directory: Path,
+        port: int,
+        service: str,
+        primary: Node,
+        down_after_ms: int,
+        failover_timeout_ms: int,
+    ) -> None:
         self.binary, self.directory, self.port = binary, directory, port
         directory.mkdir(parents=True, exist_ok=True)
         self.conf = directory / "sentinel.conf"
-        self.conf.write_text("\n".join([
-            f"port {port}", f"bind {HOST}", f'dir "{directory}"',
-            f'logfile "{directory / "sentinel.log"}"',
-            f"sentinel monitor {service} {HOST} {primary.port} 2",
-            f"sentinel down-after-milliseconds {service} {down_after_ms}",
-            f"sentinel failover-timeout {service} {failover_timeout_ms}",
-            f"sentinel parallel-syncs {service} 1", "",
-        ]))  # fmt: skip
+        self.conf.write_text(
+            "\n".join(
+                [
+                    f"port {port}",
+                    f"bind {HOST}",
+                    f'dir "{directory}"',
+                    f'logfile "{directory / "sentinel.log"}"',
+                    f"sentinel monitor {service} {HOST} {primary.port} 2",
+                    f"sentinel down-after-milliseconds {service} {down_after_ms}",
+                    f"sentinel failover-timeout {service} {failover_timeout_ms}",
+                    f"sentinel parallel-syncs {service} 1",
+                    "",
+                ]
+            )
+        )
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> SentinelProcess:
@@ -135,9 +148,16 @@ class SentinelSet:
     """A primary, its replicas, and sentinels watching it as `service`."""
 
     def __init__(
-        self, binary: str, *, replicas: int = 2, sentinels: int = 3, service: str = "main",
-        down_after_ms: int = 1000, failover_timeout_ms: int = 3000, extra: str = "",
-    ) -> None:  # fmt: skip
+        self,
+        binary: str,
+        *,
+        replicas: int = 2,
+        sentinels: int = 3,
+        service: str = "main",
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+        extra: str = "",
+    ) -> None:
         self.root = short_dir("sentinel")
         self.service = service
         self.nodes: list[Node] = []
@@ -204,8 +224,10 @@ class Cluster:
 
     def __init__(self, binary: str, count: int = 3, node_timeout_ms: int = 2000) -> None:
         self.root = short_dir("cluster")
-        extra = (f"cluster-enabled yes\ncluster-config-file nodes.conf\n"
-                 f"cluster-node-timeout {node_timeout_ms}")  # fmt: skip
+        extra = (
+            f"cluster-enabled yes\ncluster-config-file nodes.conf\n"
+            f"cluster-node-timeout {node_timeout_ms}"
+        )
         self.nodes = [
             Node(binary, self.root / f"n{i}", cluster_port(), extra) for i in range(count)
         ]
@@ -217,8 +239,12 @@ class Cluster:
         for node in self.nodes:
             node.start()
         addresses = [node.address for node in self.nodes]
-        subprocess.run([self.cli, "--cluster", "create", *addresses, "--cluster-yes"],
-                       check=True, capture_output=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [self.cli, "--cluster", "create", *addresses, "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         wait_for(self._ok, 30, interval_s=0.1, what="the cluster to be ok on every node")
         return self
 

@@ -33,11 +33,23 @@ def marked(path: Path) -> tuple[str, set[tuple[int, str]]]:
 def mypy(*paths: Path, cache: Path) -> dict[str, set[tuple[int, str]]]:
     """{file name: {(line, code)}} of the errors the project's mypy reports."""
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
-         "--cache-dir", str(cache), "--no-error-summary", "--show-error-codes",
-         *map(str, paths)],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(REPO / "pyproject.toml"),
+            "--cache-dir",
+            str(cache),
+            "--no-error-summary",
+            "--show-error-codes",
+            *map(str, paths),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode in (0, 1), done.stdout + done.stderr  # 2: mypy itself failed
     errors: dict[str, set[tuple[int, str]]] = {}
     for line in done.stdout.splitlines():

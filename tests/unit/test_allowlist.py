@@ -148,8 +148,15 @@ def test_a_module_getattr_is_never_asked(package: str) -> None:
 
 def test_a_refused_klass_imports_nothing(package: str, tmp_path: Path) -> None:
     allowed = [f"{package}.jobs"]
-    for klass in [f"{package}.evil:run", f"{package}.jobsx:run", f"{package}.jobs:evil.run",
-                  f"{package}:evil.run", "os:system", "os.system", "..evil:run"]:  # fmt: skip
+    for klass in [
+        f"{package}.evil:run",
+        f"{package}.jobsx:run",
+        f"{package}.jobs:evil.run",
+        f"{package}:evil.run",
+        "os:system",
+        "os.system",
+        "..evil:run",
+    ]:
         with pytest.raises(KlassNotAllowed):
             allowlist.resolve(klass, allowed)
     assert not (tmp_path / "imported").exists()

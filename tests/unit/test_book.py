@@ -22,11 +22,27 @@ from runtime.queue.leases import Leased, Outcomes, Popped
 LEASE_S = 3.0
 
 
-def leased(jid: str, *, lease_s: float = LEASE_S, timeout_s: float = 3600, remaining: int = 5,
-           start_in_s: float | None = None) -> Leased:  # fmt: skip
-    return Leased(jid=jid, token=f"tok-{jid}", klass="m:f", queue="q", data={}, attempt=1,
-                  retries=5, remaining=remaining, lease_s=lease_s, timeout_s=timeout_s,
-                  start_in_s=start_in_s)  # fmt: skip
+def leased(
+    jid: str,
+    *,
+    lease_s: float = LEASE_S,
+    timeout_s: float = 3600,
+    remaining: int = 5,
+    start_in_s: float | None = None,
+) -> Leased:
+    return Leased(
+        jid=jid,
+        token=f"tok-{jid}",
+        klass="m:f",
+        queue="q",
+        data={},
+        attempt=1,
+        retries=5,
+        remaining=remaining,
+        lease_s=lease_s,
+        timeout_s=timeout_s,
+        start_in_s=start_in_s,
+    )
 
 
 class Rig:
@@ -68,9 +84,9 @@ class Rig:
         """Answers the book's pending exchange with these jobs; returns the next actions."""
         exchange = only(self.step(), events.Exchange)
         popped = Popped(list(jobs), wake_in_s, [], None)
-        self.apply(events.Exchanged(
-            exchange.outcomes, exchange.pop, {}, popped, self.now, self.now
-        ))  # fmt: skip
+        self.apply(
+            events.Exchanged(exchange.outcomes, exchange.pop, {}, popped, self.now, self.now)
+        )
         return self.step()
 
     def say(self, index: int, message: protocol.Message) -> None:
@@ -95,8 +111,11 @@ def of(actions: list[events.Action], kind: type[Any]) -> list[Any]:
 
 
 def runs(actions: list[events.Action]) -> list[tuple[int, str]]:
-    return [(a.index, a.message.jid) for a in of(actions, events.Post)
-            if isinstance(a.message, protocol.Run)]  # fmt: skip
+    return [
+        (a.index, a.message.jid)
+        for a in of(actions, events.Post)
+        if isinstance(a.message, protocol.Run)
+    ]
 
 
 def test_a_leased_job_goes_to_an_idle_child_and_its_completion_is_reported_in_a_batch() -> None:
@@ -112,8 +131,9 @@ def test_a_leased_job_goes_to_an_idle_child_and_its_completion_is_reported_in_a_
     exchange = only(rig.later(FLUSH_AFTER_S), events.Exchange)
     assert exchange.outcomes.jids("complete") == ["a"]
     assert exchange.outcomes.complete["a"][1] == "tok-a"
-    rig.apply(events.Exchanged(exchange.outcomes, exchange.pop, {"a": "complete"}, None,
-                               rig.now, rig.now))  # fmt: skip
+    rig.apply(
+        events.Exchanged(exchange.outcomes, exchange.pop, {"a": "complete"}, None, rig.now, rig.now)
+    )
     assert rig.book.ledger.held == {}
 
 
@@ -128,8 +148,7 @@ def test_reports_go_without_a_pop_while_there_is_no_room_and_the_next_room_pops_
     exchange = only(rig.later(FLUSH_AFTER_S), events.Exchange)
     assert exchange.outcomes.jids("complete") == ["a"]
     assert exchange.pop is None, "no room: a pop of nothing would cost Redis a call"
-    rig.apply(events.Exchanged(exchange.outcomes, None, {"a": "complete"}, None, rig.now,
-                               rig.now))  # fmt: skip
+    rig.apply(events.Exchanged(exchange.outcomes, None, {"a": "complete"}, None, rig.now, rig.now))
     assert rig.book.intake.want_work, "the next room still pops at once, without a wait"
     rig.now += 0.01
     rig.say(0, protocol.Done("b"))

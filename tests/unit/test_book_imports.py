@@ -10,12 +10,20 @@ import pytest
 
 IMPURE = ("redis", "asyncio", "uvloop")
 BOOK_MODULES = [
-    "runtime.master.book", "runtime.master.ledger", "runtime.master.intake",
-    "runtime.master.jobs", "runtime.master.renewals", "runtime.master.held",
-    "runtime.master.capacity", "runtime.master.reports",
-    "runtime.master.slots", "runtime.master.events", "runtime.master.reasons",
-    "runtime.master.plan", "runtime.master.link",
-]  # fmt: skip
+    "runtime.master.book",
+    "runtime.master.ledger",
+    "runtime.master.intake",
+    "runtime.master.jobs",
+    "runtime.master.renewals",
+    "runtime.master.held",
+    "runtime.master.capacity",
+    "runtime.master.reports",
+    "runtime.master.slots",
+    "runtime.master.events",
+    "runtime.master.reasons",
+    "runtime.master.plan",
+    "runtime.master.link",
+]
 
 
 @pytest.mark.parametrize("module", BOOK_MODULES)

@@ -46,9 +46,15 @@ class BookMachine(RuleBasedStateMachine):
         super().__init__()
         logging.disable(logging.CRITICAL)  # a line for every crash and outage: thousands a run
         worker = WorkerSettings(
-            modules=("m",), queues=("q", "r"), concurrency=2, grace_s=1.0, kill_grace_s=0.5,
-            memory_limit_mib=64, max_jobs_per_child=4, order="round-robin",
-        )  # fmt: skip
+            modules=("m",),
+            queues=("q", "r"),
+            concurrency=2,
+            grace_s=1.0,
+            kill_grace_s=0.5,
+            memory_limit_mib=64,
+            max_jobs_per_child=4,
+            order="round-robin",
+        )
         self.book = Book(worker, "host-1", random.Random(7))
         self.now = 1000.0
         self.count = 0  # jids and pids made so far
@@ -99,14 +105,32 @@ class BookMachine(RuleBasedStateMachine):
             self.book.invariants()
         self._pass()
 
-    def _leased(self, lease_s: float, timeout_s: float, remaining: int,
-                start_in_s: float | None = None, handed: bool = False) -> Leased:  # fmt: skip
+    def _leased(
+        self,
+        lease_s: float,
+        timeout_s: float,
+        remaining: int,
+        start_in_s: float | None = None,
+        handed: bool = False,
+    ) -> Leased:
         self.count += 1
         jid = f"j{self.count}"
         expires_us = round((self.now - REDIS_OFFSET_S + 1.0) * 1e6) if handed else None
-        return Leased(jid=jid, token=f"tok-{jid}", klass="m:f", queue="q", data={}, attempt=1,
-                      retries=3, remaining=remaining, lease_s=lease_s, timeout_s=timeout_s,
-                      start_in_s=start_in_s, expires_us=expires_us, handed=handed)  # fmt: skip
+        return Leased(
+            jid=jid,
+            token=f"tok-{jid}",
+            klass="m:f",
+            queue="q",
+            data={},
+            attempt=1,
+            retries=3,
+            remaining=remaining,
+            lease_s=lease_s,
+            timeout_s=timeout_s,
+            start_in_s=start_in_s,
+            expires_us=expires_us,
+            handed=handed,
+        )
 
     def _slot(self, pick: int, *, busy: bool = False, queued: bool = False) -> int | None:
         slots = [s for s in self.book.slots.all() if s.index in self.pids]
@@ -155,9 +179,13 @@ class BookMachine(RuleBasedStateMachine):
         late_s=st.sampled_from([0.0005, 0.01, 0.2]),
     )
     def exchange_answers(
-        self, jobs: list[tuple[float, float, int, float | None, bool]], refused: str | None,
-        lost: bool, wake_in_s: float | None, late_s: float,
-    ) -> None:  # fmt: skip
+        self,
+        jobs: list[tuple[float, float, int, float | None, bool]],
+        refused: str | None,
+        lost: bool,
+        wake_in_s: float | None,
+        late_s: float,
+    ) -> None:
         assert self.exchange is not None
         action, sent_at = self.exchange
         self.exchange = None
@@ -176,8 +204,9 @@ class BookMachine(RuleBasedStateMachine):
         for kind in outcomes.kinds():
             for jid in outcomes.jids(kind):
                 states[jid] = LeaseLost("lease lost") if lost else kind
-        self._apply(events.Exchanged(outcomes, action.pop, states, popped, sent_at, self.now,
-                                     unsent))  # fmt: skip
+        self._apply(
+            events.Exchanged(outcomes, action.pop, states, popped, sent_at, self.now, unsent)
+        )
         kept = set() if unsent is None else {j for k in unsent.kinds() for j in unsent.jids(k)}
         for kind in outcomes.kinds():
             for jid in set(outcomes.jids(kind)) - kept:
@@ -251,17 +280,31 @@ class BookMachine(RuleBasedStateMachine):
         self.signals.pop(index, None)
         self.stopped.discard(index)
         if how == "ready":
-            self._apply(events.ChildSpawned(index, pid),
-                        events.ChildSaid(index, pid, protocol.Ready(pid, 1, 1, False)))  # fmt: skip
+            self._apply(
+                events.ChildSpawned(index, pid),
+                events.ChildSaid(index, pid, protocol.Ready(pid, 1, 1, False)),
+            )
         else:
             self._apply(events.ChildSpawned(index, pid))
             self._exited(index, 88, None, "sandbox step 'uid' failed")
 
     @rule(
         pick=st.integers(0, 3),
-        says=st.sampled_from(["done", "done", "failed", "fails for good", "heartbeat",
-                              "progress", "puts now", "puts after", "skips", "stray"]),
-    )  # fmt: skip
+        says=st.sampled_from(
+            [
+                "done",
+                "done",
+                "failed",
+                "fails for good",
+                "heartbeat",
+                "progress",
+                "puts now",
+                "puts after",
+                "skips",
+                "stray",
+            ]
+        ),
+    )
     def child_says(self, pick: int, says: str) -> None:
         index = self._slot(pick, busy=True)
         if index is None:
@@ -364,9 +407,13 @@ class BookMachine(RuleBasedStateMachine):
 HEALTH = [HealthCheck.too_slow]
 TestBookHistories = BookMachine.TestCase  # bounded: a few seconds in the default run
 TestBookHistories.settings = settings(
-    max_examples=150, stateful_step_count=50, derandomize=True, database=None, deadline=None,
+    max_examples=150,
+    stateful_step_count=50,
+    derandomize=True,
+    database=None,
+    deadline=None,
     suppress_health_check=HEALTH,
-)  # fmt: skip
+)
 
 
 class LongBookMachine(BookMachine):

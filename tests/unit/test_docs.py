@@ -24,10 +24,22 @@ FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 def build(config: Path, site_dir: Path) -> subprocess.CompletedProcess[str]:
     """`mkdocs build --strict` (never with --quiet: it hides the warnings strict counts)."""
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict",
-         "--config-file", str(config), "--site-dir", str(site_dir)],
-        capture_output=True, text=True, timeout=120, cwd=config.parent,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(config),
+            "--site-dir",
+            str(site_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=config.parent,
+    )
 
 
 def slug(heading: str) -> str:

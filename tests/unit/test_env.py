@@ -21,10 +21,22 @@ CHILD = {**PLAIN, "RUNTIME_CHILD": "1"}  # what a child gets: the plain ones and
 
 @pytest.mark.parametrize(
     "name",
-    ["REDIS_URL", "SENTRY_DSN", "RUNTIME_CONFIG", "PGPASSWORD", "AWS_SECRET_ACCESS_KEY",
-     "GITHUB_TOKEN", "OPENAI_API_KEY", "STRIPE_APIKEY", "GOOGLE_CREDENTIALS", "MYSQL_PWD",
-     "SSH_PRIVATE_KEY", "GPG_PASSPHRASE", "github_token"],
-)  # fmt: skip
+    [
+        "REDIS_URL",
+        "SENTRY_DSN",
+        "RUNTIME_CONFIG",
+        "PGPASSWORD",
+        "AWS_SECRET_ACCESS_KEY",
+        "GITHUB_TOKEN",
+        "OPENAI_API_KEY",
+        "STRIPE_APIKEY",
+        "GOOGLE_CREDENTIALS",
+        "MYSQL_PWD",
+        "SSH_PRIVATE_KEY",
+        "GPG_PASSPHRASE",
+        "github_token",
+    ],
+)
 def test_variables_named_like_secrets_stay_out(name: str) -> None:
     assert clean_environment({**PLAIN, name: "x"}) == CHILD
 

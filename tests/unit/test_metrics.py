@@ -12,17 +12,40 @@ from prometheus_client.registry import CollectorRegistry
 from runtime.errors import RedisCondition, RedisTransient
 from runtime.metrics import BUCKETS_S, RuntimeCollector, cumulative_fields, exposition
 
-COUNTS = {"waiting": 3, "throttled": 1, "scheduled": 2, "running": 4, "stalled": 0, "depends": 0,
-          "complete": 7, "failed": 1, "paused": True, "size_warning": 0, "completed_total": 9,
-          "failed_total": 2, "retried_total": 5, "oldest_waiting_ms": 1500}  # fmt: skip
+COUNTS = {
+    "waiting": 3,
+    "throttled": 1,
+    "scheduled": 2,
+    "running": 4,
+    "stalled": 0,
+    "depends": 0,
+    "complete": 7,
+    "failed": 1,
+    "paused": True,
+    "size_warning": 0,
+    "completed_total": 9,
+    "failed_total": 2,
+    "retried_total": 5,
+    "oldest_waiting_ms": 1500,
+}
 SNAPSHOT: dict[str, Any] = {
     "now_ms": 1,
-    "queues": {'odd "name"\\': {**COUNTS, "paused": False, "stats": {}},
-               "emails": {**COUNTS, "stats": {"run:n": 4, "run:mean": 0.25, "run:hist:ms3": 1,
-                                              "run:hist:ms100": 2, "run:hist:s4": 1}}},
+    "queues": {
+        'odd "name"\\': {**COUNTS, "paused": False, "stats": {}},
+        "emails": {
+            **COUNTS,
+            "stats": {
+                "run:n": 4,
+                "run:mean": 0.25,
+                "run:hist:ms3": 1,
+                "run:hist:ms100": 2,
+                "run:hist:s4": 1,
+            },
+        },
+    },
     "groups": {"boom.Error": 1},
     "workers": {"host-1": {"seen_ms": 1, "running": 4}},
-}  # fmt: skip
+}
 
 
 class Snapshots:
@@ -55,8 +78,15 @@ def scrape(snapshot: dict[str, Any] | None) -> dict[tuple[str, tuple[tuple[str, 
 
 
 def test_stored_buckets_become_cumulative_prometheus_buckets() -> None:
-    fields = {"run:hist:ms3": 1, "run:hist:ms100": 2, "run:hist:s4": 1, "run:hist:d365": 1,
-              "run:hist:s0": 2, "run:n": 7, "wait:hist:ms1": 9}  # fmt: skip
+    fields = {
+        "run:hist:ms3": 1,
+        "run:hist:ms100": 2,
+        "run:hist:s4": 1,
+        "run:hist:d365": 1,
+        "run:hist:s0": 2,
+        "run:n": 7,
+        "wait:hist:ms1": 9,
+    }
     got = dict(cumulative_fields("run", fields))
     assert got["0.001"] == 2, "a day written before the ms buckets: s0 counts as 0-1 ms"
     assert got["0.005"] == 3 and got["0.1"] == 3 and got["0.5"] == 5 and got["5.0"] == 6
@@ -96,5 +126,9 @@ def test_redis_out_of_reach_is_a_scrape_that_says_so() -> None:
 
 def test_describe_names_every_family_without_reading() -> None:
     names = {m.name for m in RuntimeCollector(Snapshots(None)).describe()}
-    assert {"runtime_jobs", "runtime_jobs_completed", "runtime_job_run_seconds",
-            "runtime_worker_running_jobs"} <= names  # fmt: skip
+    assert {
+        "runtime_jobs",
+        "runtime_jobs_completed",
+        "runtime_job_run_seconds",
+        "runtime_worker_running_jobs",
+    } <= names

@@ -32,9 +32,12 @@ CAP = 64 * 1024
 
 def job_reply(jid: str, **changes: Any) -> dict[str, Any]:
     reply: dict[str, Any] = {
-        "jid": jid, "data": {"n": 1}, "lease_ms": 60_000, "timeout_s": 3600,
+        "jid": jid,
+        "data": {"n": 1},
+        "lease_ms": 60_000,
+        "timeout_s": 3600,
         "meta": {"l": "tok-" + jid, "k": "app.jobs:run", "q": "q", "a": 1, "r": 5, "m": 5},
-    }  # fmt: skip
+    }
     reply.update(changes)
     return reply
 
@@ -52,8 +55,14 @@ def test_a_master_s_pop_sends_worker_count_seed_order_ahead_in_us_idle_and_queue
     call = ops.pop("host-1", 4, ["a", "b"], "round-robin", ahead_s=0.005, idle=True)
     worker, count, seed, order, ahead_us, idle, *queues = call.args
     assert (call.name, call.script, call.repeatable) == ("pop", True, False)
-    assert (worker, count, order, ahead_us, idle, queues) == ("host-1", 4, "round-robin", 5000, 1,
-                                                              ["a", "b"])  # fmt: skip
+    assert (worker, count, order, ahead_us, idle, queues) == (
+        "host-1",
+        4,
+        "round-robin",
+        5000,
+        1,
+        ["a", "b"],
+    )
     assert isinstance(seed, str) and len(seed) == 16
     assert ops.pop("h", 1, ["q"]).args[1:] != call.args[1:]  # a fresh seed each call
 
@@ -104,13 +113,21 @@ def test_heartbeat_release_forget_and_resumed_arguments() -> None:
 def test_which_calls_may_be_sent_twice() -> None:
     spec = wire.JobSpec.build("q", "a.b:c")
     repeatable: list[ops.Call[Any]] = [
-        ops.put([spec]), ops.get(["j"]), ops.counts(["q"]), ops.peek("q", 1),
-        ops.failed_groups(), ops.recur_ticks("r", "* * * * *", [1]),
-    ]  # fmt: skip
+        ops.put([spec]),
+        ops.get(["j"]),
+        ops.counts(["q"]),
+        ops.peek("q", 1),
+        ops.failed_groups(),
+        ops.recur_ticks("r", "* * * * *", [1]),
+    ]
     once: list[ops.Call[Any]] = [
-        ops.cancel(["j"]), ops.unfail("g", "q", 1), ops.requeue("j", ""), ops.pop("w", 1, ["q"]),
-        ops.wait_for_work(["k"], 1.0), ops.depends("j", "on", ["k"]),
-    ]  # fmt: skip
+        ops.cancel(["j"]),
+        ops.unfail("g", "q", 1),
+        ops.requeue("j", ""),
+        ops.pop("w", 1, ["q"]),
+        ops.wait_for_work(["k"], 1.0),
+        ops.depends("j", "on", ["k"]),
+    ]
     assert all(c.repeatable for c in repeatable)
     assert not any(c.repeatable for c in once)
 
@@ -135,8 +152,9 @@ def test_one_job_that_does_not_decode_leaves_the_others_of_its_pop() -> None:
             "not even an object",
             job_reply("good2", start_in_us=2500, expires_us=7, handed=True),
         ],
-        "wake_in_ms": -1, "now_us": 1_000_000,
-    }  # fmt: skip
+        "wake_in_ms": -1,
+        "now_us": 1_000_000,
+    }
     popped = ops.pop("w", 5, ["q"]).read(json.dumps(reply).encode())
     assert [j.jid for j in popped.jobs] == ["good1", "good2"]
     assert [jid for jid, _ in popped.corrupt] == ["bad-data", "no-meta", None]
@@ -164,8 +182,10 @@ def test_a_handed_job_decodes_or_names_its_jid() -> None:
 
 
 def test_batch_replies_give_a_state_or_an_error_per_job() -> None:
-    reply = [{"jid": "a", "ok": True, "state": "complete"},
-             {"jid": "b", "error": "LEASE_LOST", "message": "lease lost on b"}]  # fmt: skip
+    reply = [
+        {"jid": "a", "ok": True, "state": "complete"},
+        {"jid": "b", "error": "LEASE_LOST", "message": "lease lost on b"},
+    ]
     rows = [CompleteRow("a", "t", "{}", "", ""), CompleteRow("b", "t", "{}", "", "")]
     states = ops.complete("w", rows).read(json.dumps(reply))
     assert states["a"] == "complete" and isinstance(states["b"], LeaseLost)
@@ -264,17 +284,21 @@ def test_each_call_gets_its_own_error_and_the_others_their_replies() -> None:
 # --- classification -------------------------------------------------------------------------
 
 CONDITIONS = [
-    ("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
-     RedisCondition.BUSY),
+    (
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+        RedisCondition.BUSY,
+    ),
     ("LOADING Redis is loading the dataset in memory", RedisCondition.LOADING),
     ("READONLY You can't write against a read only replica.", RedisCondition.READONLY),
-    ("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
-     RedisCondition.MASTERDOWN),
+    (
+        "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+        RedisCondition.MASTERDOWN,
+    ),
     ("TRYAGAIN Multiple keys request during rehashing of slot", RedisCondition.TRYAGAIN),
     ("CLUSTERDOWN The cluster is down", RedisCondition.CLUSTERDOWN),
     ("OOM command not allowed when used memory > 'maxmemory'.", RedisCondition.OOM),
     ("NOSCRIPT No matching script. Please use EVAL.", RedisCondition.SCRIPTS),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("reply", "condition"), CONDITIONS)
@@ -304,9 +328,11 @@ def test_a_lost_or_silent_connection_is_transient(raised: Exception, condition: 
 
 
 def test_credentials_and_missing_rights_are_unavailable_but_not_transient() -> None:
-    for reply in ("WRONGPASS invalid username-password pair or user is disabled.",
-                  "NOAUTH Authentication required.",
-                  "NOPERM this user has no permissions to run the 'blpop' command"):  # fmt: skip
+    for reply in (
+        "WRONGPASS invalid username-password pair or user is disabled.",
+        "NOAUTH Authentication required.",
+        "NOPERM this user has no permissions to run the 'blpop' command",
+    ):
         found = classify(reply_error(reply), URL)
         assert type(found) is RedisUnavailable, reply
     denied = classify(

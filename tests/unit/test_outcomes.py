@@ -23,8 +23,14 @@ def test_add_complete_with_nothing_else_sends_the_old_row_with_empty_fields() ->
 
 def test_a_completion_carries_result_output_note_and_puts() -> None:
     out = Outcomes()
-    out.add_complete("j1", "t1", result='{"ok":true}', output="x" * 70_000 + "END",
-                     note="é" * 2000, puts=[SPEC.to_wire()])  # fmt: skip
+    out.add_complete(
+        "j1",
+        "t1",
+        result='{"ok":true}',
+        output="x" * 70_000 + "END",
+        note="é" * 2000,
+        puts=[SPEC.to_wire()],
+    )
     _, _, options, result, output = out.complete["j1"]
     decoded = json.loads(options)
     assert decoded["puts"] == [SPEC.to_wire()]

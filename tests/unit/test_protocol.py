@@ -13,14 +13,25 @@ from runtime.children import protocol
 from runtime.errors import ProtocolError
 
 RUN = protocol.Run(
-    jid="j1", klass="app.jobs:send", queue="q", data={"to": "a@b.c", "n": [1, 2]},
-    attempt=1, retries=5, remaining=4, deadline=123.5, cpu_limit_s=None,
-)  # fmt: skip
+    jid="j1",
+    klass="app.jobs:send",
+    queue="q",
+    data={"to": "a@b.c", "n": [1, 2]},
+    attempt=1,
+    retries=5,
+    remaining=4,
+    deadline=123.5,
+    cpu_limit_s=None,
+)
 MESSAGES: list[protocol.Message] = [
-    RUN, protocol.Lease("j1", 99.0), protocol.Stop(), protocol.Ready(10, 9, 1, False),
-    protocol.Heartbeat("j1"), protocol.Done("j1"),
+    RUN,
+    protocol.Lease("j1", 99.0),
+    protocol.Stop(),
+    protocol.Ready(10, 9, 1, False),
+    protocol.Heartbeat("j1"),
+    protocol.Done("j1"),
     protocol.Failed("j1", "builtins.ValueError", "Traceback ...", retry=False, delay=1.5),
-]  # fmt: skip
+]
 
 
 def frame(body: bytes) -> bytes:

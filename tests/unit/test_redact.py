@@ -45,8 +45,12 @@ def test_every_password_form_in_a_url_is_hidden(url: str, shown: str) -> None:
 
 
 def test_urls_without_a_password_are_left_as_they_are() -> None:
-    for url in ("redis://host:6379/0", "unix:///run/redis.sock", "redis://user@host/0",
-                "rediss://h:1/0?ssl_cert_reqs=none"):  # fmt: skip
+    for url in (
+        "redis://host:6379/0",
+        "unix:///run/redis.sock",
+        "redis://user@host/0",
+        "rediss://h:1/0?ssl_cert_reqs=none",
+    ):
         assert redact(url) == url
 
 

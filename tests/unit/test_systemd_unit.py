@@ -29,9 +29,14 @@ def directives() -> dict[str, str]:
 def test_the_unit_has_what_the_master_relies_on() -> None:
     d = directives()
     expected = {
-        "Type": "notify", "KillMode": "mixed", "OOMPolicy": "continue", "Restart": "on-failure",
-        "NoNewPrivileges": "yes", "ProtectSystem": "strict", "PrivateTmp": "yes",
-    }  # fmt: skip
+        "Type": "notify",
+        "KillMode": "mixed",
+        "OOMPolicy": "continue",
+        "Restart": "on-failure",
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "PrivateTmp": "yes",
+    }
     assert {k: d.get(k) for k in expected} == expected
     assert int(d["WatchdogSec"]) > 0
     assert "/var/lib/runtime" in d["ReadWritePaths"]
@@ -73,9 +78,10 @@ def test_the_install_section_names_the_dashboard_extra() -> None:
 
 def test_the_stop_timeout_is_above_the_grace_period() -> None:
     grace = next(
-        float(line.split("=", 1)[1]) for line in ENV.read_text().splitlines()
+        float(line.split("=", 1)[1])
+        for line in ENV.read_text().splitlines()
         if line.startswith("RUNTIME_GRACE=")
-    )  # fmt: skip
+    )
     assert int(directives()["TimeoutStopSec"]) >= grace + 5
 
 

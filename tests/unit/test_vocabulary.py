@@ -60,15 +60,18 @@ ALLOWED: list[tuple[str, str, str]] = [
     # the history events and the counters of lib/stats.lua
     ("queue/lua/lib/place.lua", r"Job\.(event|append)\(.*'failed'", "the history event failed"),
     ("queue/lua/lib/place.lua", r"Stats\.count\(meta\.q, 'failed'", "the stats counter failed"),
-    ("queue/lua/complete.lua", r"Lease\.check\(.*'complete'|meta\.lr(, meta\.f)? = 'complete'",
-     "a lease report's kind (meta.lr)"),
+    (
+        "queue/lua/complete.lua",
+        r"Lease\.check\(.*'complete'|meta\.lr(, meta\.f)? = 'complete'",
+        "a lease report's kind (meta.lr)",
+    ),
     # the workers reply: the jobs a master runs
     ("queue/lua/workers.lua", r"\{ 'running', '\['", "a worker's running jobs"),
     ("dashboard/reads.py", r'info\.get\("running"', "a worker's running jobs"),
     ("commands/workers.py", r'info\.get\("running"', "a worker's running jobs"),
     ("metrics.py", r'info\["running"\]', "a worker's running jobs"),
     ("dashboard/jobreads.py", r'info\.get\("throttled"\)', "a domain's jobs in throttled lanes"),
-]  # fmt: skip
+]
 
 
 def _python_literals(path: Path) -> Iterator[tuple[int, str]]:
@@ -140,8 +143,16 @@ def test_states_compare_and_hash_as_the_strings_of_the_spec() -> None:
     assert state == "waiting"
     assert {"waiting": 1}[JobState.WAITING] == 1
     assert f"{JobState.THROTTLED}" == "throttled"
-    assert [str(c) for c in Count] == ["waiting", "throttled", "scheduled", "running", "stalled",
-                                       "depends", "complete", "failed"]  # fmt: skip
+    assert [str(c) for c in Count] == [
+        "waiting",
+        "throttled",
+        "scheduled",
+        "running",
+        "stalled",
+        "depends",
+        "complete",
+        "failed",
+    ]
 
 
 def test_every_state_and_count_is_a_lua_local_of_its_name() -> None:

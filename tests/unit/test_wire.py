@@ -27,9 +27,18 @@ def test_specs_encode_compact_json_and_keep_data_text() -> None:
     encoded, data = spec.to_wire()
     assert data == '{"é":1}'
     assert json.loads(encoded) == {
-        "queue": "q", "klass": "a.b:c", "jid": "j", "priority": -1, "retries": 5, "tags": [],
-        "depends": [], "domain": None, "unique_key": None, "tracked": False, "delay_ms": 1500,
-    }  # fmt: skip
+        "queue": "q",
+        "klass": "a.b:c",
+        "jid": "j",
+        "priority": -1,
+        "retries": 5,
+        "tags": [],
+        "depends": [],
+        "domain": None,
+        "unique_key": None,
+        "tracked": False,
+        "delay_ms": 1500,
+    }
 
 
 def test_at_takes_aware_datetimes_or_epoch_seconds() -> None:
