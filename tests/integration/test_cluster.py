@@ -10,7 +10,6 @@ masters follow MOVED there and load the function library on it.
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from tests.integration.test_worker_basics import (  # noqa: F401 - collected her
 )
 from tests.support.fault_run import FaultRun
 from tests.support.master import MasterProcess
-from tests.support.topologies import Cluster, command
+from tests.support.topologies import Cluster, cluster_client, command, running_cluster
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -35,20 +34,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server on PATH")
-    running = Cluster(binary).start()
-    yield running
-    running.close()
+    yield from running_cluster()
 
 
 @pytest.fixture
 def plain_client(cluster: Cluster) -> Iterator[Client]:
-    c = Client.from_url(cluster.url(), namespace="t" + uuid.uuid4().hex[:12])
-    c.conn.now_ms()  # the first call follows MOVED: c.redis is the slot's owner from now on
-    yield c
-    c.close()
+    yield from cluster_client(cluster)
 
 
 @pytest.fixture

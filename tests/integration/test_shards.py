@@ -6,7 +6,6 @@ cannot cross a shard is refused."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import uuid
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from runtime.dashboard import reads
 from runtime.errors import CrossShard
 from runtime.queue.site import Site
 from tests.support.master import MasterProcess
-from tests.support.topologies import Cluster
+from tests.support.topologies import Cluster, running_cluster
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -29,12 +28,7 @@ JOBS = "tests.integration.jobs"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server on PATH")
-    running = Cluster(binary).start()
-    yield running
-    running.close()
+    yield from running_cluster()
 
 
 def namespaces_on_every_node(cluster: Cluster) -> list[str]:

@@ -5,8 +5,6 @@ Each namespace hashes to its own slot, so the tests spread over the nodes."""
 
 from __future__ import annotations
 
-import shutil
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -22,28 +20,20 @@ from tests.lua.test_lifecycle import (  # noqa: F401 - collected here, on the cl
     test_put_stores_the_whole_record_and_a_put_event,
 )
 from tests.support.clock import FrozenClock
-from tests.support.topologies import Cluster
+from tests.support.topologies import Cluster, cluster_client, running_cluster
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server on PATH")
-    running = Cluster(binary).start()
-    yield running
-    running.close()
+    yield from running_cluster()
 
 
 @pytest.fixture
 def client(cluster: Cluster) -> Iterator[Client]:
     """A client on the cluster in a namespace of its own, routed to its slot."""
-    c = Client.from_url(cluster.url(), namespace="t" + uuid.uuid4().hex[:12])
-    c.conn.now_ms()  # the first call follows MOVED: c.redis is the slot's owner from now on
-    yield c
-    c.close()
+    yield from cluster_client(cluster)
 
 
 @pytest.fixture

@@ -13,11 +13,13 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import redis
 
+from runtime import Client
 from runtime.queue.embedded import ServerProcess
 from tests.support.waiting import wait_for
 
@@ -297,3 +299,23 @@ class Cluster:
         for node in self.nodes:
             node.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def running_cluster() -> Iterator[Cluster]:
+    """A 3-node cluster for a test module (skipped without redis-server on PATH)."""
+    import pytest  # noqa: PLC0415 - only the fixtures that use it need pytest
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("no redis-server on PATH")
+    running = Cluster(binary).start()
+    yield running
+    running.close()
+
+
+def cluster_client(cluster: Cluster) -> Iterator[Client]:
+    """A client on the cluster in a namespace of its own, routed to its slot."""
+    c = Client.from_url(cluster.url(), namespace="t" + uuid.uuid4().hex[:12])
+    c.conn.now_ms()  # the first call follows MOVED: c.redis is the slot's owner from now on
+    yield c
+    c.close()
