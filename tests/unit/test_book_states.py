@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import random
 import signal
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -36,6 +37,7 @@ from runtime.master.book import Book
 from runtime.master.held import Where
 from runtime.master.slots import SlotState
 from runtime.queue.leases import Leased, Popped
+from tests.unit.test_book import leased
 
 REDIS_OFFSET_S = 500.0  # local monotonic - Redis time, as the pops say
 SPEC = '{"jid":"put-%d","queue":"q","klass":"m:f"}'
@@ -116,21 +118,10 @@ class BookMachine(RuleBasedStateMachine):
         self.count += 1
         jid = f"j{self.count}"
         expires_us = round((self.now - REDIS_OFFSET_S + 1.0) * 1e6) if handed else None
-        return Leased(
-            jid=jid,
-            token=f"tok-{jid}",
-            klass="m:f",
-            queue="q",
-            data={},
-            attempt=1,
-            retries=3,
-            remaining=remaining,
-            lease_s=lease_s,
-            timeout_s=timeout_s,
-            start_in_s=start_in_s,
-            expires_us=expires_us,
-            handed=handed,
+        job = leased(
+            jid, lease_s=lease_s, timeout_s=timeout_s, remaining=remaining, start_in_s=start_in_s
         )
+        return replace(job, retries=3, expires_us=expires_us, handed=handed)
 
     def _slot(self, pick: int, *, busy: bool = False, queued: bool = False) -> int | None:
         slots = [s for s in self.book.slots.all() if s.index in self.pids]
