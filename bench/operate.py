@@ -8,26 +8,28 @@ Jobs are put with put_many, 10,000 per call, spread over the queues (a tenth of
 them delayed, so every queue has scheduled jobs too); a few per queue are popped,
 completed, failed and retried, so every count, total and histogram is non-empty.
 Server time is Redis's own (INFO commandstats usec of the script call); wall time
-adds the round trip and decoding in Python (for a scrape: the whole exposition
-text of the registry, as `runtime metrics` and the dashboard serve it, and the same
-with the garbage collector left on). Prints one JSON object; the numbers go in the
-report, not RESULTS.md.
+adds the round trip and decoding in Python (for a scrape: the whole text, as
+`runtime metrics` and the dashboard serve it, the same with the garbage collector
+left on, and the registry's text written by prometheus-client, as a collector
+mounted in your own registry is read). `python_calls` counts the Python function
+calls of one scrape (cProfile): a figure the host's load does not move. Prints
+one JSON object; the numbers go in the report, not RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import generate_latest
-
 from bench.server import private_server
 from runtime import Client
-from runtime.metrics import exposition, make_registry
+from runtime.metrics import exposition, make_registry, read, scrape, text
 
 SCRIPT_CALLS = ("cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_evalsha", "cmdstat_evalsha_ro")
 
@@ -62,6 +64,14 @@ def measure(client: Client, what: Callable[[], object], repeat: int) -> dict[str
         "server_ms_range": [round(min(servers), 2), round(max(servers), 2)],
         "script_calls": calls,
     }
+
+
+def python_calls(what: Callable[[], object]) -> int:
+    """The Python function calls (C functions called from Python included) of one run."""
+    what()  # warm
+    profile = cProfile.Profile()
+    profile.runcall(what)
+    return int(pstats.Stats(profile).total_calls)  # type: ignore[attr-defined]
 
 
 def fill(client: Client, queues: int, jobs: int) -> float:
@@ -115,16 +125,21 @@ def run(queues: int, jobs: int, repeat: int, workers: int = 1, groups: int = 1) 
             "jobs": jobs,
             "workers_seen": len(snapshot["workers"]),
             "failure_groups": len(snapshot["groups"]),
-            "series": _series(generate_latest(registry)),
+            "series": _series(scrape(client.admin)),
             "put_s": round(put_s, 1),
             "used_memory_mb": round(int(info["used_memory"]) / 2**20),
             "status": measure(client, client.status, repeat),
-            "scrape": measure(client, lambda: exposition(registry), repeat),
-            "scrape_gc_on": measure(client, lambda: generate_latest(registry), repeat),
+            "scrape": measure(client, lambda: scrape(client.admin), repeat),
+            "scrape_gc_on": measure(client, lambda: text(read(client.admin)), repeat),
+            "scrape_registry": measure(client, lambda: exposition(registry), repeat),
+            "python_calls": {
+                "scrape": python_calls(lambda: scrape(client.admin)),
+                "scrape_registry": python_calls(lambda: exposition(registry)),
+            },
             "snapshot": measure(client, client.admin.snapshot, repeat),
             "jobs_page": measure(client, lambda: client.admin.jobs("q0", "waiting", 0, 25), repeat),
             "workers": measure(client, client.admin.workers, repeat),
-            "scrape_bytes": len(exposition(registry)),
+            "scrape_bytes": len(scrape(client.admin)),
         }
 
 

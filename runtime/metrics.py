@@ -1,13 +1,15 @@
 """Prometheus metrics, read from Redis at scrape time (prometheus-client).
 
 `make_registry(client)` gives a registry holding one `RuntimeCollector`, for
-mounting next to other collectors. There is one exposition path: `runtime
-metrics` (`server`) and the dashboard's /metrics both serve such a registry
-through prometheus-client's own writer (`exposition`). A scrape is one script
-call (lua/metrics.lua) however many queues there are. (A hand-written text
-writer once served `runtime metrics`; at a large deployment, 200 queues, 50
-workers and 30 failure groups, the registry path scrapes well under 100 ms
-(bench.operate --deployment), so it went: bench/RESULTS.md has the figures.)
+mounting next to other collectors; `exposition(registry)` writes such a registry
+through prometheus-client's own writer. `runtime metrics` (`server`) and the
+dashboard's /metrics serve `scrape(client.admin)`: the same families written
+directly (`text`); the tests hold it to prometheus-client's text for the registry,
+parsed (family by family, sample by sample) and line for line. A scrape is one
+script call (lua/metrics.lua) however many queues there are. (prometheus-client's
+writer spends about 40 Python calls on each sample: at 1,000 queues, 40,000
+samples, it took 1.7 million calls and over 200 ms a scrape, against a target of
+100 ms; `python -m bench.operate` measures both paths.)
 
 Metrics (no jid in any label):
 
@@ -33,10 +35,12 @@ a queue that saw no job today has none. Their buckets (1, 5, 10, 50, 100, 500 ms
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
+import itertools
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -49,6 +53,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
 from runtime.errors import Error
 from runtime.queue import stats
@@ -119,11 +124,7 @@ def _hist_counts(fields: Mapping[str, Any]) -> dict[str, list[int]]:
 
 
 def _cumulative(counts: list[int]) -> Buckets:
-    out, seen = [], 0
-    for le, n in zip(LE, counts, strict=True):
-        seen += n
-        out.append((le, float(seen)))
-    return out
+    return list(zip(LE, map(float, itertools.accumulate(counts)), strict=True))
 
 
 def families(snapshot: Mapping[str, Any], up_s: float = UP_S) -> list[Family]:
@@ -267,20 +268,92 @@ def make_registry(client: Client, up_s: float = UP_S) -> CollectorRegistry:
     return registry
 
 
-# --- exposition: one path for runtime metrics and the dashboard ---------------------------
+# --- exposition -----------------------------------------------------------------------
 
 
 def exposition(registry: CollectorRegistry) -> bytes:
     """The text of one scrape of `registry` (prometheus-client's writer, served as
-    CONTENT_TYPE_LATEST). The garbage collector is paused meanwhile: a scrape of
-    a large deployment makes tens of thousands of short-lived objects."""
+    CONTENT_TYPE_LATEST): for a registry of your own (the dashboard's `registry`).
+    The garbage collector is paused meanwhile: a scrape of a large deployment makes
+    tens of thousands of short-lived objects."""
+    with _collector_paused():
+        return generate_latest(registry)
+
+
+def scrape(source: Source, up_s: float = UP_S) -> bytes:
+    """The text of one scrape of runtime's metrics, as `runtime metrics` and the
+    dashboard serve it (CONTENT_TYPE_LATEST): `read` written by `text`, the garbage
+    collector paused."""
+    with _collector_paused():
+        return text(read(source, up_s))
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return generate_latest(registry)
+        yield
     finally:
         if collecting:
             gc.enable()
+
+
+def text(found: Iterable[Family]) -> bytes:
+    """Prometheus' text format of `found`, line for line as prometheus-client's
+    generate_latest writes the same families read through `RuntimeCollector`: HELP
+    and TYPE, a counter's samples and its HELP under `name_total`, label names
+    sorted (`le` among them), label values and HELP escaped the same way, values
+    by prometheus-client's own floatToGoString. Each number, label value and set
+    of labels is written once per scrape and reused (most repeat: bucket counts,
+    a queue's label in each of its families)."""
+    numbers = _Written(floatToGoString)  # 1, 1.0 and True write alike
+    quoted = _Written(_escape)
+
+    def pairs(key: tuple[tuple[str, ...], tuple[str, ...]]) -> list[str]:
+        """name="value" of each label of a series, sorted by name."""
+        return [f'{name}="{quoted[value]}"' for name, value in sorted(zip(*key, strict=True))]
+
+    braced = _Written(lambda key: "{" + ",".join(pairs(key)) + "}" if key[0] else "")
+    out: list[str] = []
+    for family in found:
+        name = f"{family.name}_total" if family.kind == "counter" else family.name
+        out.append(f"# HELP {name} {_escape_help(family.help)}\n# TYPE {name} {family.kind}\n")
+        names = family.labels
+        if family.kind != "histogram":
+            out += [f"{name}{braced[names, v]} {numbers[value]}\n" for v, value in family.series]
+            continue
+        before = sum(1 for label in names if label < "le")  # le's place among sorted names
+        for values, (buckets, total_s) in family.series:
+            labels = pairs((names, values))
+            lead = f'{name}_bucket{{{"".join(p + "," for p in labels[:before])}le="'
+            trail = "".join("," + p for p in labels[before:]) + "} "
+            out += [f'{lead}{le}"{trail}{numbers[count]}\n' for le, count in buckets]
+            labelled = braced[names, values]
+            out.append(f"{name}_count{labelled} {numbers[buckets[-1][1]]}\n")
+            out.append(f"{name}_sum{labelled} {numbers[total_s]}\n")
+    return "".join(out).encode()
+
+
+class _Written(dict[Any, str]):
+    """Texts written once and reused: a key not yet here is written by `write`."""
+
+    def __init__(self, write: Callable[[Any], str]) -> None:
+        super().__init__()
+        self.write = write
+
+    def __missing__(self, key: Any) -> str:
+        written = self[key] = self.write(key)
+        return written
+
+
+def _escape(value: str) -> str:
+    """A label value as prometheus-client writes it: backslash, newline and quote escaped."""
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _escape_help(help_: str) -> str:
+    return help_.replace("\\", r"\\").replace("\n", r"\n")
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -289,15 +362,14 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def server(client: Client, host: str, port: int, up_s: float = UP_S) -> WSGIServer:
-    """An HTTP server answering GET /metrics with `make_registry(client)` (404 for
+    """An HTTP server answering GET /metrics with `scrape(client.admin)` (404 for
     any other path)."""
-    registry = make_registry(client, up_s)
 
     def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         if environ.get("PATH_INFO") != "/metrics":
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: metrics are at /metrics\n"]
-        body = exposition(registry)
+        body = scrape(client.admin, up_s)
         start_response(
             "200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))]
         )

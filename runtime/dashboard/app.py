@@ -1,10 +1,11 @@
 """The dashboard's application factory: routes, the guard, the templates, the rates
-sampler and the /metrics registry, for one Client.
+sampler and /metrics, for one Client.
 
     app = create_app(Client(), Options(url_prefix="/runtime"))
 
 Pages are GETs (views.py), actions are POSTs under action/ (actions.py), both
-behind the guard (security.py). /metrics serves runtime.metrics' registry.
+behind the guard (security.py). /metrics serves runtime.metrics.scrape, or the
+registry given.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from starlette.staticfiles import StaticFiles
 from runtime.dashboard import actions, live, reads, render, views
 from runtime.dashboard.security import Credentials, Guard
 from runtime.errors import BadArgument, Error, NoSuchJob, RedisUnavailable
-from runtime.metrics import exposition, make_registry
+from runtime.metrics import exposition, scrape
 from runtime.queue.client import Client
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,8 @@ def routes() -> list[BaseRoute]:
 
 def create_app(client: Client, options: Options | None = None, registry: Any = ...) -> Starlette:
     """The ASGI app. `registry`: a Prometheus registry to serve at /metrics (default:
-    runtime.metrics.make_registry(client), as `runtime metrics` serves; None:
-    /metrics answers 503)."""
+    runtime's metrics, as `runtime metrics` serves them: runtime.metrics.scrape,
+    the text of runtime.metrics.make_registry(client); None: /metrics answers 503)."""
     options = options or Options()
     prefix = normal_prefix(options.url_prefix)
     rates = live.Rates(options.sample_interval_s)
@@ -107,12 +108,14 @@ def create_app(client: Client, options: Options | None = None, registry: Any = .
     app.state.prefix = prefix
     app.state.rates = rates
     app.state.templates = render.environment()
-    # one exposition path: the registry written by prometheus-client (runtime.metrics)
+    # runtime's metrics written directly (runtime.metrics.scrape, the registry's text
+    # line for line); a registry given is written by prometheus-client
+    served: Any = None
     if registry is ...:
-        registry = make_registry(client)
-    app.state.metrics = (
-        None if registry is None else (functools.partial(exposition, registry), CONTENT_TYPE_LATEST)
-    )
+        served = functools.partial(scrape, client.admin)
+    elif registry is not None:
+        served = functools.partial(exposition, registry)
+    app.state.metrics = None if served is None else (served, CONTENT_TYPE_LATEST)
     return app
 
 

@@ -146,6 +146,21 @@ def test_metrics_are_served_in_the_prometheus_format(dashboard: Dashboard, http:
     assert 'queue="scraped"' in answer.text
 
 
+def test_metrics_serve_runtimes_a_registry_given_or_nothing(plain_client: Client) -> None:
+    from prometheus_client import CollectorRegistry, Counter, generate_latest  # noqa: PLC0415
+
+    from runtime.dashboard import create_app  # noqa: PLC0415
+
+    plain_client.queue("scraped").put("tests.integration.jobs:noop")
+    write, _ = create_app(plain_client).state.metrics
+    assert b'runtime_jobs{queue="scraped",state="waiting"} 1.0\n' in write()
+    registry = CollectorRegistry()
+    Counter("mine", "my own counter", registry=registry).inc()
+    write, _ = create_app(plain_client, registry=registry).state.metrics
+    assert write() == generate_latest(registry)
+    assert create_app(plain_client, registry=None).state.metrics is None
+
+
 def test_basic_auth_and_a_url_prefix_guard_every_path(dashboard: Dashboard) -> None:
     from runtime.dashboard.security import Credentials  # noqa: PLC0415
 
