@@ -1,8 +1,9 @@
-"""A sharded site on a Redis Cluster of three primaries (issue 21, part 3):
-three namespaces whose slots live on the three nodes, one `runtime worker`
-serving the queues of all three (a master per namespace under a supervisor),
-jobs routed by queue; the counts and the dashboard's numbers add up, and what
-cannot cross a shard is refused."""
+"""Sharded sites (issue 21, part 3): one master process serving the queues of
+several namespaces — three namespaces on one plain redis-server (different key
+prefixes), and, slow, on a Redis Cluster of three primaries whose slots live on
+the three nodes — jobs routed by queue and reported in their own namespaces;
+the counts and the dashboard's numbers add up, and what cannot cross a shard is
+refused."""
 
 from __future__ import annotations
 
@@ -17,13 +18,82 @@ from redis.crc import key_slot
 from runtime import config
 from runtime.dashboard import reads
 from runtime.errors import CrossShard
+from runtime.queue.embedded import ServerProcess
 from runtime.queue.site import Site
-from tests.support.master import MasterProcess
+from tests.support.master import MasterProcess, _children_of
 from tests.support.topologies import Cluster, running_cluster
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
 JOBS = "tests.integration.jobs"
+
+
+def one_master(master: MasterProcess, site: Site) -> None:
+    """The worker is one master process (its only child the fork server), and it is
+    registered in every namespace of the site, under one worker id, with its pid."""
+    server = master.fork_server_pid()
+    assert server is not None and _children_of(master.pid) == [server], "one master, no others"
+    seen = {ns: client.admin.workers() for ns, client in site.clients.items()}
+    assert all(len(workers) == 1 for workers in seen.values()), seen
+    assert len({wid for workers in seen.values() for wid in workers}) == 1, "one worker id"
+    pids = {info["pid"] for workers in seen.values() for info in workers.values()}
+    assert pids == {master.pid}, seen
+    assert sum("READY=1" in m for m in master.notifications()) == 1
+
+
+def test_one_master_serves_three_namespaces_of_one_server(
+    default_server: ServerProcess, workdir: Path
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    a, b, c = (f"m{tag}{i}" for i in range(3))
+    rule = f"{a}:qa;{b}:qb;{c}:qc,*"
+    site = Site(settings=config.Settings(url=default_server.url, namespace=a, shards=rule))
+    master = MasterProcess(
+        default_server, a, workdir, "qa,qb,qc", "--concurrency", "2", env={"RUNTIME_SHARDS": rule}
+    )
+    try:
+        master.start()
+        path = workdir / "ran"
+        puts = {"qa": 12, "qb": 8, "qc": 4}
+        jids = {
+            q: [site.queue(q).put(f"{JOBS}:record", {"path": str(path)}) for _ in range(n)]
+            for q, n in puts.items()
+        }
+        # a job puts into its own shard (goes), or into another (CrossShard, nothing put)
+        site.queue("qb").put(f"{JOBS}:put_follow_ups", {"queue": "qb", "count": 2})
+        crossing = site.queue("qa").put(
+            f"{JOBS}:put_follow_ups", {"queue": "qc", "count": 1}, retries=0
+        )
+        done = {"qa": 12, "qb": 8 + 1 + 2, "qc": 4}
+
+        def settled() -> bool:
+            counts = site.status()
+            finished = all(counts.get(q, {}).get("complete") == n for q, n in done.items())
+            return finished and sum(site.failed().values()) == 1
+
+        wait_for(settled, 60, what="every job to end")
+        one_master(master, site)
+        ran = [line.split() for line in path.read_text().splitlines()]
+        assert len(ran) == sum(puts.values())
+        assert len({pid for *_, pid in ran}) <= 2, "the namespaces share the two children"
+        for namespace, queue in ((a, "qa"), (b, "qb"), (c, "qc")):
+            client = site.clients[namespace]
+            assert client.queues() == [queue], "each queue lives in its own namespace only"
+            for jid in jids[queue]:
+                job = client.get_job(jid)
+                assert job is not None and job.state == "complete", "reported in its namespace"
+            others = [site.clients[ns] for ns in (a, b, c) if ns != namespace]
+            assert all(o.get_job(jids[queue][0]) is None for o in others)
+        crossed = site.clients[a].get_job(crossing)
+        assert crossed is not None and crossed.state == "failed"
+        assert crossed.failure is not None and crossed.failure.group.endswith("CrossShard")
+        assert f"shard '{c}'" in crossed.failure.message
+
+        master.send(signal.SIGTERM)
+        assert master.wait(30) == 0
+        assert all(not client.admin.workers() for client in site.clients.values()), "gone"
+    finally:
+        master.close()
+        site.close()
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +114,7 @@ def namespaces_on_every_node(cluster: Cluster) -> list[str]:
     raise AssertionError("no namespace for every node")
 
 
+@pytest.mark.slow
 def test_three_namespaces_on_three_nodes_act_as_one_site(cluster: Cluster, workdir: Path) -> None:
     a, b, c = namespaces_on_every_node(cluster)
     rule = f"{a}:qa;{b}:qb;{c}:qc,*"
