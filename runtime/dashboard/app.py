@@ -29,6 +29,7 @@ from runtime.dashboard.security import Credentials, Guard
 from runtime.errors import BadArgument, Error, NoSuchJob, RedisUnavailable
 from runtime.metrics import exposition, make_registry
 from runtime.queue.client import Client
+from runtime.queue.site import Site
 
 log = logging.getLogger(__name__)
 
@@ -76,17 +77,22 @@ def routes() -> list[BaseRoute]:
     ]
 
 
-def create_app(client: Client, options: Options | None = None, registry: Any = ...) -> Starlette:
+def create_app(
+    client: Client, options: Options | None = None, registry: Any = ..., site: Site | None = None
+) -> Starlette:
     """The ASGI app. `registry`: a Prometheus registry to serve at /metrics (default:
     runtime.metrics.make_registry(client), as `runtime metrics` serves; None:
-    /metrics answers 503)."""
+    /metrics answers 503). `site`: a sharded site whose namespaces' numbers the
+    pages and /metrics sum (the queue, job and action pages then go to the
+    namespace of their queue or job; failures, domains and recurring jobs stay
+    those of `client`'s namespace)."""
     options = options or Options()
     prefix = normal_prefix(options.url_prefix)
     rates = live.Rates(options.sample_interval_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with live.sampling(rates, lambda: reads.totals(client)):
+        async with live.sampling(rates, lambda: reads.totals(site or client)):
             yield
 
     mounted = [Mount(prefix, routes=routes())] if prefix else routes()
@@ -104,12 +110,13 @@ def create_app(client: Client, options: Options | None = None, registry: Any = .
         lifespan=lifespan,
     )
     app.state.client = client
+    app.state.site = site
     app.state.prefix = prefix
     app.state.rates = rates
     app.state.templates = render.environment()
     # one exposition path: the registry written by prometheus-client (runtime.metrics)
     if registry is ...:
-        registry = make_registry(client)
+        registry = make_registry(site or client)
     app.state.metrics = (
         None if registry is None else (functools.partial(exposition, registry), CONTENT_TYPE_LATEST)
     )

@@ -7,6 +7,7 @@ refused."""
 
 from __future__ import annotations
 
+import json
 import signal
 import uuid
 from collections.abc import Iterator
@@ -114,6 +115,93 @@ def namespaces_on_every_node(cluster: Cluster) -> list[str]:
     raise AssertionError("no namespace for every node")
 
 
+def metric_values(text: str) -> dict[str, float]:
+    """Prometheus text: {'name{labels}': value} of every sample."""
+    samples = (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")
+    return {name: float(value) for name, value in samples}
+
+
+def test_status_metrics_and_the_dashboard_of_a_site_add_up(
+    default_server: ServerProcess,
+    workdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With RUNTIME_SHARDS set, `runtime status`, /metrics and the dashboard show the
+    site's numbers, summed over its namespaces; without it, one namespace's."""
+    testclient = pytest.importorskip("starlette.testclient", reason="no dashboard extra")
+    from runtime import cli as runtime_cli  # noqa: PLC0415
+    from runtime.dashboard.app import create_app  # noqa: PLC0415
+    from runtime.metrics import exposition, make_registry  # noqa: PLC0415
+
+    tag = uuid.uuid4().hex[:6]
+    a, b, c = (f"n{tag}{i}" for i in range(3))
+    rule = f"{a}:qa;{b}:qb;{c}:qc,*"
+    site = Site(settings=config.Settings(url=default_server.url, namespace=a, shards=rule))
+    master = MasterProcess(default_server, a, workdir, "qa,qb,qc", env={"RUNTIME_SHARDS": rule})
+    try:
+        master.start()
+        done = {"qa": 3, "qb": 2, "qc": 1}
+        jids = [site.queue(q).put(f"{JOBS}:noop") for q, n in done.items() for _ in range(n)]
+        site.queue("qb").put(f"{JOBS}:fail", retries=0)
+
+        def settled() -> bool:
+            counts = site.status()
+            finished = all(counts.get(q, {}).get("complete") == n for q, n in done.items())
+            return finished and counts.get("qb", {}).get("failed") == 1
+
+        wait_for(settled, 60, what="every job to end")
+        one_master(master, site)
+
+        monkeypatch.setenv("REDIS_URL", default_server.url)
+        monkeypatch.setenv("RUNTIME_NAMESPACE", a)
+        monkeypatch.setenv("RUNTIME_SHARDS", rule)
+        capsys.readouterr()
+        assert runtime_cli.run(["status", "--json"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert {q: shown[q]["complete"] for q in done} == done, "the site's queues, summed"
+        assert shown["qb"]["failed"] == 1
+        monkeypatch.setenv("RUNTIME_SHARDS", "")
+        assert runtime_cli.run(["status", "--json"]) == 0
+        alone = json.loads(capsys.readouterr().out)
+        assert set(alone) == {"qa"}, "without shards: the one namespace, as before"
+
+        metrics = metric_values(exposition(make_registry(site)).decode())
+        for queue, n in done.items():
+            assert metrics[f'runtime_jobs{{queue="{queue}",state="complete"}}'] == n
+            assert metrics[f'runtime_jobs_completed_total{{queue="{queue}"}}'] == n
+        assert metrics['runtime_jobs_failed_total{queue="qb"}'] == 1
+        assert sum(v for k, v in metrics.items() if k.startswith("runtime_failed_jobs{")) == 1
+        assert metrics["runtime_workers"] == 1, "one master in three namespaces is one worker"
+        one = metric_values(exposition(make_registry(site.clients[a])).decode())
+        assert 'runtime_jobs{queue="qb",state="complete"}' not in one
+
+        app = create_app(site.clients[a], site=site)
+        with testclient.TestClient(app, base_url="http://127.0.0.1") as http:
+            live = http.get("/live.json", params={"queue": list(done)}).json()["values"]
+            assert {q: live[f"q.{q}.complete"] for q in done} == {
+                q: str(n) for q, n in done.items()
+            }
+            scraped = metric_values(http.get("/metrics").text)
+            assert all(
+                scraped[f'runtime_jobs{{queue="{q}",state="complete"}}'] == n
+                for q, n in done.items()
+            )
+            overview = http.get("/")
+            assert overview.status_code == 200 and all(q in overview.text for q in done)
+            assert http.get("/queue", params={"name": "qc"}).status_code == 200
+            job = http.get("/job", params={"jid": jids[-1]})
+            assert job.status_code == 200 and f"No job {jids[-1]}" not in job.text, "found in c"
+            workers = http.get("/workers")
+            assert workers.status_code == 200 and str(master.pid) in workers.text
+
+        master.send(signal.SIGTERM)
+        assert master.wait(30) == 0
+    finally:
+        master.close()
+        site.close()
+
+
 @pytest.mark.slow
 def test_three_namespaces_on_three_nodes_act_as_one_site(cluster: Cluster, workdir: Path) -> None:
     a, b, c = namespaces_on_every_node(cluster)
@@ -146,6 +234,7 @@ def test_three_namespaces_on_three_nodes_act_as_one_site(cluster: Cluster, workd
             return finished and sum(site.failed().values()) == 2
 
         wait_for(settled, 60, what="every job to end")
+        one_master(master, site)
         for jid in jids[:3] + jids[-3:]:
             assert site.wait(jid, timeout=5) is None
         for namespace, queue in ((a, "qa"), (b, "qb"), (c, "qc")):
@@ -156,7 +245,7 @@ def test_three_namespaces_on_three_nodes_act_as_one_site(cluster: Cluster, workd
             )
         assert len({site.clients[ns].conn.route.url for ns in (a, b, c)}) == 3, "three nodes"
 
-        # the site's numbers are the sum of the namespaces' (what each dashboard shows)
+        # the site's numbers are the sum of the namespaces' (what each one shows)
         status = site.status()
         assert {q: status[q]["complete"] for q in done} == done
         assert status["qb"]["failed"] == 1 and status["qa"]["failed"] == 1
@@ -165,6 +254,14 @@ def test_three_namespaces_on_three_nodes_act_as_one_site(cluster: Cluster, workd
         totals = [reads.totals(site.clients[ns]) for ns in (a, b, c)]
         assert sum(t[0] for t in totals) == sum(done.values())
         assert sum(t[1] for t in totals) == 2
+        # ... and what the dashboard of the site shows (RUNTIME_SHARDS set)
+        assert {row.name: row.counts["complete"] for row in reads.queue_rows(site)} == done
+        assert reads.totals(site) == (sum(done.values()), 2)
+        [worker] = reads.worker_rows(site, site.first.conn.now_ms())
+        assert worker.pid == master.pid and set(worker.queues) == {"qa", "qb", "qc"}
+        snapshot = site.admin.snapshot()
+        assert {q: snapshot["queues"][q]["complete"] for q in done} == done
+        assert sum(snapshot["groups"].values()) == 2 and len(snapshot["workers"]) == 1
         assert sum(site.failed().values()) == 2
         crossed = site.get_job(crossing)
         assert crossed is not None and crossed.state == "failed"
