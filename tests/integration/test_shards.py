@@ -19,6 +19,7 @@ from redis.crc import key_slot
 from runtime import config
 from runtime.dashboard import reads
 from runtime.errors import CrossShard
+from runtime.queue import acl
 from runtime.queue.embedded import ServerProcess
 from runtime.queue.site import Site
 from tests.support.master import MasterProcess, _children_of
@@ -199,6 +200,56 @@ def test_status_metrics_and_the_dashboard_of_a_site_add_up(
         assert master.wait(30) == 0
     finally:
         master.close()
+        site.close()
+
+
+def test_a_namespace_out_of_reach_stops_its_own_jobs_only(
+    default_server: ServerProcess, workdir: Path
+) -> None:
+    """The master's user loses namespace b's keys (NOPERM for every call there):
+    a and c go on, b's jobs wait; b's rights back, they run. The master never stops."""
+    tag = uuid.uuid4().hex[:6]
+    a, b, c = (f"o{tag}{i}" for i in range(3))
+    rule = f"{a}:qa;{b}:qb;{c}:qc,*"
+    site = Site(settings=config.Settings(url=default_server.url, namespace=a, shards=rule))
+    admin = site.first.redis
+    major = int(str(admin.info("server")["redis_version"]).split(".")[0])
+    user, password = "u" + tag, "s3cret-" + tag
+    rights = [*acl.rules(a, functions=major >= 7), acl.key_pattern(b), acl.key_pattern(c)]
+    rights += [acl.channel_pattern(b), acl.channel_pattern(c)]
+    admin.execute_command("ACL", "SETUSER", user, "on", f">{password}", *rights)  # type: ignore[no-untyped-call]
+    url = f"unix://{user}:{password}@{default_server.socket}"
+    master = MasterProcess(
+        default_server, a, workdir, "qa,qb,qc", url=url, env={"RUNTIME_SHARDS": rule}
+    )
+
+    def complete(queue: str) -> int:
+        return int(site.status().get(queue, {}).get("complete") or 0)
+
+    try:
+        master.start()
+        for queue in ("qa", "qb", "qc"):
+            site.queue(queue).put(f"{JOBS}:noop")
+        wait_for(lambda: all(complete(q) == 1 for q in ("qa", "qb", "qc")), 30, what="a start")
+        keys = [acl.key_pattern(a), acl.key_pattern(c)]
+        admin.execute_command("ACL", "SETUSER", user, "resetkeys", *keys)  # type: ignore[no-untyped-call]
+        for i in range(3):
+            site.queue("qb").put(f"{JOBS}:noop", {"i": i})
+        for i in range(5):
+            site.queue("qa").put(f"{JOBS}:noop", {"i": i})
+            site.queue("qc").put(f"{JOBS}:noop", {"i": i})
+        wait_for(lambda: complete("qa") == 6 and complete("qc") == 6, 30, what="a and c to go on")
+        assert complete("qb") == 1, "b's jobs wait for b"
+        assert master.proc is not None and master.proc.poll() is None
+        assert "Redis unavailable" in master.log() and f"ns={b}" in master.log()
+        admin.execute_command("ACL", "SETUSER", user, acl.key_pattern(b))  # type: ignore[no-untyped-call]
+        wait_for(lambda: complete("qb") == 4, 30, what="b's jobs once b answers")
+        assert complete("qa") == 6 and complete("qc") == 6
+        master.send(signal.SIGTERM)
+        assert master.wait(30) == 0
+    finally:
+        master.close()
+        admin.acl_deluser(user)
         site.close()
 
 
