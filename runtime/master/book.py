@@ -140,6 +140,7 @@ class Book:
         self.drain_at: float | None = None
         self.stopping_since: float | None = None
         self.checked_at = -math.inf
+        self.several = len(self.lanes) > 1  # namespaces served (a sharded site's worker)
         self.turn = 0  # the lane that goes first in the next pass, of several
 
     # --- the public face -------------------------------------------------------------
@@ -199,14 +200,14 @@ class Book:
             self.checked_at = now
             self._check_running(now)
             self._withdraw_stuck(now)
-            if len(self.lanes) > 1:
+            if self.several:
                 self._drop_unconfirmed(now)
         if not capacity.accepting():
             self._stop_leasing(now)
         self.actions += self.slots.reconcile(capacity.target, capacity.mode is Mode.RUN, now)
         if capacity.accepting():
             self.flow.hand_out(now)
-        if len(lanes) > 1:  # the first to pop takes the room: each lane in its turn
+        if self.several:  # the first to pop takes the room: each lane in its turn
             self.turn = (self.turn + 1) % len(lanes)
             lanes = lanes[self.turn :] + lanes[: self.turn]
         for lane in lanes:
@@ -297,7 +298,7 @@ class Book:
         capacity = self.capacity
         flags = [capacity.mode.value] if capacity.mode is not Mode.RUN else []
         flags += ["paused"] if capacity.paused else []
-        if len(self.lanes) == 1:
+        if not self.several:
             flags += [f"redis-down({self.link.condition})"] if not self.link.up else []
         else:
             flags += [

@@ -118,6 +118,10 @@ class Master:
         self.started_ms = round(time.time() * 1000)  # for `runtime workers`, not for schedules
         self.wait_s = IDLE_WAIT_S  # how long one blocking read for work may last
         self.cancels_failed_at = [-CANCELS_PAUSE_S] * len(self.lanes)  # by lane
+        self.watch_names = {  # the watching tasks' names, by lane
+            what: [(lane, self._named(what, lane)) for lane in range(len(self.lanes))]
+            for what in ("sizes", "cancels")
+        }
         self.unexpected: dict[str, tuple[float, int]] = {}  # task name -> (last logged, since)
         self.doers: dict[type, Callable[[Any], None]] = {
             events.Post: lambda a: self.processes.send(a.index, a.message),
@@ -459,17 +463,17 @@ class Master:
         self._run_pass()
 
     def _watch_sizes(self) -> None:
-        for lane, book_lane in enumerate(self.book.lanes):
-            name = self._named("sizes", lane)
-            if name not in self.tasks and book_lane.link.up:
+        tasks, lanes = self.tasks, self.book.lanes
+        for lane, name in self.watch_names["sizes"]:  # every pass: no call unless needed
+            if name not in tasks and lanes[lane].link.up:
                 queues = list(self.lanes[lane][1])
                 self._own(name, SizeWatch(self.clients[lane], queues, self.worker_id).run())
 
     def _watch_cancels(self) -> None:
         """Listens for cancels of jobs we hold (while Redis answers; started again)."""
-        for lane, book_lane in enumerate(self.book.lanes):
-            name = self._named("cancels", lane)
-            if name not in self.tasks and book_lane.link.up and not self.cancels_failing(lane):
+        tasks, lanes = self.tasks, self.book.lanes
+        for lane, name in self.watch_names["cancels"]:
+            if name not in tasks and lanes[lane].link.up and not self.cancels_failing(lane):
                 self._own(name, self._cancels(lane), self._cancels_failed(lane))
 
     async def _cancels(self, lane: int) -> None:
