@@ -15,6 +15,7 @@ from runtime import config
 from runtime.master import preflight, shards
 from runtime.master.master import Master
 from runtime.proctitle import set_title
+from runtime.queue import urls
 from runtime.queue.connection import default_worker_id, resolve_url
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,10 @@ def run_master(
     url = resolve_url(settings)
     worker_id = worker_id or default_worker_id()
     set_title(f"runtime master {worker_id} starting")
-    for namespace, queues in lanes or [(settings.namespace, worker.queues)]:
+    served = lanes or [(settings.namespace, worker.queues)]
+    if urls.kind_of(url) != "cluster":  # one server (or one primary) holds them all
+        served = served[:1]
+    for namespace, queues in served:  # on a cluster, each namespace's node
         preflight.check(replace(settings, namespace=namespace), replace(worker, queues=queues), url)
     master = Master(settings, worker, url, worker_id, lanes)
     return int(uvloop.run(master.run()))
