@@ -70,7 +70,7 @@ class Settings:
     worker: str
     sentry_dsn: str | None = None
     log_level: str = "INFO"  # the worker's: a job's log records below it are dropped
-    namespace: str = ""  # the master's, and the site's rule: ctx.put stays in this shard
+    namespace: str = ""  # the master's, and the site's rule: ctx.put stays in the job's shard
     shards: str = ""
 
 
@@ -92,6 +92,11 @@ class Child:
         self.functions: dict[str, Any] = {}  # klass -> callable, resolved once
         self.context: JobContext | None = None  # the running job's
         self.workdir_seen: int | None = None  # its ctime when last found empty (trusted)
+
+    def _shard_of(self, queue: str) -> str:
+        """The namespace a job of `queue` came from: its queue's, on a sharded site
+        (a master may serve several), else the master's."""
+        return self.settings.namespace if self.shards is None else self.shards.namespace_of(queue)
 
     # --- messages ---------------------------------------------------------------
 
@@ -222,7 +227,7 @@ class Child:
             remaining=run.remaining,
             sandbox=self.settings.workdir,
             _send=self.send,
-            _shard=self.settings.namespace,
+            _shard=self._shard_of(run.queue),
             _shards=self.shards,
         )
         try:

@@ -33,7 +33,7 @@ class JobContext:
     _send: Callable[[protocol.Message], None] = field(repr=False)
     _progress_at: float = field(default=-1e18, repr=False)
     _progress_held: protocol.Progress | None = field(default=None, repr=False)
-    _shard: str = field(default="", repr=False)  # the master's namespace (a sharded site)
+    _shard: str = field(default="", repr=False)  # the job's namespace (a sharded site)
     _shards: Shards | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:  # never data: reprs end up in logs and error reports
@@ -89,7 +89,7 @@ class JobContext:
                 raise BadArgument(f"{target!r}.spec() did not make a job")
         else:
             raise BadArgument(f"put takes a queue name, a typed job or a JobSpec, got {target!r}")
-        if self._shards is not None:  # CrossShard: the master puts in its namespace only
+        if self._shards is not None:  # CrossShard: the master puts in the job's namespace only
             self._shards.check(self._shard, spec.queue, "a job put from a job")
         spec_json, data_json = spec.to_wire()
         self._send(protocol.Put(self.jid, spec_json, data_json, now=now))

@@ -13,6 +13,8 @@ import click
 from runtime import config
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
+from runtime.queue.shards import Shards
+from runtime.queue.site import Site
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
 
@@ -25,6 +27,24 @@ def client_of(ctx: click.Context) -> Client:
         obj["client"] = Client(settings=settings)
     client: Client = obj["client"]
     return client
+
+
+def site_of(ctx: click.Context) -> Site | None:
+    """A sharded site's client (runtime.queue.site) when the settings name shards
+    (RUNTIME_SHARDS), made once per invocation; None for one namespace."""
+    obj: dict[str, Any] = ctx.find_root().ensure_object(dict)
+    if "site" not in obj:
+        settings = settings_of(ctx)
+        obj["site"] = Site(settings=settings) if Shards.of(settings).sharded else None
+    site: Site | None = obj["site"]
+    return site
+
+
+def counts_of(ctx: click.Context) -> Client | Site:
+    """Where the numbers of `status`, `metrics` and the dashboard come from: the
+    site, summed over its namespaces, when the settings name shards; else the
+    client of --namespace."""
+    return site_of(ctx) or client_of(ctx)
 
 
 def settings_of(ctx: click.Context) -> config.Settings:

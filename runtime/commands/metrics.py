@@ -11,8 +11,9 @@ import threading
 
 import click
 
-from runtime.commands.common import client_of
+from runtime.commands.common import counts_of
 from runtime.errors import Error
+from runtime.queue.site import Site
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +33,9 @@ def metrics_cmd(ctx: click.Context, port: int, host: str) -> None:
     """Serve Prometheus metrics at http://HOST:PORT/metrics until Ctrl-C (or TERM)."""
     from runtime import metrics  # noqa: PLC0415 - only this verb needs prometheus_client
 
-    client = client_of(ctx)
+    client = counts_of(ctx)  # a sharded site: summed over its namespaces
     try:
-        client.conn.now_ms()
+        (client.first if isinstance(client, Site) else client).conn.now_ms()
     except Error as err:  # served anyway: scrapes say runtime_redis_up 0 until it answers
         reason = str(err).splitlines()[0].rstrip(".") if str(err) else type(err).__name__
         log.warning("%s; serving runtime_redis_up 0 until Redis answers", reason)

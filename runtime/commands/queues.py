@@ -14,12 +14,21 @@ from typing import Any
 import click
 
 from runtime import config
-from runtime.commands.common import client_of, emit, fail, number_text, stop_on_signals, when
+from runtime.commands.common import (
+    client_of,
+    counts_of,
+    emit,
+    fail,
+    number_text,
+    stop_on_signals,
+    when,
+)
 from runtime.commands.jobs import progress_text
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
 from runtime.queue.job import Job
 from runtime.queue.ops import LISTED_STATES
+from runtime.queue.site import Site
 from runtime.units import duration
 from runtime.vocabulary import Count, JobState
 
@@ -43,8 +52,9 @@ PROGRESS_SHOWN = 10  # running jobs with their progress, per queue (JSON) and in
 @click.pass_context
 def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: float | None) -> None:
     """Queues and their jobs by state (complete: still kept by retention), and the
-    running jobs that told their progress."""
-    client = client_of(ctx)
+    running jobs that told their progress (a sharded site's: summed over its
+    namespaces)."""
+    client = counts_of(ctx)
     if watch_s is None:
         _show_status(status_of(client, queues), as_json)
         return
@@ -55,14 +65,15 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: fl
             if not as_json and sys.stdout.isatty():
                 click.echo(CLEAR_SCREEN, nl=False)
             if not as_json:
-                click.echo(f"{when(client.conn.now_ms())}  every {watch_s:g} s, Ctrl-C to stop")
+                now_ms = (client.first if isinstance(client, Site) else client).conn.now_ms()
+                click.echo(f"{when(now_ms)}  every {watch_s:g} s, Ctrl-C to stop")
             _show_status(rows, as_json, compact=True)
             time.sleep(watch_s)
     except KeyboardInterrupt:
         return
 
 
-def status_of(client: Client, queues: Sequence[str]) -> dict[str, dict[str, Any]]:
+def status_of(client: Client | Site, queues: Sequence[str]) -> dict[str, dict[str, Any]]:
     """What `runtime status` shows, as text, JSON or watched: each queue's counts by
     state (with its totals, pause and oldest waiting age), and under "in_progress"
     its running jobs that told their progress, latest told first."""

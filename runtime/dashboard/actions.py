@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from runtime.dashboard import jobreads
+from runtime.dashboard import jobreads, reads
 from runtime.dashboard.render import set_flash
 from runtime.errors import BadArgument, Error
 from runtime.queue.client import Client
@@ -116,6 +117,17 @@ ACTIONS: dict[str, Callable[[Client, Form], str]] = {
 }
 
 
+def _client_for(state: Any, form: Form) -> Client:
+    """The client of the namespace the action is about (a sharded site's: its
+    queue's, or its job's); failure groups are the app's own namespace's."""
+    if form.get("queue"):
+        return reads.of_queue(state, str(form["queue"]))
+    if form.get("jid"):
+        return reads.of_job(state, str(form["jid"]))
+    client: Client = state.client
+    return client
+
+
 async def act(request: Request) -> Response:
     """POST action/<name>: runs it, then back to `next` with its message."""
     prefix: str = request.app.state.prefix
@@ -126,7 +138,8 @@ async def act(request: Request) -> Response:
     if action is None:
         return Response(f"no action {name!r}\n", status_code=404, media_type="text/plain")
     try:
-        kind, text = "ok", await run_in_threadpool(action, request.app.state.client, form)
+        client = _client_for(request.app.state, form)
+        kind, text = "ok", await run_in_threadpool(action, client, form)
         log.info("dashboard action %s: %s", name, text)
     except Error as err:
         kind, text = "error", f"{name} refused: {one_line(err)}"

@@ -16,6 +16,7 @@ from typing import Any
 from runtime import vocabulary
 from runtime.queue.client import Client
 from runtime.queue.job import Job
+from runtime.queue.site import Site
 from runtime.vocabulary import Count
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,22 @@ def _number(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def queue_rows(client: Client, names: Sequence[str] = ()) -> list[QueueRow]:
+def of_queue(state: Any, name: str) -> Client:
+    """The client of the namespace queue `name` lives in (the app's `state`: its
+    site's when it serves a sharded site, else its one client)."""
+    site: Site | None = state.site
+    return state.client if site is None else site.client(name)
+
+
+def of_job(state: Any, jid: str) -> Client:
+    """The client of the namespace holding job `jid` (the app's own when none does)."""
+    site: Site | None = state.site
+    found = None if site is None else site.locate(jid)
+    client: Client = found or state.client
+    return client
+
+
+def queue_rows(client: Client | Site, names: Sequence[str] = ()) -> list[QueueRow]:
     """The queues (all known ones when none are named), by name: one read."""
     rows = []
     for name, counts in sorted(client.status(*names).items()):
@@ -113,7 +129,7 @@ def started_ms(job: Job) -> int | None:
     return None
 
 
-def worker_rows(client: Client, now_ms: int) -> list[WorkerRow]:
+def worker_rows(client: Client | Site, now_ms: int) -> list[WorkerRow]:
     """Masters seen lately, most recent first, with the jobs each runs: one read."""
     return [_worker_row(wid, info, now_ms) for wid, info in client.admin.workers().items()]
 
@@ -141,7 +157,7 @@ def _worker_row(wid: str, info: Mapping[str, Any], now_ms: int) -> WorkerRow:
     )
 
 
-def totals(client: Client) -> tuple[int, int]:
+def totals(client: Client | Site) -> tuple[int, int]:
     """(jobs completed, jobs failed for good) since each queue was first used, summed
     over the queues: the counters whose differences are the rates (one read)."""
     status = client.status()

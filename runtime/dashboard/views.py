@@ -18,6 +18,7 @@ from runtime.dashboard import jobreads, live, plots, reads
 from runtime.dashboard.render import page, query
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
+from runtime.queue.site import Site
 from runtime.queue.stats import today
 from runtime.vocabulary import JobState
 
@@ -32,6 +33,13 @@ def _client(request: Request) -> Client:
     return client
 
 
+def _counts(request: Request) -> Client | Site:
+    """Where the numbers come from: the site (summed over its namespaces) when the
+    app serves a sharded site, else its client."""
+    site: Site | None = request.app.state.site
+    return site or _client(request)
+
+
 def _page_number(request: Request) -> int:
     raw = request.query_params.get("page", "1")
     return max(1, int(raw)) if raw.isdigit() else 1
@@ -44,11 +52,11 @@ def _pages(total: int | None, number: int) -> dict[str, Any]:
 
 
 def overview(request: Request) -> Response:
-    client = _client(request)
+    client, counts = _client(request), _counts(request)
     now_ms = client.conn.now_ms()
-    rows = reads.queue_rows(client)
+    rows = reads.queue_rows(counts)
     largest = sorted(rows, key=lambda r: (-r.size, r.name))[:OVERVIEW_QUEUES]
-    workers = reads.worker_rows(client, now_ms)
+    workers = reads.worker_rows(counts, now_ms)
     rates: live.Rates = request.app.state.rates
     return page(
         request,
@@ -58,8 +66,8 @@ def overview(request: Request) -> Response:
         queue_count=len(rows),
         workers_up=sum(w.up for w in workers),
         running=sum(len(w.jobs) for w in workers),
-        plot=live.throughput_plot(client.admin.throughput(live.PLOT_MINUTES)),
-        failed_total=sum(client.failed().values()),
+        plot=live.throughput_plot(counts.admin.throughput(live.PLOT_MINUTES)),
+        failed_total=sum(counts.failed().values()),
         live=live.rate_values(rates),
         live_query=query(queue=[r.name for r in largest], plot=1),
     )
@@ -67,13 +75,13 @@ def overview(request: Request) -> Response:
 
 def queues(request: Request) -> Response:
     """The queues by name, QUEUES_PAGE at a time, those whose name holds `filter`."""
-    client = _client(request)
+    client, counts = _client(request), _counts(request)
     now_ms = client.conn.now_ms()
     text = request.query_params.get("filter", "").strip()
-    names = sorted(n for n in client.queues() if text.lower() in n.lower())
+    names = sorted(n for n in counts.queues() if text.lower() in n.lower())
     number = _page_number(request)
     shown = names[(number - 1) * QUEUES_PAGE : number * QUEUES_PAGE]
-    rows = reads.queue_rows(client, shown) if shown else []
+    rows = reads.queue_rows(counts, shown) if shown else []
     pages = {"number": number, "last": max(1, -(-len(names) // QUEUES_PAGE))}
     return page(
         request,
@@ -89,8 +97,8 @@ def queues(request: Request) -> Response:
 
 
 def queue(request: Request) -> Response:
-    client = _client(request)
     name = request.query_params.get("name", "")
+    client = reads.of_queue(request.app.state, name)
     state = request.query_params.get("state", JobState.WAITING)
     order = request.query_params.get("order", "newest")
     if state not in reads.LISTED_STATES or order not in ORDERS:
@@ -117,8 +125,8 @@ def queue(request: Request) -> Response:
 
 
 def job(request: Request) -> Response:
-    client = _client(request)
     jid = request.query_params.get("jid", "")
+    client = reads.of_job(request.app.state, jid) if jid else _client(request)
     view = jobreads.job_view(client, jid) if jid else None
     now_ms = client.conn.now_ms()
     if view is None:
@@ -140,7 +148,7 @@ def find(request: Request) -> Response:
     client = _client(request)
     text = request.query_params.get("q", "").strip()
     prefix = request.app.state.prefix
-    if text and client.get_job(text) is not None:
+    if text and reads.of_job(request.app.state, text).get_job(text) is not None:
         return RedirectResponse(f"{prefix}/job{query(jid=text)}", status_code=303)
     number = _page_number(request)
     found = (
@@ -181,9 +189,9 @@ def failures(request: Request) -> Response:
 
 
 def workers(request: Request) -> Response:
-    client = _client(request)
-    now_ms = client.conn.now_ms()
-    return page(request, "workers.html", now_ms=now_ms, workers=reads.worker_rows(client, now_ms))
+    now_ms = _client(request).conn.now_ms()
+    rows = reads.worker_rows(_counts(request), now_ms)
+    return page(request, "workers.html", now_ms=now_ms, workers=rows)
 
 
 def domains(request: Request) -> Response:
@@ -208,8 +216,8 @@ def recurring(request: Request) -> Response:
 
 
 def stats(request: Request) -> Response:
-    client = _client(request)
     name = request.query_params.get("queue", "")
+    client = reads.of_queue(request.app.state, name)
     raw_day = request.query_params.get("day")
     try:
         day = date.fromisoformat(raw_day) if raw_day else today()
@@ -241,19 +249,20 @@ def stats(request: Request) -> Response:
 def live_json(request: Request) -> Response:
     """The numbers a page shows, by key (see live.py)."""
     start = time.monotonic()
-    client = _client(request)
+    counts = _counts(request)
     rates: live.Rates = request.app.state.rates
     values = live.rate_values(rates)
     html: dict[str, str] = {}
     params = request.query_params
     names = params.getlist("queue")[:LIVE_QUEUES_MAX]
     if names:
-        values.update(live.queue_values(reads.queue_rows(client, names)))
+        values.update(live.queue_values(reads.queue_rows(counts, names)))
     if params.get("jid"):
-        values.update(live.job_values(client.get_job(params["jid"])))
+        jid = params["jid"]
+        values.update(live.job_values(reads.of_job(request.app.state, jid).get_job(jid)))
     if params.get("plot"):
         html["plot.throughput"] = str(
-            live.throughput_plot(client.admin.throughput(live.PLOT_MINUTES))
+            live.throughput_plot(counts.admin.throughput(live.PLOT_MINUTES))
         )
     next_ms = round(1000 * live.pause_s(live.POLL_S, time.monotonic() - start))
     answer = {"values": values, "html": html, "next_ms": next_ms}

@@ -17,6 +17,15 @@ The book is composed of narrow parts, each owning its state:
     Reports   the outcomes owed to Redis (reports.py)
     Link      up or down, backoff (link.py)
 
+A master may serve queues of several namespaces of a sharded site (one Redis
+slot, perhaps one server, each: runtime.queue.shards) with one set of children.
+Each namespace is a `Lane` with its own Link, Reports, Intake and Renewals and
+its own registration; the ledger, the slots and the capacity are shared, and
+every held job remembers its lane (`Held.lane`): it is renewed and reported
+there, and a namespace out of reach stops, and fences, its own jobs only.
+`link`, `reports`, `intake` and `renewals` are the first lane's (the only one's,
+for a master of one namespace).
+
 Pure: no I/O, no asyncio, no clock: times are monotonic seconds the loop passes
 in, and the book imports nothing that loads redis, asyncio or uvloop. Nothing but
 the loop writes the book. `invariants()` checks it (tests only).
@@ -28,6 +37,7 @@ import logging
 import math
 import random
 import signal
+from collections.abc import Sequence
 from typing import assert_never
 
 from runtime import config
@@ -56,28 +66,82 @@ log = logging.getLogger(__name__)
 REGISTER_EVERY_S = 600.0  # the master's registration (host, pid, queues) is renewed this often
 
 
+class Lane:
+    """One namespace the master serves: its queues, and its parts of the book."""
+
+    def __init__(
+        self, index: int, namespace: str, queues: tuple[str, ...], link: Link, reports: Reports
+    ) -> None:
+        self.index, self.namespace, self.queues = index, namespace, queues
+        self.link, self.reports = link, reports
+        self.intake: Intake
+        self.renewals: Renewals
+        self.registered_target: int | None = None  # the children's number Redis was told
+        self.registered_at = -math.inf
+
+    def settled(self, held: int) -> bool:
+        """Nothing of it left to tell Redis (`held`: jobs of this lane held)."""
+        intake = self.intake
+        return (
+            not held
+            and not self.reports.outcomes
+            and not intake.exchanging
+            and not intake.registered
+        )
+
+
 class Book:
     def __init__(
-        self, worker: config.WorkerSettings, worker_id: str, rng: random.Random | None = None
+        self,
+        worker: config.WorkerSettings,
+        worker_id: str,
+        rng: random.Random | None = None,
+        lanes: Sequence[tuple[str, tuple[str, ...]]] | None = None,
     ) -> None:
+        """`lanes`: (namespace, its queues) for each namespace served (None: one,
+        with every queue of `worker`)."""
         self.worker, self.worker_id = worker, worker_id
         self.actions: list[events.Action] = []  # every part appends here; the loop takes them
         self.slots = Slots()
-        self.ledger = Ledger(self.slots)
-        self.link = Link(worker_id, rng or random.Random())
-        self.reports = Reports()
+        served = list(lanes or [("", worker.queues)])
+        self.ledger = Ledger(self.slots, len(served))
         self.capacity = Capacity(worker, worker_id, self.slots, self.ledger)
-        parts = (self.ledger, self.capacity, self.link, self.reports, self.actions)
-        self.intake = Intake(worker, worker_id, *parts)
+        rng = rng or random.Random()
+        self.lanes = [
+            Lane(
+                i,
+                ns,
+                qs,
+                Link(worker_id if len(served) == 1 else f"{worker_id} ns={ns}", rng),
+                Reports(),
+            )
+            for i, (ns, qs) in enumerate(served)
+        ]
+        several = [(lane.reports, lane.link) for lane in self.lanes] if lanes else None
+        first = self.lanes[0]
         self.flow = JobFlow(
-            worker, worker_id, self.ledger, self.slots, self.capacity, self.reports, self.actions
+            worker,
+            worker_id,
+            self.ledger,
+            self.slots,
+            self.capacity,
+            first.reports,
+            self.actions,
+            several,
         )
-        self.renewals = Renewals(worker_id, self.ledger, self.link, self.actions, self.flow.let_go)
+        for lane in self.lanes:
+            parts = (self.ledger, self.capacity, lane.link, lane.reports, self.actions)
+            lane.intake = Intake(worker, worker_id, *parts, lane.index, lane.queues)
+            lane.renewals = Renewals(
+                worker_id, self.ledger, lane.link, self.actions, self.flow.let_go, lane.index
+            )
+        self.link, self.reports = first.link, first.reports
+        self.intake, self.renewals = first.intake, first.renewals
         self.drain_at: float | None = None
         self.stopping_since: float | None = None
         self.checked_at = -math.inf
-        self.registered_target: int | None = None  # the children's number Redis was told
-        self.registered_at = -math.inf
+        self.several = len(self.lanes) > 1  # namespaces served (a sharded site's worker)
+        self.turn = 0  # the lane that goes first in the next pass, of several
 
     # --- the public face -------------------------------------------------------------
 
@@ -87,20 +151,23 @@ class Book:
             case events.ChildSaid():  # the most common first
                 self.flow.on_child_said(event, now)
             case events.Exchanged():
-                self.intake.on_exchanged(event, now)
+                self.lanes[event.lane].intake.on_exchanged(event, now)
             case events.Renewed():
-                if self.renewals.on_renewed(event, now):
-                    self.intake.want_work = True
+                lane = self.lanes[event.lane]
+                if lane.renewals.on_renewed(event, now):
+                    lane.intake.want_work = True
             case events.WaitEnded():
-                self.intake.on_wait_ended(event, now)
+                self.lanes[event.lane].intake.on_wait_ended(event, now)
             case events.ChildExited():
                 self.flow.on_child_exited(event, now)
             case events.ExchangeFailed() | events.WaitFailed():
-                self.intake.on_failed(event, now)
-                self._redis_failed(event.condition, event.detail, now)
+                lane = self.lanes[event.lane]
+                lane.intake.on_failed(event, now)
+                self._redis_failed(lane, event.condition, event.detail, now)
             case events.RenewFailed():
-                self.renewals.renewing = False
-                self._redis_failed(event.condition, event.detail, now)
+                lane = self.lanes[event.lane]
+                lane.renewals.renewing = False
+                self._redis_failed(lane, event.condition, event.detail, now)
             case events.ChildSpawned():
                 self.slots.spawned(event.index, event.pid)
             case events.SpawnFailed():
@@ -124,22 +191,31 @@ class Book:
     def step(self, now: float) -> None:
         """Decides what to do now: checks on running jobs, children to start or stop,
         jobs to hand out, leases to renew, reports and pops to send, waiting."""
-        intake, capacity = self.intake, self.capacity
-        if intake.wake_at is not None and now >= intake.wake_at:
-            intake.want_work, intake.wake_at = True, None  # something came due: pop again
+        capacity, lanes = self.capacity, self.lanes
+        for lane in lanes:
+            intake = lane.intake
+            if intake.wake_at is not None and now >= intake.wake_at:
+                intake.want_work, intake.wake_at = True, None  # something came due: pop again
         if now - self.checked_at >= TICK_S:
             self.checked_at = now
             self._check_running(now)
             self._withdraw_stuck(now)
+            if self.several:
+                self._drop_unconfirmed(now)
         if not capacity.accepting():
             self._stop_leasing(now)
         self.actions += self.slots.reconcile(capacity.target, capacity.mode is Mode.RUN, now)
         if capacity.accepting():
             self.flow.hand_out(now)
-        self.renewals.maybe_renew(now)
-        intake.maybe_exchange(now)
-        intake.maybe_wait(now)
-        self._maybe_register(now)
+        if self.several:  # the first to pop takes the room: each lane in its turn
+            self.turn = (self.turn + 1) % len(lanes)
+            lanes = lanes[self.turn :] + lanes[: self.turn]
+        for lane in lanes:
+            intake = lane.intake
+            lane.renewals.maybe_renew(now)
+            intake.maybe_exchange(now)
+            intake.maybe_wait(now)
+            self._maybe_register(lane, now)
 
     def take_actions(self) -> list[events.Action]:
         actions = self.actions[:]  # a copy, then emptied: every part holds this list
@@ -157,7 +233,14 @@ class Book:
     def next_wake(self, now: float) -> float | None:
         """Seconds until a pass has something to do without news (None: nothing)."""
         capacity, ledger = self.capacity, self.ledger
-        dues = [self.intake.exchange_at(now), self.renewals.at(now), self.intake.wake_at]
+        dues: list[float | None] = []
+        for lane in self.lanes:
+            intake = lane.intake
+            dues += [intake.exchange_at(now), lane.renewals.at(now), intake.wake_at]
+            if lane.link.up:
+                dues.append(lane.registered_at + REGISTER_EVERY_S)
+            elif self.stopping_since is not None:
+                dues.append(max(now + TICK_S, self.stopping_since + STOP_REPORT_WAIT_S))
         if self.drain_at is not None and self.drain_at > now:
             dues.append(self.drain_at)
         if ledger.timed:
@@ -166,10 +249,6 @@ class Book:
             dues.append(self.slots.pause_until(now) or now)
         if self.slots.busy() or capacity.mode is not Mode.RUN:
             dues.append(self.checked_at + TICK_S)
-        if self.link.up:
-            dues.append(self.registered_at + REGISTER_EVERY_S)
-        if self.stopping_since is not None and not self.link.up:
-            dues.append(max(now + TICK_S, self.stopping_since + STOP_REPORT_WAIT_S))
         known = [d for d in dues if d is not None]  # every pass: no generator for min
         return max(0.0, min(known) - now) if known else None
 
@@ -178,22 +257,21 @@ class Book:
         to report what is left: said in the log)."""
         if self.capacity.mode is Mode.RUN or self.slots.busy():
             return False
-        intake = self.intake
-        if (
-            not self.ledger.held
-            and not self.reports.outcomes
-            and not intake.exchanging
-            and not intake.registered
-        ):
+        held = [0] * len(self.lanes)
+        for h in self.ledger.held.values():
+            held[h.lane] += 1
+        waiting = [lane for lane in self.lanes if not lane.settled(held[lane.index])]
+        if not waiting:
             return True
         since = self.stopping_since if self.stopping_since is not None else now
-        if not self.link.up and now - since >= STOP_REPORT_WAIT_S:
-            log.warning(
-                "exiting with %d reports unsent: Redis is out of reach; their "
-                "leases will run out and the jobs run again worker=%s",
-                len(self.ledger.held),
-                self.worker_id,
-            )
+        if all(not lane.link.up for lane in waiting) and now - since >= STOP_REPORT_WAIT_S:
+            for lane in waiting:
+                log.warning(
+                    "exiting with %d reports unsent: Redis is out of reach; their "
+                    "leases will run out and the jobs run again worker=%s",
+                    held[lane.index],
+                    lane.link.worker_id,
+                )
             return True
         return False
 
@@ -220,7 +298,14 @@ class Book:
         capacity = self.capacity
         flags = [capacity.mode.value] if capacity.mode is not Mode.RUN else []
         flags += ["paused"] if capacity.paused else []
-        flags += [f"redis-down({self.link.condition})"] if not self.link.up else []
+        if not self.several:
+            flags += [f"redis-down({self.link.condition})"] if not self.link.up else []
+        else:
+            flags += [
+                f"redis-down({lane.namespace}:{lane.link.condition})"
+                for lane in self.lanes
+                if not lane.link.up
+            ]
         text = f"queues={','.join(self.worker.queues)} children={len(self.slots)}/"
         text += f"{capacity.target} busy={len(self.slots.busy())}"
         return text + (f" [{' '.join(flags)}]" if flags else "")
@@ -230,12 +315,18 @@ class Book:
         checks, and every job that is reporting has its report waiting or out.
         Walks everything: for the tests, never on the loop's path."""
         self.ledger.invariants()
-        owed = self.reports.jids()
+        owed = [lane.reports.jids() for lane in self.lanes]
         for jid, held in self.ledger.held.items():
             if held.where is Where.REPORTING:
-                assert jid in owed, f"{jid} is reporting but no report of it waits or is out"
-        assert self.reports.since is not None or not self.reports.outcomes, "reports, no since"
-        assert self.intake.exchanging == (self.reports.sending is not None), "sending"
+                assert jid in owed[held.lane], (
+                    f"{jid} is reporting but no report of it waits or is out in its lane"
+                )
+        for lane in self.lanes:
+            reports = lane.reports
+            assert reports.since is not None or not reports.outcomes, "reports, no since"
+            assert lane.intake.exchanging == (reports.sending is not None), "sending"
+            assert lane.intake.asking >= 0, "asking"
+        assert self.capacity.asking == sum(lane.intake.asking for lane in self.lanes), "asking"
 
     # --- the mode --------------------------------------------------------------------
 
@@ -252,7 +343,8 @@ class Book:
                 self.flow.kill(slot, why)
         elif intent in (Intent.PAUSE, Intent.RESUME):
             capacity.paused = intent is Intent.PAUSE
-            self.intake.want_work = self.intake.want_work or not capacity.paused
+            for lane in self.lanes:
+                lane.intake.want_work = lane.intake.want_work or not capacity.paused
         elif intent is Intent.REPLACE:
             self.actions.append(events.ReplaceServer())
         elif intent in (Intent.GROW, Intent.SHRINK):
@@ -269,19 +361,20 @@ class Book:
         ledger = self.ledger
         for jid in [*ledger.confirming, *ledger.buffer, *ledger.timed]:
             self.flow.release(held_by[jid], now)
-        self.intake.stop_waiting()
+        for lane in self.lanes:
+            lane.intake.stop_waiting()
 
-    def _redis_failed(self, condition: Condition, detail: str, now: float) -> None:
-        self.link.failed(now, condition, detail, self.ledger.shortest_lease())
+    def _redis_failed(self, lane: Lane, condition: Condition, detail: str, now: float) -> None:
+        lane.link.failed(now, condition, detail, self.ledger.shortest_lease())
 
-    def _maybe_register(self, now: float) -> None:
-        """Who this master is goes to Redis at start, when its children's number
-        changes, and every REGISTER_EVERY_S (the registration expires)."""
-        fresh = now - self.registered_at < REGISTER_EVERY_S
+    def _maybe_register(self, lane: Lane, now: float) -> None:
+        """Who this master is goes to Redis (each namespace's) at start, when its
+        children's number changes, and every REGISTER_EVERY_S (it expires)."""
+        fresh = now - lane.registered_at < REGISTER_EVERY_S
         target = self.capacity.target
-        if self.link.up and (self.registered_target != target or not fresh):
-            self.registered_target, self.registered_at = target, now
-            self.actions.append(events.Register(target))
+        if lane.link.up and (lane.registered_target != target or not fresh):
+            lane.registered_target, lane.registered_at = target, now
+            self.actions.append(events.Register(target, lane.index))
 
     # --- checks on running jobs -----------------------------------------------------
 
@@ -307,6 +400,23 @@ class Book:
                 kill(slot, reasons.killed(9, why, FailureGroup.MEMORY_LIMIT))
             elif self.drain_at is not None and now >= self.drain_at:
                 kill(slot, reasons.SHUTDOWN)
+
+    def _drop_unconfirmed(self, now: float) -> None:
+        """A job handed to a namespace now out of reach, whose short first lease ran
+        out unconfirmed, is not ours: it never started, Redis gives it to the next
+        pop. Dropped, it holds no room the other namespaces' jobs need."""
+        held_by, lanes = self.ledger.held, self.lanes
+        for jid in list(self.ledger.confirming):
+            held = held_by[jid]
+            if now >= held.lease_until and not lanes[held.lane].link.up:
+                log.warning(
+                    "job handed to this master not confirmed, its lease ran out jid=%s "
+                    "queue=%s worker=%s",
+                    jid,
+                    held.leased.queue,
+                    lanes[held.lane].link.worker_id,
+                )
+                self.ledger.move(jid, None)
 
     def _withdraw_stuck(self, now: float) -> None:
         """Pipelined jobs waiting behind a long-running one go to another child."""

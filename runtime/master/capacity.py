@@ -1,6 +1,10 @@
 """How much work the master takes on: whether it leases at all (its `Mode`,
 paused), how many children it wants, and how far ahead it leases and pipelines
-for the run times seen so far (plan.py's arithmetic, cached). Pure."""
+for the run times seen so far (plan.py's arithmetic, cached). Pure.
+
+The children are shared by every namespace the master serves: their room is one,
+and `asking` counts the jobs the pops out now asked for (a namespace's pop leaves
+room for the others only for what the others did not ask for already)."""
 
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ class Capacity:
         self.cached = (0, 0)
         self.pipelining = False
         self.pipelining_logged_at, self.pipelining_flips = -math.inf, 0
+        self.asking = 0  # jobs the pops out now asked for, every namespace's
 
     def accepting(self) -> bool:
         return self.mode is Mode.RUN and not self.paused
@@ -84,19 +89,20 @@ class Capacity:
             free += sum(self.pipeline_room(s, depth) for s in self.slots.accepting())
         return free
 
-    def room(self, now: float) -> int:
-        """How many more jobs to lease now."""
+    def room(self, now: float, taken: int = 0) -> int:
+        """How many more jobs to lease now (less `taken`: asked for by other pops)."""
         if not self.accepting():
             return 0
-        held_ahead = len(self.ledger.buffer) + len(self.ledger.confirming)
+        held_ahead = len(self.ledger.buffer) + len(self.ledger.confirming) + taken
         return max(0, self._slots_free(now) + self.prefetch() - held_ahead)
 
-    def urgent_room(self, now: float) -> int:
+    def urgent_room(self, now: float, taken: int = 0) -> int:
         """How many jobs to lease now, when leasing more is urgent (a child would
-        wait, or the buffer ran half empty); else 0. The free slots are counted once."""
+        wait, or the buffer ran half empty); else 0. The free slots are counted once;
+        `taken`: jobs other pops out now asked for, as if buffered already."""
         if not self.accepting():
             return 0
         free, prefetch, buffered = self._slots_free(now), self.prefetch(), len(self.ledger.buffer)
-        room = free + prefetch - buffered
-        urgent = (buffered == 0 and free > 0) or buffered < (prefetch + 1) // 2
+        room = free + prefetch - buffered - taken
+        urgent = (buffered == 0 and free > taken) or buffered + taken < (prefetch + 1) // 2
         return room if room > 0 and urgent else 0

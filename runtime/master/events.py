@@ -91,6 +91,7 @@ class Exchanged:
     sent_at: float  # monotonic, when the request went out (after connecting)
     received_at: float
     unsent: Outcomes | None = None  # reports Redis refused for now (sent again)
+    lane: int = 0  # the namespace it went to (the book's lanes)
 
 
 @dataclass
@@ -99,6 +100,7 @@ class ExchangeFailed:
     condition: Condition  # why, in one word
     detail: str
     sent_at: float
+    lane: int = 0
 
 
 @dataclass
@@ -106,6 +108,7 @@ class Renewed:
     leases: dict[str, str]  # what was renewed: jid -> token
     lost: frozenset[str]
     sent_at: float
+    lane: int = 0
 
 
 @dataclass
@@ -114,6 +117,7 @@ class RenewFailed:
     condition: Condition
     detail: str
     sent_at: float
+    lane: int = 0
 
 
 @dataclass
@@ -125,6 +129,7 @@ class WaitEnded:
     key: str | None = None
     own: bool = False  # the key is this master's own list
     at_us: int | None = None  # a queue's token says: look then (Redis time), not now
+    lane: int = 0
 
 
 @dataclass
@@ -132,6 +137,7 @@ class WaitFailed:
     condition: Condition
     detail: str
     sent_at: float
+    lane: int = 0
 
 
 @dataclass
@@ -183,22 +189,26 @@ class Exchange:
     pop: int | None  # None: no pop; 0: only learn when something comes due
     queues: tuple[str, ...]
     outage_ms: int
+    lane: int = 0
 
 
 @dataclass
 class Renew:
     leases: dict[str, str]
     outage_ms: int
+    lane: int = 0
 
 
 @dataclass
 class Wait:
     """Start the blocking read for work (a job handed to us, or a wake-up token)."""
 
+    lane: int = 0
+
 
 @dataclass
 class StopWaiting:
-    pass
+    lane: int = 0
 
 
 @dataclass
@@ -206,6 +216,7 @@ class GiveBack:
     """A wake-up token we cannot use: back to its list for another master."""
 
     key: str
+    lane: int = 0
 
 
 @dataclass
@@ -218,6 +229,7 @@ class Extend:
     """A cron recurrence runs low on ticks: compute more."""
 
     low: dict[str, Any]
+    lane: int = 0
 
 
 @dataclass
@@ -225,6 +237,7 @@ class Register:
     """Tell Redis who this master is and how many children it wants."""
 
     concurrency: int
+    lane: int = 0
 
 
 @dataclass

@@ -2,6 +2,11 @@
 in, in one round trip; jobs handed to an idle master while it waited; when to
 wait, and for how long. Jobs that come are added to the ledger (ledger.py).
 Pure, like the book: plain values in, actions out.
+
+A master serving several namespaces has one Intake for each (its `lane`, with
+that namespace's queues, link and reports); the jobs it takes remember their
+lane. The children's room is shared: a pop asks for the room the other lanes'
+pops out now did not ask for (Capacity.asking).
 """
 
 from __future__ import annotations
@@ -32,11 +37,15 @@ class Intake:
         link: Link,
         reports: Reports,
         actions: list[events.Action],
+        lane: int = 0,
+        queues: tuple[str, ...] | None = None,
     ) -> None:
         self.worker, self.worker_id = worker, worker_id
         self.ledger, self.capacity, self.link = ledger, capacity, link
         self.reports, self.actions = reports, actions
-        self.queues = list(worker.queues)
+        self.lane = lane
+        self.queues = list(worker.queues if queues is None else queues)
+        self.asking = 0  # the jobs the pop out now asked for (in capacity.asking too)
         self.exchanging = self.waiting = False
         self.want_work = True  # the last pop was full, or something woke us since
         self.wake_at: float | None = None  # pop again then (something comes due)
@@ -53,7 +62,8 @@ class Intake:
         if not self.link.up:
             return self.link.retry_at
         accepting = self.capacity.accepting()
-        wants_jobs = accepting and self.want_work and self.capacity.urgent_room(now) > 0
+        taken = self.capacity.asking - self.asking  # asked for by the other lanes' pops
+        wants_jobs = accepting and self.want_work and self.capacity.urgent_room(now, taken) > 0
         if wants_jobs or (not accepting and self.registered):  # a pop (or an unregistering one)
             return now
         outcomes = self.reports.outcomes
@@ -69,7 +79,7 @@ class Intake:
         if due is None or due > now or not self.link.may_call(now):
             return
         accepting = self.capacity.accepting()
-        room = self.capacity.room(now) if accepting else 0
+        room = self.capacity.room(now, self.capacity.asking - self.asking) if accepting else 0
         # no room and nothing to unregister: the reports go alone (a pop of 0 costs
         # Redis a call and would stop the urgent pops until something wakes us)
         count: int | None = room if room or self.registered else None
@@ -81,15 +91,25 @@ class Intake:
         outage_ms = self.link.outage_ms(now)
         self.link.sending()
         outcomes = self.reports.take()
-        self.actions.append(events.Exchange(outcomes, count, self._rotated(), outage_ms))
+        if count:
+            self.asking = count
+            self.capacity.asking += count
+        self.actions.append(events.Exchange(outcomes, count, self._rotated(), outage_ms, self.lane))
 
     def _rotated(self) -> tuple[str, ...]:
         if self.worker.order == "round-robin" and len(self.queues) > 1:
             self.queues.append(self.queues.pop(0))
         return tuple(self.queues)
 
-    def on_exchanged(self, event: events.Exchanged, now: float) -> None:
+    def _answered(self) -> None:
+        """The exchange out came back (or failed): its pop asks for nothing more."""
         self.exchanging = False
+        if self.asking:
+            self.capacity.asking -= self.asking
+            self.asking = 0
+
+    def on_exchanged(self, event: events.Exchanged, now: float) -> None:
+        self._answered()
         reports = self.reports
         reports.sending = None
         if self.link.succeeded(now, event.sent_at):
@@ -124,7 +144,7 @@ class Intake:
 
     def on_failed(self, event: events.ExchangeFailed | events.WaitFailed, now: float) -> None:
         if isinstance(event, events.ExchangeFailed):
-            self.exchanging = False
+            self._answered()
             self.reports.put_back(event.outcomes, event.sent_at, now)
         else:
             self.waiting = False
@@ -137,7 +157,7 @@ class Intake:
             self.offset = event.sent_at - popped.now_us / 1e6
         self.registered = bool(asked) and len(popped.jobs) < (asked or 0)
         if popped.refill:
-            self.actions += [events.Extend(low) for low in popped.refill]
+            self.actions += [events.Extend(low, self.lane) for low in popped.refill]
         for jid, why in popped.corrupt:
             log.error(
                 "a popped job does not decode, left to its lease: %s jid=%s worker=%s",
@@ -145,15 +165,15 @@ class Intake:
                 jid,
                 self.worker_id,
             )
-        add = self.ledger.add
+        add, lane = self.ledger.add, self.lane
         for leased in popped.jobs:
             if leased.handed:  # handed to us while we waited: its first lease is short
                 self._take_handed(leased, now)
             elif leased.start_in_s is None:
-                add(Held(leased, Where.BUFFERED, event.sent_at + leased.lease_s))
+                add(Held(leased, Where.BUFFERED, event.sent_at + leased.lease_s, lane=lane))
             else:  # Redis's clock read in the call: start no earlier than received + wait
                 start_at = event.received_at + leased.start_in_s
-                add(Held(leased, Where.TIMED, event.sent_at + leased.lease_s, start_at))
+                add(Held(leased, Where.TIMED, event.sent_at + leased.lease_s, start_at, lane=lane))
         if asked is not None and len(popped.jobs) < max(asked, 1):
             self.want_work = False
             wake = popped.wake_in_s
@@ -171,7 +191,7 @@ class Intake:
             self.reports.noted(now)
             return
         lease_until = leased.expires_us / 1e6 + self.offset
-        self.ledger.add(Held(leased, Where.CONFIRMING, lease_until))
+        self.ledger.add(Held(leased, Where.CONFIRMING, lease_until, lane=self.lane))
 
     # --- waiting for work ----------------------------------------------------------
 
@@ -181,23 +201,27 @@ class Intake:
             self.capacity.accepting()
             and self.link.up
             and not self.want_work
-            and self.capacity.room(now) > 0
+            and self.capacity.room(now, self.capacity.asking - self.asking) > 0
         )
         if want and not self.waiting:
             self.waiting = True
-            self.actions.append(events.Wait())
+            self.actions.append(events.Wait(self.lane))
 
     def stop_waiting(self) -> None:
         if self.waiting:
             self.waiting = False
-            self.actions.append(events.StopWaiting())
+            self.actions.append(events.StopWaiting(self.lane))
 
     def on_wait_ended(self, event: events.WaitEnded, now: float) -> None:
         self.waiting = False
         if event.handed is not None:
             self._take_handed(event.handed, now)
-        elif event.key is not None and not event.own and self.capacity.room(now) == 0:
-            self.actions.append(events.GiveBack(event.key))  # leave it to other masters
+        elif (
+            event.key is not None
+            and not event.own
+            and self.capacity.room(now, self.capacity.asking - self.asking) == 0
+        ):
+            self.actions.append(events.GiveBack(event.key, self.lane))  # to other masters
         elif event.at_us is not None and self.offset is not None:
             # a job was handed to another master: pop when its first lease ends (if
             # that master is dead, the pop reclaims the job); until then, wait on

@@ -2,7 +2,8 @@
 child or a busy one's pipeline, what the child says (outcome, progress, puts),
 how the child ended, and the report that goes to Redis — or the job given back.
 Every change of a job's place is a `Ledger.move`. Pure: plain values in,
-actions out.
+actions out. A job's reports go to the namespace it came from: the Reports of
+its lane (`lanes`, one for each namespace the master serves).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from runtime.master import events, plan, reasons
 from runtime.master.capacity import Capacity
 from runtime.master.held import HANDOFF_EARLY_S, Held, Where
 from runtime.master.ledger import Ledger
+from runtime.master.link import Link
 from runtime.master.reports import Reports
 from runtime.master.slots import Slot, Slots, SlotState
 
@@ -32,10 +34,14 @@ class JobFlow:
         capacity: Capacity,
         reports: Reports,
         actions: list[events.Action],
+        lanes: list[tuple[Reports, Link]] | None = None,
     ) -> None:
         self.worker, self.worker_id = worker, worker_id
         self.ledger, self.slots, self.capacity = ledger, slots, capacity
         self.reports, self.actions = reports, actions
+        # by lane: the reports owed to each namespace, and its link (several: book.py)
+        self.lanes = [reports] if lanes is None else [r for r, _ in lanes]
+        self.links = [] if lanes is None else [link for _, link in lanes]
         self.start_failure: str | None = None  # a child could not start (sandbox): why
 
     # --- handing jobs to children ----------------------------------------------------
@@ -45,8 +51,8 @@ class JobFlow:
         while a job handed to us awaits its confirming renewal (one round trip): it
         was ready before anything popped since, so it goes first."""
         ledger = self.ledger
-        if ledger.confirming or (not ledger.buffer and not ledger.timed):  # most passes
-            return
+        if (ledger.confirming and self._confirming()) or (not ledger.buffer and not ledger.timed):
+            return  # most passes
         if ledger.timed:
             self._turns_come(now)
         for slot in self.slots.idle():
@@ -62,6 +68,12 @@ class JobFlow:
                     if held is None:
                         break
                     self._send(slot, held, now, running=False)
+
+    def _confirming(self) -> bool:
+        """Whether a handed job waits for its confirming renewal: in a namespace whose
+        Redis is out of reach it waits for that Redis, not the other namespaces' jobs."""
+        links = self.links
+        return not links or any(links[self.ledger.held[j].lane].up for j in self.ledger.confirming)
 
     def _turns_come(self, now: float) -> None:
         """Jobs whose turn is close go to the front of the buffer: they are due."""
@@ -150,7 +162,7 @@ class JobFlow:
                 return
             held = self.ledger.held[message.jid]
             if isinstance(message, protocol.Done):
-                self.reports.outcomes.add_complete(
+                self.lanes[held.lane].outcomes.add_complete(
                     held.jid,
                     held.leased.token,
                     result=message.result,
@@ -201,15 +213,16 @@ class JobFlow:
         held = self.ledger.held.get(message.jid)
         if held is None or slot.running != message.jid:
             return
+        reports = self.lanes[held.lane]
         if isinstance(message, protocol.Progress):
             token = held.leased.token
-            self.reports.outcomes.add_progress(
+            reports.outcomes.add_progress(
                 held.jid, token, message.done, message.total, message.message
             )
-            self.reports.noted(now)
+            reports.noted(now)
         elif message.now:
-            self.reports.outcomes.add_put(message.spec, message.data, by=held.jid)  # in its history
-            self.reports.noted(now)
+            reports.outcomes.add_put(message.spec, message.data, by=held.jid)  # in its history
+            reports.noted(now)
         else:  # goes with its completion: a failed or retried attempt puts nothing
             held.puts.append((message.spec, message.data))
 
@@ -359,7 +372,7 @@ class JobFlow:
             leased.queue,
             self.worker_id,
         )
-        outcomes = self.reports.outcomes
+        outcomes = self.lanes[held.lane].outcomes
         if retry:
             delay_ms = -1 if delay is None else round(max(0.0, delay) * 1000)
             outcomes.add_retry(leased.jid, leased.token, group, message, delay_ms, output=output)
@@ -369,12 +382,13 @@ class JobFlow:
 
     def release(self, held: Held, now: float, started: bool = False) -> None:
         """Back to Redis unfinished; a job that `started` keeps its attempt counted."""
-        self.reports.outcomes.add_release(held.jid, held.leased.token, started=started)
+        self.lanes[held.lane].outcomes.add_release(held.jid, held.leased.token, started=started)
         self._report(held, now)
 
     def _report(self, held: Held, now: float) -> None:
         """The job's outcome goes to Redis with the next exchange; the ledger keeps
         the job (its lease renewed) until Redis took it."""
         self.ledger.move(held.leased.jid, Where.REPORTING)
-        if self.reports.since is None:  # the oldest report sets when the batch leaves
-            self.reports.since = now
+        reports = self.lanes[held.lane]
+        if reports.since is None:  # the oldest report sets when the batch leaves
+            reports.since = now

@@ -13,7 +13,9 @@
 A job's place is written in its record (`where`, `slot`) and in the one
 structure of that place, and only `move` changes either: the record and the
 structure never disagree. The ledger also keeps the bound on when the first
-lease needs renewing (`renew_due`), lowered as jobs come in.
+lease needs renewing (`renew_due`), lowered as jobs come in: one for each
+namespace the master serves (its lanes: a lane's leases are renewed together,
+in its namespace).
 
 `invariants()` checks all of that; the tests run it after every event (it walks
 every job: never on the loop's path). Pure: no I/O, no clock.
@@ -32,13 +34,13 @@ UNKNOWN = object()  # the renewal bound, not worked out yet
 
 
 class Ledger:
-    def __init__(self, slots: Slots) -> None:
+    def __init__(self, slots: Slots, lanes: int = 1) -> None:
         self.held: dict[str, Held] = {}
         self.buffer: deque[str] = deque()
         self.confirming: list[str] = []  # handed to us, started once a renewal confirms them
         self.timed: list[str] = []  # by start_at
         self.slots = slots  # their `running` and `queued` are the ledger's to write
-        self.renew_due: float | object | None = UNKNOWN
+        self.renew_due: list[float | object | None] = [UNKNOWN] * lanes  # by lane
 
     def add(self, held: Held) -> None:
         """A job leased or handed to us is held from now, in its first place
@@ -56,8 +58,9 @@ class Ledger:
             held.where = Where.TIMED
             self._time(jid)
             due = plan.renew_at(held.lease_until, held.renew_length_s())
-        if self.renew_due is None or (type(self.renew_due) is float and due < self.renew_due):
-            self.renew_due = due
+        bound = self.renew_due[held.lane]
+        if bound is None or (type(bound) is float and due < bound):
+            self.renew_due[held.lane] = due
 
     def move(  # noqa: PLR0912 - one call a move: it is made several times a job
         self, jid: str, where: Where | None, slot: int | None = None, *, front: bool = False
@@ -118,20 +121,22 @@ class Ledger:
 
     # --- renewals ----------------------------------------------------------------------
 
-    def renewal_due(self) -> float | None:
-        """When the first lease needs renewing, or earlier (None: no lease to renew).
+    def renewal_due(self, lane: int = 0) -> float | None:
+        """When the first lease of `lane` needs renewing, or earlier (None: no lease
+        to renew).
         Worked out from every held job when unknown (at start, after a renewal), then
         lowered as jobs come (`add`), not raised as they go: scanning every held job
         at each event was a twentieth of the master's time in a drain."""
-        if self.renew_due is UNKNOWN:
-            self.renew_due = min(
-                (h.renew_due_at() for h in self.held.values() if not h.lost), default=None
+        if self.renew_due[lane] is UNKNOWN:
+            self.renew_due[lane] = min(
+                (h.renew_due_at() for h in self.held.values() if not h.lost and h.lane == lane),
+                default=None,
             )
-        return self.renew_due  # type: ignore[return-value]
+        return self.renew_due[lane]  # type: ignore[return-value]
 
-    def forget_due(self) -> None:
+    def forget_due(self, lane: int = 0) -> None:
         """The leases' ends moved (renewed), or the bound came: work it out again."""
-        self.renew_due = UNKNOWN
+        self.renew_due[lane] = UNKNOWN
 
     def shortest_lease(self) -> float | None:
         return min((h.renew_length_s() for h in self.held.values()), default=None)
@@ -172,13 +177,16 @@ class Ledger:
                 assert self.held[jid].slot == index, f"{jid} queued on {index}, filed elsewhere"
         self._check_places(Where.RUNNING, running, counts)
         self._check_places(Where.PIPELINED, queued, counts)
-        due = self.renew_due
-        if due is not UNKNOWN:
+        for held in self.held.values():
+            assert 0 <= held.lane < len(self.renew_due), f"{held.jid} of no lane ({held.lane})"
+        for lane, due in enumerate(self.renew_due):
+            if due is UNKNOWN:
+                continue
             assert due is None or isinstance(due, float), f"renewal due {due!r}"
-            ours = [h.renew_due_at() for h in self.held.values() if not h.lost]
-            assert due is not None or not ours, "leases held with no renewal due"
+            ours = [h.renew_due_at() for h in self.held.values() if not h.lost and h.lane == lane]
+            assert due is not None or not ours, f"leases held with no renewal due (lane {lane})"
             assert due is None or not ours or due <= min(ours), (
-                f"renewal due at {due}, after a lease needs it ({min(ours)})"
+                f"renewal due at {due}, after a lease of lane {lane} needs it ({min(ours)})"
             )
 
     def _check_places(self, where: Where, jids: list[str], counts: dict[Where, int]) -> None:

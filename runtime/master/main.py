@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import uvloop
@@ -14,6 +15,7 @@ from runtime import config
 from runtime.master import preflight, shards
 from runtime.master.master import Master
 from runtime.proctitle import set_title
+from runtime.queue import urls
 from runtime.queue.connection import default_worker_id, resolve_url
 
 log = logging.getLogger(__name__)
@@ -23,21 +25,35 @@ def run_worker(
     settings: config.Settings, worker: config.WorkerSettings, worker_id: str | None = None
 ) -> int:
     """Runs a master until it is told to stop; returns the exit code. The queues of a
-    sharded site that live in several namespaces get one master each, under a
-    supervisor (runtime.master.shards)."""
+    sharded site that live in several namespaces are served by one master with a
+    lane for each namespace (runtime.master.shards)."""
     cwd = str(Path.cwd())
     if cwd not in sys.path:  # `runtime worker myapp.jobs` from the project's directory
         sys.path.insert(0, cwd)
-    return shards.run_site(settings, worker, worker_id, run_master)
+    lanes = shards.lanes_of(settings, worker)
+    if len(lanes) == 1:  # one namespace: the ordinary master of it
+        [(namespace, queues)] = lanes
+        settings, worker = replace(settings, namespace=namespace), replace(worker, queues=queues)
+        return run_master(settings, worker, worker_id)
+    settings = replace(settings, namespace=lanes[0][0])
+    return run_master(settings, worker, worker_id, lanes)
 
 
 def run_master(
-    settings: config.Settings, worker: config.WorkerSettings, worker_id: str | None = None
+    settings: config.Settings,
+    worker: config.WorkerSettings,
+    worker_id: str | None = None,
+    lanes: shards.Lanes | None = None,
 ) -> int:
-    """Runs one master (of one namespace) until it is told to stop."""
+    """Runs one master until it is told to stop: of `settings.namespace`, or of
+    every namespace `lanes` names (each with its queues)."""
     url = resolve_url(settings)
     worker_id = worker_id or default_worker_id()
     set_title(f"runtime master {worker_id} starting")
-    preflight.check(settings, worker, url)
-    master = Master(settings, worker, url, worker_id)
+    served = lanes or [(settings.namespace, worker.queues)]
+    if urls.kind_of(url) != "cluster":  # one server (or one primary) holds them all
+        served = served[:1]
+    for namespace, queues in served:  # on a cluster, each namespace's node
+        preflight.check(replace(settings, namespace=namespace), replace(worker, queues=queues), url)
+    master = Master(settings, worker, url, worker_id, lanes)
     return int(uvloop.run(master.run()))

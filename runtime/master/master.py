@@ -18,6 +18,13 @@ too, so nothing stops silently. Signal handlers only put an intent on the queue:
     HUP        replace every child with a fresh one from a new fork server
                (freshly imported code), each after its current job
     TTIN       one child more           TTOU   one child less
+
+A master may serve queues of several namespaces of a sharded site (`lanes`,
+runtime.master.shards): one loop, one fork server, one set of children, and
+one AsyncClient for each namespace (its own connections, blocking read for
+work, cancels and size watch). Every Redis action of the book names its lane;
+the task that carries it out uses that lane's client and says the lane in the
+event it posts.
 """
 
 from __future__ import annotations
@@ -85,13 +92,22 @@ def condition_of(err: BaseException) -> Condition:
 
 class Master:
     def __init__(
-        self, settings: config.Settings, worker: config.WorkerSettings, url: str, worker_id: str
+        self,
+        settings: config.Settings,
+        worker: config.WorkerSettings,
+        url: str,
+        worker_id: str,
+        lanes: list[tuple[str, tuple[str, ...]]] | None = None,
     ) -> None:
+        """`lanes`: (namespace, its queues) for each namespace served; None: the
+        worker's queues in `settings.namespace`."""
         self.settings = settings
         self.worker = worker
         self.worker_id = worker_id
-        self.client = AsyncClient(url, Keys(settings.namespace), worker_id)
-        self.book = Book(worker, worker_id)
+        self.lanes = lanes or [(settings.namespace, worker.queues)]
+        self.clients = [AsyncClient(url, Keys(ns), worker_id) for ns, _ in self.lanes]
+        self.client = self.clients[0]
+        self.book = Book(worker, worker_id, lanes=lanes if len(self.lanes) > 1 else None)
         self.events: deque[events.Event] = deque()
         self.woken = asyncio.Event()
         self.processes = Processes(settings, worker, worker_id, self.post)
@@ -101,28 +117,40 @@ class Master:
         self.counter = 0
         self.started_ms = round(time.time() * 1000)  # for `runtime workers`, not for schedules
         self.wait_s = IDLE_WAIT_S  # how long one blocking read for work may last
-        self.cancels_failed_at = -CANCELS_PAUSE_S
+        self.cancels_failed_at = [-CANCELS_PAUSE_S] * len(self.lanes)  # by lane
+        self.watch_names = {  # the watching tasks' names, by lane
+            what: [(lane, self._named(what, lane)) for lane in range(len(self.lanes))]
+            for what in ("sizes", "cancels")
+        }
         self.unexpected: dict[str, tuple[float, int]] = {}  # task name -> (last logged, since)
         self.doers: dict[type, Callable[[Any], None]] = {
             events.Post: lambda a: self.processes.send(a.index, a.message),
             events.Exchange: lambda a: self._own(
-                "exchange", self._exchange(a), self._exchange_failed(a), reports=True
+                self._named("exchange", a.lane),
+                self._exchange(a),
+                self._exchange_failed(a),
+                reports=True,
             ),
             events.Renew: lambda a: self._own(
-                "renew", self._renew(a), self._renew_failed(a), reports=True
+                self._named("renew", a.lane), self._renew(a), self._renew_failed(a), reports=True
             ),
             events.Kill: lambda a: self.processes.kill(a.index, a.signal),
             events.Spawn: lambda a: self._own(self._unique("spawn"), self.processes.spawn(a.index)),
             events.Wait: lambda a: self._own(
-                "wait", self._wait(), self._wait_failed(), reports=True
+                self._named("wait", a.lane),
+                self._wait(a.lane),
+                self._wait_failed(a.lane),
+                reports=True,
             ),
-            events.StopWaiting: lambda a: self._cancel("wait"),
+            events.StopWaiting: lambda a: self._cancel(self._named("wait", a.lane)),
             events.GiveBack: lambda a: self._own(
-                self._unique("give-back"), self.client.give_back(a.key)
+                self._unique("give-back"), self.clients[a.lane].give_back(a.key)
             ),
             events.ReplaceServer: lambda a: self._own("replace", self._replace()),
-            events.Extend: lambda a: self._extend(a.low),
-            events.Register: lambda a: self._own("register", self._register(a.concurrency)),
+            events.Extend: lambda a: self._extend(a.low, a.lane),
+            events.Register: lambda a: self._own(
+                self._named("register", a.lane), self._register(a.concurrency, a.lane)
+            ),
             # never waits for Sentry: leases must go on
             events.ReportFailure: lambda a: sentry.report(
                 group=a.group, message=a.message, tags=a.tags, flush_s=None
@@ -203,6 +231,10 @@ class Master:
         if wake:
             self._wake()
 
+    def _named(self, name: str, lane: int) -> str:
+        """A task's name: of the first lane as for one namespace, else with the lane's."""
+        return name if lane == 0 else f"{name}@{self.lanes[lane][0]}"
+
     def _unique(self, name: str) -> str:
         self.counter += 1
         return f"{name}#{self.counter}"
@@ -227,7 +259,7 @@ class Master:
             task.cancel()
 
     async def _exchange(self, action: events.Exchange) -> None:
-        done = await self.client.exchange(
+        done = await self.clients[action.lane].exchange(
             action.outcomes,
             action.pop,
             list(action.queues),
@@ -244,6 +276,7 @@ class Master:
                 done.sent_at,
                 time.monotonic(),
                 done.unsent,
+                action.lane,
             )
         )
         if done.popped is not None and done.popped.jobs:
@@ -251,23 +284,29 @@ class Master:
 
     def _exchange_failed(self, action: events.Exchange) -> Callable[[BaseException], events.Event]:
         sent = time.monotonic()
-        return lambda err: events.ExchangeFailed(action.outcomes, condition_of(err), str(err), sent)
+        return lambda err: events.ExchangeFailed(
+            action.outcomes, condition_of(err), str(err), sent, action.lane
+        )
 
     async def _renew(self, action: events.Renew) -> None:
-        done = await self.client.heartbeat(action.leases, outage_ms=action.outage_ms)
-        self.post(events.Renewed(action.leases, frozenset(done.lost), done.sent_at))
+        client = self.clients[action.lane]
+        done = await client.heartbeat(action.leases, outage_ms=action.outage_ms)
+        self.post(events.Renewed(action.leases, frozenset(done.lost), done.sent_at, action.lane))
 
     def _renew_failed(self, action: events.Renew) -> Callable[[BaseException], events.Event]:
         sent = time.monotonic()
-        return lambda err: events.RenewFailed(action.leases, condition_of(err), str(err), sent)
+        return lambda err: events.RenewFailed(
+            action.leases, condition_of(err), str(err), sent, action.lane
+        )
 
-    async def _wait(self) -> None:
-        got = await self.client.wait_for_work(list(self.worker.queues), self.wait_s)
+    async def _wait(self, lane: int) -> None:
+        client = self.clients[lane]
+        got = await client.wait_for_work(list(self.lanes[lane][1]), self.wait_s)
         if got is None:
-            self.post(events.WaitEnded())
+            self.post(events.WaitEnded(lane=lane))
             return
         key, value = got
-        own = key == self.client.keys.worker_wake(self.worker_id)
+        own = key == client.keys.worker_wake(self.worker_id)
         handed = None
         if own and value.startswith(b"{"):
             try:
@@ -279,22 +318,22 @@ class Master:
                     self.worker_id,
                 )
         at_us = None if own else ops.wake_at_us(value)
-        self.events.append(events.WaitEnded(handed, key, own, at_us))
+        self.events.append(events.WaitEnded(handed, key, own, at_us, lane))
         if handed is not None and self.finished is not None:
             self._run_pass()  # a job for an idle child: it goes now, not a loop turn later
         else:
             self._wake()
 
-    def _wait_failed(self) -> Callable[[BaseException], events.Event]:
+    def _wait_failed(self, lane: int) -> Callable[[BaseException], events.Event]:
         sent = time.monotonic()
-        return lambda err: events.WaitFailed(condition_of(err), str(err), sent)
+        return lambda err: events.WaitFailed(condition_of(err), str(err), sent, lane)
 
-    async def _register(self, concurrency: int) -> None:
+    async def _register(self, concurrency: int, lane: int = 0) -> None:
         try:
-            await self.client.register(
+            await self.clients[lane].register(
                 host=socket.gethostname(),
                 pid=os.getpid(),
-                queues=list(self.worker.queues),
+                queues=list(self.lanes[lane][1]),
                 concurrency=concurrency,
                 started_ms=self.started_ms,
             )
@@ -309,15 +348,16 @@ class Master:
             return
         self.post(events.ServerReplaced(generation))
 
-    def _extend(self, low: dict[str, Any]) -> None:
+    def _extend(self, low: dict[str, Any], lane: int = 0) -> None:
         """A cron recurrence runs low on ticks: compute more (one task per recurrence)."""
-        name = f"extend:{low['id']}"
+        name = self._named(f"extend:{low['id']}", lane)
         if name in self.tasks:
             return
+        client = self.clients[lane]
 
         async def extend() -> None:
             try:
-                await self.client.extend_recurrence(low["id"], low["cron"], low["tz"], low["after"])
+                await client.extend_recurrence(low["id"], low["cron"], low["tz"], low["after"])
             except Error as err:
                 log.warning("could not extend recurrence id=%s: %s", low["id"], err)
 
@@ -328,18 +368,20 @@ class Master:
         time out then, and an idle master's blocking read (a connection that may die
         silently) is renewed at least that often, or every IDLE_WAIT_S."""
         timeout_s = min(5.0, max(0.2, lease_s / 3))
-        if timeout_s != self.client.command_timeout_s:
-            self.client.set_command_timeout(timeout_s)
+        for client in self.clients:
+            if timeout_s != client.command_timeout_s:
+                client.set_command_timeout(timeout_s)
         self.wait_s = min(IDLE_WAIT_S, max(1.0, lease_s / 3))
 
     async def _fit_timeout_to_settings(self) -> None:
         """The shortest lease of our queues, from the shared settings, before any pop."""
         setting = config.SHARED["heartbeat"]
         lengths = []
-        for name in ["heartbeat", *(f"{q}-heartbeat" for q in self.worker.queues)]:
-            raw = await self.client.setting(name)
-            if raw is not None:
-                lengths.append(setting.parse(raw))
+        for client, (_, queues) in zip(self.clients, self.lanes, strict=True):
+            for name in ["heartbeat", *(f"{q}-heartbeat" for q in queues)]:
+                raw = await client.setting(name)
+                if raw is not None:
+                    lengths.append(setting.parse(raw))
         self._fit_timeout(min(lengths, default=setting.default))
 
     # --- the loop -------------------------------------------------------------------
@@ -421,32 +463,41 @@ class Master:
         self._run_pass()
 
     def _watch_sizes(self) -> None:
-        if "sizes" not in self.tasks and self.book.link.up:
-            watch = SizeWatch(self.client, list(self.worker.queues), self.worker_id)
-            self._own("sizes", watch.run())
+        tasks, lanes = self.tasks, self.book.lanes
+        for lane, name in self.watch_names["sizes"]:  # every pass: no call unless needed
+            if name not in tasks and lanes[lane].link.up:
+                queues = list(self.lanes[lane][1])
+                self._own(name, SizeWatch(self.clients[lane], queues, self.worker_id).run())
 
     def _watch_cancels(self) -> None:
         """Listens for cancels of jobs we hold (while Redis answers; started again)."""
-        if "cancels" not in self.tasks and self.book.link.up and not self.cancels_failing():
-            self._own("cancels", self._cancels(), self._cancels_failed)
+        tasks, lanes = self.tasks, self.book.lanes
+        for lane, name in self.watch_names["cancels"]:
+            if name not in tasks and lanes[lane].link.up and not self.cancels_failing(lane):
+                self._own(name, self._cancels(lane), self._cancels_failed(lane))
 
-    async def _cancels(self) -> None:
+    async def _cancels(self, lane: int) -> None:
         try:
-            async for jid in self.client.cancellations():
+            async for jid in self.clients[lane].cancellations():
                 self.post(events.Cancelled(jid))
-        finally:
-            self.cancels_failed_at = time.monotonic()  # ended: listened again after a pause
+        finally:  # ended: listened again after a pause
+            self.cancels_failed_at[lane] = time.monotonic()
 
-    def _cancels_failed(self, err: BaseException) -> None:
-        self.cancels_failed_at = time.monotonic()  # listened again after a pause
-        log.debug("listening for cancels failed: %s worker=%s", err, self.worker_id)
+    def _cancels_failed(self, lane: int) -> Callable[[BaseException], None]:
+        def failed(err: BaseException) -> None:
+            self.cancels_failed_at[lane] = time.monotonic()  # listened again after a pause
+            log.debug("listening for cancels failed: %s worker=%s", err, self.worker_id)
 
-    def cancels_failing(self) -> bool:
-        return time.monotonic() - self.cancels_failed_at < CANCELS_PAUSE_S
+        return failed
+
+    def cancels_failing(self, lane: int = 0) -> bool:
+        return time.monotonic() - self.cancels_failed_at[lane] < CANCELS_PAUSE_S
 
     async def _start(self) -> None:
-        """Reaches Redis and starts the children; returns once they are ready."""
-        await self.client.connect()
+        """Reaches Redis (every namespace's) and starts the children; returns once
+        they are ready."""
+        for client in self.clients:
+            await client.connect()
         await self._fit_timeout_to_settings()
         self._watch_cancels()  # subscribed while the children start, before READY
         await self.processes.start()
@@ -498,13 +549,22 @@ class Master:
         await self.processes.close()
         if sentry.enabled():  # events not sent yet: a bounded wait, off the loop
             await asyncio.to_thread(sentry.flush, SENTRY_FLUSH_S)
-        try:
-            held = await asyncio.wait_for(self.client.forget(list(self.worker.queues)), 1.0)
-            if held:
-                log.warning("exiting with %d jobs still leased worker=%s", held, self.worker_id)
-        except (TimeoutError, Error) as err:
-            log.warning("could not say goodbye to Redis: %s worker=%s", err, self.worker_id)
-        await self.client.close()
+        for client, (namespace, queues) in zip(self.clients, self.lanes, strict=True):
+            where = "" if len(self.lanes) == 1 else f" namespace={namespace}"
+            try:
+                held = await asyncio.wait_for(client.forget(list(queues)), 1.0)
+                if held:
+                    log.warning(
+                        "exiting with %d jobs still leased worker=%s%s",
+                        held,
+                        self.worker_id,
+                        where,
+                    )
+            except (TimeoutError, Error) as err:
+                log.warning(
+                    "could not say goodbye to Redis: %s worker=%s%s", err, self.worker_id, where
+                )
+            await client.close()
         log.log(
             logging.INFO if started else logging.DEBUG, "master stopped worker=%s", self.worker_id
         )

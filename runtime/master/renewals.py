@@ -1,7 +1,9 @@
 """Keeping the master's leases alive: one batched renewal of every lease it holds
 when the first one is due (early: plan.renew_at), the new deadlines told to the
 children, and the jobs whose lease Redis says is gone let go. Pure: the ledger
-(ledger.py) keeps the renewal bound, the link says whether a call may go."""
+(ledger.py) keeps the renewal bound, the link says whether a call may go.
+A master serving several namespaces has one Renewals for each (its `lane`):
+each renews the jobs that came from its namespace, over that namespace's link."""
 
 from __future__ import annotations
 
@@ -25,15 +27,16 @@ class Renewals:
         link: Link,
         actions: list[events.Action],
         let_go: Callable[[Held, reasons.Ending], None],
+        lane: int = 0,
     ) -> None:
-        self.worker_id = worker_id
+        self.worker_id, self.lane = worker_id, lane
         self.ledger, self.link, self.actions = ledger, link, actions
         self.let_go = let_go  # a job that is not ours any more (jobs.JobFlow.let_go)
         self.renewing = False  # a renewal is out
 
     def at(self, now: float) -> float | None:
         """When the next renewal should go (None: nothing to renew, or one is out)."""
-        due = self.ledger.renewal_due()
+        due = self.ledger.renewal_due(self.lane)
         if due is None or self.renewing:
             return None
         return due if self.link.up else max(due, self.link.retry_at)
@@ -41,22 +44,27 @@ class Renewals:
     def maybe_renew(self, now: float) -> None:
         due = self.at(now)
         if due is not None and due <= now:  # a bound: the job it was for may be gone
-            self.ledger.forget_due()
+            self.ledger.forget_due(self.lane)
             due = self.at(now)
         if due is None or due > now or not self.link.may_call(now):
             return
-        leases = {jid: h.leased.token for jid, h in self.ledger.held.items() if not h.lost}
+        lane = self.lane
+        leases = {
+            jid: h.leased.token
+            for jid, h in self.ledger.held.items()
+            if not h.lost and h.lane == lane
+        }
         if not leases:
             return
         self.renewing = True
         outage_ms = self.link.outage_ms(now)
         self.link.sending()
-        self.actions.append(events.Renew(leases, outage_ms))
+        self.actions.append(events.Renew(leases, outage_ms, lane))
 
     def on_renewed(self, event: events.Renewed, now: float) -> bool:
         """True when the renewal ended an outage of Redis."""
         self.renewing = False
-        self.ledger.forget_due()  # the leases' ends move
+        self.ledger.forget_due(self.lane)  # the leases' ends move
         back = self.link.succeeded(now, event.sent_at)
         held_by = self.ledger.held
         for jid, token in event.leases.items():

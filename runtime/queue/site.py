@@ -3,11 +3,14 @@ namespace over the same URL (a Redis Cluster URL reaches every node).
 
 Puts go to the namespace of their queue; a jid is looked for in every
 namespace (a job lives in its queue's namespace, found with one read each);
-counts, queues and failures are summed over the namespaces. What cannot cross
-a shard raises `CrossShard` before anything is written: one `put_many` over
-queues of two shards (a put is atomic in one shard only), a dependency on a job
-of another shard. Domain limits are set in every namespace alike: each shard
-enforces its own (see docs/redis.md, *Sharded sites*).
+counts, queues and failures are summed over the namespaces, and so are what
+`runtime status`, `runtime metrics` and the dashboard's numbers read (`admin`:
+workers, throughput, progress, the metrics snapshot) when the settings name
+shards. What cannot cross a shard raises `CrossShard` before anything is
+written: one `put_many` over queues of two shards (a put is atomic in one shard
+only), a dependency on a job of another shard. Domain limits are set in every
+namespace alike: each shard enforces its own (see docs/redis.md, *Sharded
+sites*).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from runtime.queue.client import Client, Queue
 from runtime.queue.connection import RETRY_FOR_S
 from runtime.queue.job import Job
 from runtime.queue.shards import Shards
+from runtime.queue.stats import Throughput
 from runtime.queue.wire import JobSpec
 
 
@@ -53,6 +57,7 @@ class Site:
         except BaseException:
             self.close()
             raise
+        self.admin = SiteAdmin(self)
 
     def close(self) -> None:
         for client in self.clients.values():
@@ -72,6 +77,11 @@ class Site:
     def client(self, queue: str) -> Client:
         """The client of the namespace `queue` lives in."""
         return self.clients[self.shards.namespace_of(queue)]
+
+    @property
+    def first(self) -> Client:
+        """The client of the site's first namespace (e.g. for Redis's clock)."""
+        return next(iter(self.clients.values()))
 
     def queue(self, name: str) -> SiteQueue:
         """The queue, in its namespace; its puts check dependencies across the site."""
@@ -201,6 +211,115 @@ class Site:
         (keep a rate-limited domain's queues in one shard)."""
         for client in self.clients.values():
             client.set_domain_limit(domain, rate, period, burst)
+
+
+class SiteAdmin:
+    """What `client.admin` reads for status, metrics and the dashboard's numbers,
+    over every namespace of a site: a master serving several namespaces is one
+    worker (one id registered in each), its jobs counted once each."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        merged: dict[str, dict[str, Any]] = {}
+        for client in self.site.clients.values():
+            for wid, info in client.admin.workers().items():
+                into = merged.get(wid)
+                merged[wid] = dict(info) if into is None else _merge_worker(into, info)
+        return dict(sorted(merged.items(), key=lambda kv: -int(kv[1].get("seen_ms") or 0)))
+
+    def throughput(self, minutes: int = 60) -> Throughput:
+        """Each minute's completions and final failures, summed (minutes are aligned
+        on their start: servers' clocks may differ by a little)."""
+        parts = [c.admin.throughput(minutes) for c in self.site.clients.values()]
+        base = max(parts, key=lambda t: t.from_ms)
+        completed, failed = [0] * len(base.completed), [0] * len(base.failed)
+        for part in parts:
+            shift = round((part.from_ms - base.from_ms) / 60_000)
+            for i, (done, lost) in enumerate(zip(part.completed, part.failed, strict=True)):
+                if 0 <= i + shift < len(completed):
+                    completed[i + shift] += done
+                    failed[i + shift] += lost
+        return Throughput(base.now_ms, base.from_ms, tuple(completed), tuple(failed))
+
+    def progressing(self, *queues: str, count: int = 10) -> list[Job]:
+        shards = self.site.shards
+        if queues:
+            parts = [
+                self.site.clients[ns].admin.progressing(*qs, count=count)
+                for ns, qs in shards.split(queues).items()
+            ]
+        else:
+            parts = [c.admin.progressing(count=count) for c in self.site.clients.values()]
+        return [job for part in parts for job in part]
+
+    def snapshot(self, up_s: float = 60.0) -> dict[str, Any]:
+        """One metrics snapshot (Admin.snapshot) of each namespace, summed: queues'
+        counts and today's statistics, failure groups, and workers (a worker in
+        several namespaces is one, running the jobs of all)."""
+        out: dict[str, Any] = {"now_ms": 0, "queues": {}, "groups": {}, "workers": {}}
+        for client in self.site.clients.values():
+            part = client.admin.snapshot(up_s)
+            out["now_ms"] = max(out["now_ms"], int(part.get("now_ms") or 0))
+            for queue, counts in part["queues"].items():
+                into = out["queues"].get(queue)
+                if into is None:
+                    out["queues"][queue] = dict(counts)
+                    continue
+                for name, value in counts.items():
+                    if name == "stats":
+                        into["stats"] = _merge_stats(into.get("stats") or {}, value or {})
+                    else:
+                        into[name] = _merge(name, into.get(name), value)
+            for group, n in part["groups"].items():
+                out["groups"][group] = out["groups"].get(group, 0) + n
+            for wid, info in part["workers"].items():
+                into = out["workers"].get(wid)
+                if into is None:
+                    out["workers"][wid] = dict(info)
+                else:
+                    into["seen_ms"] = max(into.get("seen_ms") or 0, info.get("seen_ms") or 0)
+                    into["running"] = (into.get("running") or 0) + (info.get("running") or 0)
+        return out
+
+
+def _merge_worker(into: dict[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
+    """One worker registered in two namespaces: its jobs of both, seen when last seen."""
+    into["seen_ms"] = max(into.get("seen_ms") or 0, info.get("seen_ms") or 0)
+    into["jobs"] = [*into.get("jobs", ()), *info.get("jobs", ())]
+    into["running"] = [*into.get("running", ()), *info.get("running", ())]
+    into["queues"] = sorted({*into.get("queues", ()), *info.get("queues", ())})
+    for name in ("host", "pid", "concurrency", "started_ms"):
+        if into.get(name) is None:
+            into[name] = info.get(name)
+    into["told"] = bool(into.get("told")) or bool(info.get("told"))
+    return into
+
+
+def _merge_stats(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Today's statistics of one queue kept in two namespaces (a queue put there
+    before the rule changed): histograms and counts summed, the moments (n, mean,
+    m2: lib/stats.lua) combined."""
+    out = {**a}
+    for name, value in b.items():
+        out[name] = out.get(name, 0) + value
+    for what in {name.split(":", 1)[0] for name in out}:
+        n1, n2 = float(a.get(f"{what}:n", 0)), float(b.get(f"{what}:n", 0))
+        if not n1 or not n2:
+            for moment in ("n", "mean", "m2"):
+                key = f"{what}:{moment}"
+                if key in a or key in b:
+                    out[key] = (a if n1 else b).get(key, 0)
+            continue
+        m1, m2 = float(a.get(f"{what}:mean", 0)), float(b.get(f"{what}:mean", 0))
+        n, delta = n1 + n2, m2 - m1
+        out[f"{what}:n"] = n
+        out[f"{what}:mean"] = m1 + delta * n2 / n
+        out[f"{what}:m2"] = (
+            float(a.get(f"{what}:m2", 0)) + float(b.get(f"{what}:m2", 0)) + delta**2 * n1 * n2 / n
+        )
+    return out
 
 
 class SiteQueue(Queue):

@@ -68,6 +68,7 @@ ALLOWED: list[tuple[str, str, str]] = [
     # the workers reply: the jobs a master runs
     ("queue/lua/workers.lua", r"\{ 'running', '\['", "a worker's running jobs"),
     ("dashboard/reads.py", r'info\.get\("running"', "a worker's running jobs"),
+    ("queue/site.py", r'into\["running"\] = ', "a worker's running jobs, of two namespaces"),
     ("commands/workers.py", r'info\.get\("running"', "a worker's running jobs"),
     ("metrics.py", r'info\["running"\]', "a worker's running jobs"),
     ("dashboard/jobreads.py", r'info\.get\("throttled"\)', "a domain's jobs in throttled lanes"),
