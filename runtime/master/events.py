@@ -189,6 +189,7 @@ class Exchange:
 class Renew:
     leases: dict[str, str]
     outage_ms: int
+    confirms: bool = False  # it confirms a job handed to us: that job starts on its answer
 
 
 @dataclass

@@ -48,10 +48,10 @@ class Intake:
     def exchange_at(self, now: float) -> float | None:
         """When the next exchange should go (now or earlier: at once; None: nothing).
         While Redis is out of reach an exchange is the probe, whatever there is to say."""
-        if self.exchanging or (not self.link.up and self.link.probing):
-            return None
         if not self.link.up:
-            return self.link.retry_at
+            return None if self.exchanging or self.link.probing else self.link.retry_at
+        if self.exchanging or self.ledger.confirming:
+            return None  # a handed job's confirming renewal goes alone: its answer starts it
         accepting = self.capacity.accepting()
         wants_jobs = accepting and self.want_work and self.capacity.urgent_room(now) > 0
         if wants_jobs or (not accepting and self.registered):  # a pop (or an unregistering one)

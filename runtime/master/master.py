@@ -255,7 +255,11 @@ class Master:
 
     async def _renew(self, action: events.Renew) -> None:
         done = await self.client.heartbeat(action.leases, outage_ms=action.outage_ms)
-        self.post(events.Renewed(action.leases, frozenset(done.lost), done.sent_at))
+        self.events.append(events.Renewed(action.leases, frozenset(done.lost), done.sent_at))
+        if action.confirms and self.finished is not None:
+            self._run_pass()  # a handed job waited for this answer only: it starts now
+        else:
+            self._wake()
 
     def _renew_failed(self, action: events.Renew) -> Callable[[BaseException], events.Event]:
         sent = time.monotonic()

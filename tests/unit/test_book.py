@@ -437,6 +437,20 @@ def test_a_job_handed_while_waiting_starts_once_a_renewal_confirms_it() -> None:
     )
 
 
+def test_a_confirming_renewal_goes_alone_and_the_pop_follows_its_answer() -> None:
+    rig = Rig(concurrency=2)
+    rig.start()
+    handed(rig, "h")
+    actions = rig.step()
+    renew = only(actions, events.Renew)
+    assert renew.confirms, "the loop starts the job on its answer"
+    assert of(actions, events.Exchange) == [], "no pop in Redis ahead of the confirmation"
+    rig.apply(events.Renewed(renew.leases, frozenset(), rig.now))
+    actions = rig.step()
+    assert runs(actions) == [(0, "h")]
+    assert only(actions, events.Exchange).pop == 1, "then a pop for the idle child"
+
+
 def test_jobs_popped_while_a_handed_job_is_confirmed_start_after_it() -> None:
     rig = Rig(concurrency=1, prefetch=4)
     rig.start()
