@@ -80,8 +80,18 @@ class Intake:
         self.exchanging = True
         outage_ms = self.link.outage_ms(now)
         self.link.sending()
-        outcomes = self.reports.take()
+        outcomes = self.reports.take() if self._reports_ride(count, now) else self.reports.hold()
         self.actions.append(events.Exchange(outcomes, count, self._rotated(), outage_ms))
+
+    def _reports_ride(self, count: int | None, now: float) -> bool:
+        """Whether the reports go with this exchange. A pop takes them only once they
+        are half due: a report call costs Redis about as much for one job as for
+        several, and without prefetch a pop goes as each job ends (the reports of a
+        few jobs then ride one pop, none waiting longer than they may)."""
+        reports = self.reports
+        if not count or reports.since is None or len(reports.outcomes) >= FLUSH_BATCH:
+            return True
+        return now >= reports.since + FLUSH_AFTER_S / 2
 
     def _rotated(self) -> tuple[str, ...]:
         if self.worker.order == "round-robin" and len(self.queues) > 1:

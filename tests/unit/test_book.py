@@ -155,6 +155,22 @@ def test_reports_go_without_a_pop_while_there_is_no_room_and_the_next_room_pops_
     assert only(rig.step(), events.Exchange).pop == 1
 
 
+def test_a_pop_leaves_young_reports_to_a_later_one_that_takes_them_together() -> None:
+    rig = Rig(prefetch=0, pipeline=0)
+    rig.start()
+    rig.lease(leased("a"))
+    rig.say(0, protocol.Done("a"))
+    pop = only(rig.step(), events.Exchange)
+    assert pop.pop == 1 and not pop.outcomes, "the idle child's pop goes at once, alone"
+    popped = Popped([leased("b")], None, [], None)
+    rig.apply(events.Exchanged(pop.outcomes, pop.pop, {}, popped, rig.now, rig.now))
+    assert runs(rig.step()) == [(0, "b")]
+    rig.now += FLUSH_AFTER_S / 2
+    rig.say(0, protocol.Done("b"))
+    exchange = only(rig.step(), events.Exchange)
+    assert exchange.pop == 1 and exchange.outcomes.jids("complete") == ["a", "b"]
+
+
 def test_leases_are_renewed_early_and_the_child_learns_the_new_deadline() -> None:
     rig = Rig()
     rig.start()
