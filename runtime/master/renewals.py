@@ -51,7 +51,7 @@ class Renewals:
         self.renewing = True
         outage_ms = self.link.outage_ms(now)
         self.link.sending()
-        self.actions.append(events.Renew(leases, outage_ms, bool(self.ledger.confirming)))
+        self.actions.append(events.Renew(leases, outage_ms, confirms=bool(self.ledger.confirming)))
 
     def on_renewed(self, event: events.Renewed, now: float) -> bool:
         """True when the renewal ended an outage of Redis."""
