@@ -197,6 +197,7 @@ class Renew:
     leases: dict[str, str]
     outage_ms: int
     lane: int = 0
+    confirms: bool = False  # it confirms a job handed to us: that job starts on its answer
 
 
 @dataclass

@@ -57,10 +57,10 @@ class Intake:
     def exchange_at(self, now: float) -> float | None:
         """When the next exchange should go (now or earlier: at once; None: nothing).
         While Redis is out of reach an exchange is the probe, whatever there is to say."""
-        if self.exchanging or (not self.link.up and self.link.probing):
-            return None
         if not self.link.up:
-            return self.link.retry_at
+            return None if self.exchanging or self.link.probing else self.link.retry_at
+        if self.exchanging or self._confirming():
+            return None  # a handed job's confirming renewal goes alone: its answer starts it
         accepting = self.capacity.accepting()
         taken = self.capacity.asking - self.asking  # asked for by the other lanes' pops
         wants_jobs = accepting and self.want_work and self.capacity.urgent_room(now, taken) > 0
@@ -90,11 +90,26 @@ class Intake:
         self.exchanging = True
         outage_ms = self.link.outage_ms(now)
         self.link.sending()
-        outcomes = self.reports.take()
+        outcomes = self.reports.take() if self._reports_ride(count, now) else self.reports.hold()
         if count:
             self.asking = count
             self.capacity.asking += count
         self.actions.append(events.Exchange(outcomes, count, self._rotated(), outage_ms, self.lane))
+
+    def _reports_ride(self, count: int | None, now: float) -> bool:
+        """Whether the reports go with this exchange. A pop takes them only once they
+        are half due: a report call costs Redis about as much for one job as for
+        several, and without prefetch a pop goes as each job ends (the reports of a
+        few jobs then ride one pop, none waiting longer than they may)."""
+        reports = self.reports
+        if not count or reports.since is None or len(reports.outcomes) >= FLUSH_BATCH:
+            return True
+        return now >= reports.since + FLUSH_AFTER_S / 2
+
+    def _confirming(self) -> bool:
+        """Whether a job handed to this lane awaits its confirming renewal."""
+        held, lane = self.ledger.held, self.lane
+        return any(held[jid].lane == lane for jid in self.ledger.confirming)
 
     def _rotated(self) -> tuple[str, ...]:
         if self.worker.order == "round-robin" and len(self.queues) > 1:

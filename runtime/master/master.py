@@ -291,7 +291,12 @@ class Master:
     async def _renew(self, action: events.Renew) -> None:
         client = self.clients[action.lane]
         done = await client.heartbeat(action.leases, outage_ms=action.outage_ms)
-        self.post(events.Renewed(action.leases, frozenset(done.lost), done.sent_at, action.lane))
+        renewed = events.Renewed(action.leases, frozenset(done.lost), done.sent_at, action.lane)
+        if action.confirms and self.finished is not None:
+            self.events.append(renewed)
+            self._run_pass()  # a handed job waited for this answer only: it starts now
+        else:
+            self.post(renewed)
 
     def _renew_failed(self, action: events.Renew) -> Callable[[BaseException], events.Event]:
         sent = time.monotonic()

@@ -59,7 +59,8 @@ class Renewals:
         self.renewing = True
         outage_ms = self.link.outage_ms(now)
         self.link.sending()
-        self.actions.append(events.Renew(leases, outage_ms, lane))
+        confirms = any(jid in leases for jid in self.ledger.confirming)
+        self.actions.append(events.Renew(leases, outage_ms, lane, confirms=confirms))
 
     def on_renewed(self, event: events.Renewed, now: float) -> bool:
         """True when the renewal ended an outage of Redis."""

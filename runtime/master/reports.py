@@ -25,6 +25,11 @@ class Reports:
         self.sending, self.since = self.outcomes.take(), None
         return self.sending
 
+    def hold(self) -> Outcomes:
+        """Nothing for the exchange that goes now: the reports wait for a later one."""
+        self.sending = Outcomes()
+        return self.sending
+
     def put_back(self, outcomes: Outcomes, sent_at: float, now: float) -> None:
         """Reports an exchange sent at `sent_at` could not deliver: they go again,
         ahead of newer ones, and count as waiting since they were sent."""

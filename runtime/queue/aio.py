@@ -18,6 +18,7 @@ to a third of its shortest lease.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import time
@@ -43,6 +44,7 @@ COMMAND_TIMEOUT_S = 5.0
 CANCELS_PING_S = 30.0  # the cancels connection is checked this often (a missed cancel is
 # still found by the next lease renewal)
 KEEPALIVE_IDLE_S = 5
+SPARE_MAX = 4  # connections kept out of the pool between calls (a master runs a few at once)
 
 
 class AsyncClient:
@@ -60,6 +62,7 @@ class AsyncClient:
         self.redis: redis.asyncio.Redis = _connect(self.route.url, command_timeout_s)
         self.blocking: redis.asyncio.Redis = _connect(self.route.url, command_timeout_s)
         self.retired: list[redis.asyncio.Redis] = []  # clients of nodes left (cluster)
+        self.spares = _spares(self.redis, self.blocking)  # kept out of their pools (_spare)
 
     def set_command_timeout(self, timeout_s: float) -> None:
         """From now on, a command not answered within `timeout_s` fails (RedisTransient
@@ -78,6 +81,7 @@ class AsyncClient:
                 conn.socket_timeout = conn.socket_connect_timeout = timeout_s
 
     async def close(self) -> None:
+        self.spares = ()  # still their pools' in use: closed with them
         await self.redis.aclose()
         await self.blocking.aclose()
         await self._close_retired()
@@ -96,6 +100,7 @@ class AsyncClient:
         self.retired += [self.redis, self.blocking]
         self.redis = _connect(self.route.url, self.command_timeout_s)
         self.blocking = _connect(self.route.url, self.command_timeout_s)
+        self.spares = _spares(self.redis, self.blocking)  # the old pools': closed with them
 
     def _lost(self, err: BaseException) -> None:
         """A cluster node out of reach: the next call starts from the next seed."""
@@ -112,8 +117,9 @@ class AsyncClient:
         request was written."""
         await self._close_retired()
         pool = (self.blocking if blocks_s > 0 else self.redis).connection_pool
+        ok = False
         try:
-            conn = await _take(pool)
+            conn = await self._spare(pool) or await _take(pool)
         except Exception as err:
             if from_redis(err):
                 self._lost(err)
@@ -136,6 +142,7 @@ class AsyncClient:
                     await conn.disconnect(nowait=True)  # ask the sentinels again
                 request = plan.send(replies)
         except StopIteration as done:
+            ok = True
             return done.value, sent_at
         except BaseException as err:
             if conn is not None and not isinstance(err, Error):  # replies may be unread
@@ -146,7 +153,33 @@ class AsyncClient:
             raise
         finally:
             if conn is not None:
-                await pool.release(conn)
+                await self._put_back(pool, conn, ok)
+
+    def _spares_of(self, pool: redis.asyncio.ConnectionPool) -> list[Any] | None:
+        return next((spare for of, spare in self.spares if of is pool), None)
+
+    async def _put_back(self, pool: redis.asyncio.ConnectionPool, conn: Any, ok: bool) -> None:
+        """A connection after a call: kept aside (`_spare`) if the call went well (all
+        its replies read) on a pool of the current clients, else back to its pool."""
+        spare = self._spares_of(pool) if ok else None
+        if spare is not None and len(spare) < SPARE_MAX:
+            spare.append(conn)
+        else:
+            await pool.release(conn)
+
+    async def _spare(self, pool: redis.asyncio.ConnectionPool) -> Any:
+        """A connection of `pool` kept out of it since a call that went well:
+        taken without the pool's lock, checks and bookkeeping (a good part of a
+        master's Python per round trip). None when there is none, or it is not fit
+        (closed by the peer, or disconnected: a stale primary's), and then given
+        back to the pool, which connects it again."""
+        spare = self._spares_of(pool) or []
+        while spare:
+            conn = spare.pop()
+            if conn.is_connected and not conn.should_reconnect() and not _closed_by_peer(conn):
+                return conn
+            await pool.release(conn)
+        return None
 
     async def _moved(
         self, request: list[Any], replies: list[Any], blocks_s: float
@@ -166,7 +199,7 @@ class AsyncClient:
 
     async def _round_trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
         conn.socket_timeout = self.command_timeout_s
-        await conn.send_packed_command([scripts.pack(request)], check_health=False)
+        await _send(conn, scripts.pack(request), self.command_timeout_s)
         conn.socket_timeout = self.command_timeout_s + blocks_s
         replies = []
         try:
@@ -333,6 +366,40 @@ class AsyncClient:
         _raise_if_error(gone)
         _raise_if_error(held)
         return int(held)
+
+
+async def _send(conn: Any, request: bytes, timeout_s: float) -> None:
+    """Writes a request on a connection, as redis-py's send_packed_command does
+    but without its asyncio.wait_for, which in Python 3.11 wraps the write in a
+    task of its own: two more turns of the loop and a timer per round trip, the
+    write itself one turn late. Here the bytes go at once; only a full send
+    buffer is waited on, for `timeout_s` (then redis.TimeoutError). Failures
+    end as send_packed_command's do: the connection dropped, OSError as
+    redis.ConnectionError, anything else (uvloop's RuntimeError on a closed
+    handle) raised as it came."""
+    if not conn.is_connected:  # not from the pool's hands: connect as redis-py would
+        await conn.send_packed_command([request], check_health=False)
+        return
+    writer = conn._writer  # redis-py's stream (see _closed_by_peer)
+    try:
+        writer.write(request)
+        if writer.transport.get_write_buffer_size():
+            async with asyncio.timeout(timeout_s):
+                await writer.drain()
+    except TimeoutError:
+        await conn.disconnect(nowait=True)
+        raise redis.TimeoutError("Timeout writing to socket") from None
+    except OSError as err:
+        await conn.disconnect(nowait=True)
+        raise redis.ConnectionError(f"Error while writing to socket: {err}") from err
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
+
+
+def _spares(*clients: redis.asyncio.Redis) -> tuple[tuple[Any, list[Any]], ...]:
+    """An empty list of spare connections for the pool of each client."""
+    return tuple((client.connection_pool, []) for client in clients)
 
 
 async def _take(pool: redis.asyncio.ConnectionPool) -> Any:

@@ -62,13 +62,14 @@ def run_on_uvloop(awaitable: Awaitable[T], deadline_s: float = 30.0) -> T:
 
 async def seen_closed(pool: Any, deadline_s: float = 5.0) -> None:
     """Until every connection idle in `pool` has seen its peer go (its transport is
-    closed): the reset reached the client."""
+    closed): the reset reached the client. Called between calls, so the pool's
+    connections in use are the ones the client keeps aside (AsyncClient._spare)."""
     end = time.monotonic() + deadline_s
 
     def closed(conn: Any) -> bool:
         return conn._writer is None or conn._writer.is_closing()
 
-    while not all(closed(c) for c in pool._available_connections):
+    while not all(closed(c) for c in [*pool._available_connections, *pool._in_use_connections]):
         assert time.monotonic() < end, "the client never saw the reset"
         await asyncio.sleep(0.01)
 

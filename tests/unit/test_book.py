@@ -155,6 +155,22 @@ def test_reports_go_without_a_pop_while_there_is_no_room_and_the_next_room_pops_
     assert only(rig.step(), events.Exchange).pop == 1
 
 
+def test_a_pop_leaves_young_reports_to_a_later_one_that_takes_them_together() -> None:
+    rig = Rig(prefetch=0, pipeline=0)
+    rig.start()
+    rig.lease(leased("a"))
+    rig.say(0, protocol.Done("a"))
+    pop = only(rig.step(), events.Exchange)
+    assert pop.pop == 1 and not pop.outcomes, "the idle child's pop goes at once, alone"
+    popped = Popped([leased("b")], None, [], None)
+    rig.apply(events.Exchanged(pop.outcomes, pop.pop, {}, popped, rig.now, rig.now))
+    assert runs(rig.step()) == [(0, "b")]
+    rig.now += FLUSH_AFTER_S / 2
+    rig.say(0, protocol.Done("b"))
+    exchange = only(rig.step(), events.Exchange)
+    assert exchange.pop == 1 and exchange.outcomes.jids("complete") == ["a", "b"]
+
+
 def test_leases_are_renewed_early_and_the_child_learns_the_new_deadline() -> None:
     rig = Rig()
     rig.start()
@@ -435,6 +451,20 @@ def test_a_job_handed_while_waiting_starts_once_a_renewal_confirms_it() -> None:
     assert rig.book.ledger.held["h"].lease_until == pytest.approx(rig.now + LEASE_S), (
         "a whole lease"
     )
+
+
+def test_a_confirming_renewal_goes_alone_and_the_pop_follows_its_answer() -> None:
+    rig = Rig(concurrency=2)
+    rig.start()
+    handed(rig, "h")
+    actions = rig.step()
+    renew = only(actions, events.Renew)
+    assert renew.confirms, "the loop starts the job on its answer"
+    assert of(actions, events.Exchange) == [], "no pop in Redis ahead of the confirmation"
+    rig.apply(events.Renewed(renew.leases, frozenset(), rig.now))
+    actions = rig.step()
+    assert runs(actions) == [(0, "h")]
+    assert only(actions, events.Exchange).pop == 1, "then a pop for the idle child"
 
 
 def test_jobs_popped_while_a_handed_job_is_confirmed_start_after_it() -> None:
