@@ -4,8 +4,10 @@
 
 local Create = {}
 
+-- No tags, no dependencies: one shared empty list, never written to.
+local NONE = {}
+
 local function optional_number(name, value, lo, hi)
-  value = Check.optional(value)
   if value == nil then
     return nil
   end
@@ -13,25 +15,38 @@ local function optional_number(name, value, lo, hi)
 end
 
 -- The job described by a decoded spec (see put.lua) and its data text; raises BAD_ARG.
+-- Options a spec leaves out cost nothing: their checks run only on values given.
 function Create.parse(spec, data, now_ms)
   local job = {
     jid = Check.token('jid', spec.jid, LIMITS.jid_max),
     klass = Check.klass(spec.klass),
     queue = Check.queue('queue', spec.queue),
-    priority = Check.int('priority', spec.priority or 0, LIMITS.priority_min, LIMITS.priority_max),
-    retries = Check.int('retries', spec.retries or LIMITS.default_retries, 0, LIMITS.retries_max),
-    tags = Check.tokens('tags', Check.optional(spec.tags), LIMITS.tag_max, LIMITS.tags_max),
-    depends = Check.tokens('depends', Check.optional(spec.depends), LIMITS.jid_max,
-      LIMITS.depends_max),
-    domain = Check.optional(spec.domain),
-    unique_key = Check.optional(spec.unique_key),
-    unique_for = optional_number('unique_for', spec.unique_for, 0, 86400 * 365),
-    requeue = spec.requeue_if_running == true,
-    timeout_s = optional_number('timeout_s', spec.timeout_s, 0.001, 86400 * 365),
-    tracked = spec.tracked == true,
-    data = Check.data(data, Config.get('max-data-bytes')),
-    by = Check.optional(spec.by),
+    priority = 0, retries = LIMITS.default_retries, tags = NONE, depends = NONE,
   }
+  local value = spec.priority
+  if value then -- as `spec.priority or 0`: absent or false is the default
+    job.priority = Check.int('priority', value, LIMITS.priority_min, LIMITS.priority_max)
+  end
+  value = spec.retries
+  if value then
+    job.retries = Check.int('retries', value, 0, LIMITS.retries_max)
+  end
+  value = Check.optional(spec.tags)
+  if value ~= nil then
+    job.tags = Check.tokens('tags', value, LIMITS.tag_max, LIMITS.tags_max)
+  end
+  value = Check.optional(spec.depends)
+  if value ~= nil then
+    job.depends = Check.tokens('depends', value, LIMITS.jid_max, LIMITS.depends_max)
+  end
+  job.domain = Check.optional(spec.domain)
+  job.unique_key = Check.optional(spec.unique_key)
+  job.unique_for = optional_number('unique_for', Check.optional(spec.unique_for), 0, 86400 * 365)
+  job.requeue = spec.requeue_if_running == true
+  job.timeout_s = optional_number('timeout_s', Check.optional(spec.timeout_s), 0.001, 86400 * 365)
+  job.tracked = spec.tracked == true
+  job.data = Check.data(data, Config.get('max-data-bytes'))
+  job.by = Check.optional(spec.by)
   if job.by ~= nil then
     Check.token('by', job.by, LIMITS.jid_max)
   end
@@ -67,7 +82,7 @@ end
 -- the job putting them, if not in their specs. Returns the parsed jobs;
 -- raises BAD_ARG or JOB_EXISTS.
 function Create.check(args, first, now_ms, by)
-  local jobs, in_call = {}, {}
+  local jobs, in_call, depending = {}, {}, false
   for i = first, #args, 2 do
     local job = Create.parse(Json.decode('job spec', args[i]), args[i + 1], now_ms)
     job.by = job.by or by
@@ -76,6 +91,10 @@ function Create.check(args, first, now_ms, by)
     end
     in_call[job.jid] = true
     jobs[#jobs + 1] = job
+    depending = depending or #job.depends > 0
+  end
+  if not depending then -- nothing below to check
+    return jobs
   end
   local by_jid, adding = {}, {}
   for _, job in ipairs(jobs) do
@@ -135,7 +154,8 @@ function Create.job(job, now_us)
   local jid, now_ms = job.jid, Clock.ms(now_us)
   local meta = {
     k = job.klass, q = job.queue, r = job.retries, m = job.retries,
-    h = Job.first_event('put', now_ms, { b = job.by }), -- its queue: meta.q, or the first move's fq
+    -- its queue: meta.q, or the first move's fq
+    h = Job.first_event('put', now_ms, job.by and { b = job.by } or nil),
   }
   if job.priority ~= 0 then
     meta.p = job.priority
@@ -169,6 +189,7 @@ function Create.job(job, now_us)
     redis.call('ZADD', K.tracked, now_ms, jid)
     Job.publish(jid, meta, { e = 'put', t = now_ms })
   end
+  local depending = #job.depends > 0
   for _, dep in ipairs(job.depends) do -- jobs of the same put may not exist yet
     local dep_meta = Job.load(dep)
     if not dep_meta then -- or it was folded into the holder of its unique key
@@ -181,7 +202,9 @@ function Create.job(job, now_us)
     end
   end
   Json.vouch(meta) -- made of checked parts, like its data (Check.data)
-  Place.enqueue(jid, meta, job.data, job.due_ms, now_us, #job.depends > 0)
-  Deps.fail_if_doomed(jid, meta, job.data, now_us)
+  Place.enqueue(jid, meta, job.data, job.due_ms, now_us, depending, now_ms)
+  if depending then
+    Deps.fail_if_doomed(jid, meta, job.data, now_us)
+  end
   return jid
 end

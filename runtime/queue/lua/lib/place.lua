@@ -127,19 +127,21 @@ end
 
 -- Puts a job into its queue (meta.q) and saves it: depends while it waits on
 -- other jobs (only looked up when `may_depend`), scheduled while due_ms lies
--- ahead, else waiting.
-function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
+-- ahead, else waiting. `put_ms`: its put time, when the caller knows it (a
+-- new job); else its history says.
+function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend, put_ms)
   local queue = meta.q
-  local eligible = math.max(Clock.ms(now_us), due_ms or 0)
-  meta.qt = eligible ~= Job.put_ms(meta) and eligible or nil
+  local now_ms = Clock.ms(now_us)
+  local eligible = (due_ms and due_ms > now_ms) and due_ms or now_ms
+  meta.qt = eligible ~= (put_ms or Job.put_ms(meta)) and eligible or nil
   if not known[queue] then
     known[queue] = true
-    redis.call('ZADD', K.queues, 'NX', int(Clock.ms(now_us)), queue)
+    redis.call('ZADD', K.queues, 'NX', int(now_ms), queue)
   end
   if may_depend and redis.call('SCARD', K.deps(jid)) > 0 then
     meta.s, meta.d = DEPENDS, due_ms
     redis.call('SADD', K.depends(queue), jid)
-  elseif due_ms and due_ms > Clock.ms(now_us) then
+  elseif due_ms and due_ms > now_ms then
     meta.s, meta.d = SCHEDULED, due_ms
     meta.o = redis.call('HINCRBY', K.queue(queue), 'sseq', 1) -- put order among equal dues
     local member = scheduled_member(jid, meta.o)
