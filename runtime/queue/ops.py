@@ -99,11 +99,11 @@ def raw(operation: str, *args: Arg) -> Call[Any]:
 def put(specs: Iterable[wire.JobSpec]) -> Call[list[str]]:
     """Puts jobs in one atomic call: their jids (a unique key's holder for duplicates)."""
     args = [arg for spec in specs for arg in spec.to_wire()]
-    return _op("put", *args, decode=_strings, repeatable=True)
+    return Call("put", tuple(args), _strings, repeatable=True)
 
 
 def _strings(reply: Any) -> list[str]:
-    items = read_json(reply)
+    items = json.loads(reply.decode() if isinstance(reply, bytes) else reply)
     if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
         raise TypeError("expected a list of text")
     return items
