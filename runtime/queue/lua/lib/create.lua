@@ -7,55 +7,61 @@ local Create = {}
 -- No tags, no dependencies: one shared empty list, never written to.
 local NONE = {}
 
-local function optional_number(name, value, lo, hi)
-  if value == nil then
-    return nil
-  end
-  return Check.number(name, value, lo, hi, true)
-end
-
 -- The job described by a decoded spec (see put.lua) and its data text; raises BAD_ARG.
--- Options a spec leaves out cost nothing: their checks run only on values given.
+-- Options a spec leaves out cost nothing: their checks run only on values given,
+-- and the job's table is made once, with room for the fields every job has.
 function Create.parse(spec, data, now_ms)
-  local job = {
-    jid = Check.token('jid', spec.jid, LIMITS.jid_max),
-    klass = Check.klass(spec.klass),
-    queue = Check.queue('queue', spec.queue),
-    priority = 0, retries = LIMITS.default_retries, tags = NONE, depends = NONE,
-  }
+  local null = cjson.null
+  local jid = Check.token('jid', spec.jid, LIMITS.jid_max)
+  local klass = Check.klass(spec.klass)
+  local queue = Check.queue('queue', spec.queue)
+  local priority, retries, tags, depends = 0, LIMITS.default_retries, NONE, NONE
   local value = spec.priority
   if value then -- as `spec.priority or 0`: absent or false is the default
-    job.priority = Check.int('priority', value, LIMITS.priority_min, LIMITS.priority_max)
+    priority = Check.int('priority', value, LIMITS.priority_min, LIMITS.priority_max)
   end
   value = spec.retries
   if value then
-    job.retries = Check.int('retries', value, 0, LIMITS.retries_max)
+    retries = Check.int('retries', value, 0, LIMITS.retries_max)
   end
-  value = Check.optional(spec.tags)
-  if value ~= nil then
-    job.tags = Check.tokens('tags', value, LIMITS.tag_max, LIMITS.tags_max)
+  value = spec.tags
+  if value ~= nil and value ~= null then
+    tags = Check.tokens('tags', value, LIMITS.tag_max, LIMITS.tags_max)
   end
-  value = Check.optional(spec.depends)
-  if value ~= nil then
-    job.depends = Check.tokens('depends', value, LIMITS.jid_max, LIMITS.depends_max)
+  value = spec.depends
+  if value ~= nil and value ~= null then
+    depends = Check.tokens('depends', value, LIMITS.jid_max, LIMITS.depends_max)
   end
-  job.domain = Check.optional(spec.domain)
-  job.unique_key = Check.optional(spec.unique_key)
-  job.unique_for = optional_number('unique_for', Check.optional(spec.unique_for), 0, 86400 * 365)
-  job.requeue = spec.requeue_if_running == true
-  job.timeout_s = optional_number('timeout_s', Check.optional(spec.timeout_s), 0.001, 86400 * 365)
-  job.tracked = spec.tracked == true
-  job.data = Check.data(data, Config.get('max-data-bytes'))
-  job.by = Check.optional(spec.by)
-  if job.by ~= nil then
-    Check.token('by', job.by, LIMITS.jid_max)
+  local unique_for, timeout_s = spec.unique_for, spec.timeout_s
+  if unique_for == null then
+    unique_for = nil
+  elseif unique_for ~= nil then
+    unique_for = Check.number('unique_for', unique_for, 0, 86400 * 365, true)
   end
-  if job.domain ~= nil then
-    Check.token('domain', job.domain, LIMITS.domain_max)
+  if timeout_s == null then
+    timeout_s = nil
+  elseif timeout_s ~= nil then
+    timeout_s = Check.number('timeout_s', timeout_s, 0.001, 86400 * 365, true)
   end
-  if job.unique_key ~= nil then
-    Check.token('unique_key', job.unique_key, LIMITS.jid_max)
+  local job = {
+    jid = jid, klass = klass, queue = queue, priority = priority, retries = retries,
+    tags = tags, depends = depends, requeue = spec.requeue_if_running == true,
+    tracked = spec.tracked == true, data = Check.data(data, Config.get('max-data-bytes')),
+    by = nil, -- room for the caller's (Create.check)
+  }
+  value = spec.by
+  if value ~= nil and value ~= null then
+    job.by = Check.token('by', value, LIMITS.jid_max)
   end
+  value = spec.domain
+  if value ~= nil and value ~= null then
+    job.domain = Check.token('domain', value, LIMITS.domain_max)
+  end
+  value = spec.unique_key
+  if value ~= nil and value ~= null then
+    job.unique_key = Check.token('unique_key', value, LIMITS.jid_max)
+  end
+  job.unique_for, job.timeout_s = unique_for, timeout_s
   local delay, at = Check.optional(spec.delay_ms), Check.optional(spec.at_ms)
   if delay ~= nil and at ~= nil then
     E.bad('give delay or at, not both')
@@ -156,6 +162,7 @@ function Create.job(job, now_us)
     k = job.klass, q = job.queue, r = job.retries, m = job.retries,
     -- its queue: meta.q, or the first move's fq
     h = Job.first_event('put', now_ms, job.by and { b = job.by } or nil),
+    s = nil, d = nil, o = nil, qt = nil, -- room for what Place.enqueue sets (no rehash)
   }
   if job.priority ~= 0 then
     meta.p = job.priority

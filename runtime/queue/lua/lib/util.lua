@@ -384,20 +384,28 @@ function Json.object(fields)
   return '{' .. table.concat(parts, ',') .. '}'
 end
 
--- `format` of a number, remembered for the length of a call: a batch writes the
--- same times, counts and scores for every job, and formatting a number costs as
--- much as a Redis command.
-local function remembered(format)
-  local memo = {}
-  per_call(function()
-    memo = {}
-  end)
+-- `format` of a number, remembered: a batch writes the same times, counts and
+-- scores for every job, and formatting a number costs as much as a Redis
+-- command. For the length of a call; with `for_good`, for a format that is a
+-- pure function of the number, while the function library stays loaded (at
+-- most MEMO_MAX numbers, then forgotten at once: no reset paid by every call).
+local MEMO_MAX = 2000
+local function remembered(format, for_good)
+  local memo, count = {}, 0
+  if not for_good then
+    per_call(function()
+      memo, count = {}, 0
+    end)
+  end
   return function(n)
     local text = memo[n]
     if text == nil then
       text = format(n)
       if n == n then -- NaN is no table key
-        memo[n] = text
+        if count >= MEMO_MAX then
+          memo, count = {}, 0
+        end
+        memo[n], count = text, count + 1
       end
     end
     return text
@@ -409,7 +417,7 @@ end
 -- argument with snprintf).
 local int = remembered(function(n)
   return string.format('%d', n)
-end)
+end, true)
 
 -- JSON of a number as cjson writes it (cjson is bound per call, not at load).
 Json.number = remembered(function(n)
