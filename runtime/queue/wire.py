@@ -129,7 +129,7 @@ def encode_data(data: Mapping[str, Any] | None) -> str:
     # each level of nesting opens a bracket: text with few cannot nest too deep
     if text.count("{") + text.count("[") > depth_max and nested_deeper_than(data, depth_max):
         raise BadArgument(f"data is nested deeper than {depth_max} levels (data_depth_max)")
-    return utf8_text("data", text)
+    return text if text.isascii() else utf8_text("data", text)
 
 
 def epoch_ms(at: Any) -> int:
@@ -223,10 +223,12 @@ class JobSpec:
             if value != _WIRE_DEFAULTS.get(name, _ABSENT):
                 spec[name] = value
         try:
-            text = dumps(spec)
+            text = _encode(spec)
         except (TypeError, ValueError, RecursionError) as err:
             raise BadArgument(f"job options are not JSON: {err}") from None
-        return [utf8_text("the job's options", text), self.data_json]
+        if not text.isascii():
+            utf8_text("the job's options", text)
+        return [text, self.data_json]
 
 
 def complete_options(
