@@ -186,14 +186,14 @@ function Create.job(job, now_us)
       if not seen[tag] then
         seen[tag] = true
         tags[#tags + 1] = tag
-        redis.call('ZADD', K.tag(tag), now_ms, jid)
+        redis.call('ZADD', K.tag(tag), int(now_ms), jid)
       end
     end
     meta.g = tags
   end
   if job.tracked then
     meta.tr = 1
-    redis.call('ZADD', K.tracked, now_ms, jid)
+    redis.call('ZADD', K.tracked, int(now_ms), jid)
     Job.publish(jid, meta, { e = 'put', t = now_ms })
   end
   local depending = #job.depends > 0
