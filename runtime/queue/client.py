@@ -122,8 +122,10 @@ class Client:
         specs = list(specs)
         if not specs:
             return []
-        for spec in specs:
-            self.conn.shards.check(self.keys.namespace, spec.queue)
+        shards = self.conn.shards
+        if shards.sharded:  # an unsharded deployment holds every queue
+            for spec in specs:
+                shards.check(self.keys.namespace, spec.queue)
 
         def landed(err: Error) -> list[str] | None:
             return [s.options["jid"] for s in specs] if self._all_put(err, specs) else None

@@ -145,12 +145,20 @@ class Connection:
         self.nodes: dict[str, redis.Redis] = {}  # a cluster's nodes reached so far, by URL
         self.redis = connect(self.route.url, **redis_kwargs)
         self.nodes[self.route.url] = self.redis
+        # One server (no Sentinel, no Cluster): calls skip the routing steps and
+        # keep their connections between calls (`_take`, `_give`).
+        self._plain = self.route.target.kind == "server"
+        self._spare: list[redis.connection.Connection] = []
+        self._pid = os.getpid()
 
     @classmethod
     def from_url(cls, url: str, namespace: str | None = None, **redis_kwargs: Any) -> Self:
         return cls(url, namespace=namespace, **redis_kwargs)
 
     def close(self) -> None:
+        if self._pid == os.getpid():
+            while self._spare:
+                self.redis.connection_pool.release(self._spare.pop())
         for node in {id(c): c for c in [self.redis, *self.nodes.values()]}.values():
             node.close()
 
@@ -197,14 +205,13 @@ class Connection:
         that owns the namespace's slot, for a cluster: MOVED is followed)."""
         pool = self.redis.connection_pool
         conn: redis.connection.AbstractConnection | None
-        try:
-            conn = pool.get_connection()
-        except (redis.RedisError, OSError) as err:
-            self._lost(err)
-            raise classify(err, self.url) from err
+        conn = self._take(pool)
         try:
             request = next(plan)
             while True:
+                if self._plain:  # nothing to route: no probe, no MOVED, no stale primary
+                    request = plan.send(_round_trip(conn, request))
+                    continue
                 sent = routing.probed(self.route.target, request)
                 replies = routing.checked(sent, request, _round_trip(conn, sent))
                 for _ in range(routing.MAX_REDIRECTS):
@@ -233,7 +240,47 @@ class Connection:
             raise
         finally:
             if conn is not None:
-                pool.release(conn)
+                self._give(pool, conn)
+
+    def _take(self, pool: redis.ConnectionPool) -> redis.connection.Connection:
+        """A connection for one call (errors classified): for one server, one this
+        client kept from an earlier call, checked as the pool checks the ones it
+        hands out (the pool's own bookkeeping costs as much as a put's round
+        trip); else the pool's."""
+        try:
+            return self._kept(pool) or pool.get_connection()
+        except (redis.RedisError, OSError) as err:
+            self._lost(err)
+            raise classify(err, self.url) from err
+
+    def _kept(self, pool: redis.ConnectionPool) -> redis.connection.Connection | None:
+        if not (self._plain and self._spare and self._pid == os.getpid()):
+            return None
+        try:
+            conn = self._spare.pop()  # atomic: threads never share one
+        except IndexError:  # another thread took the last one
+            return None
+        try:
+            try:
+                if conn.can_read():  # unread data, or the server closed it
+                    raise redis.ConnectionError("Connection has data")
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                conn.disconnect()  # type: ignore[no-untyped-call]
+                conn.connect()  # type: ignore[no-untyped-call]
+                if conn.can_read():
+                    raise redis.ConnectionError("Connection not ready") from None
+        except BaseException:
+            pool.release(conn)
+            raise
+        return conn
+
+    def _give(self, pool: redis.ConnectionPool, conn: redis.connection.Connection) -> None:
+        """After a call: one server's connection is kept for the next call (in this
+        process), any other goes back to its pool."""
+        if self._plain and self._pid == os.getpid():
+            self._spare.append(conn)
+        else:
+            pool.release(conn)
 
     def _reroute(self) -> redis.Redis:
         """The client of the node the route names now (made on first use)."""

@@ -72,6 +72,9 @@ def text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+_decode_json = json.JSONDecoder().decode  # json.loads of text, one call less
+
+
 def read_json(reply: Any) -> Any:
     return json.loads(reply)
 
@@ -99,12 +102,12 @@ def raw(operation: str, *args: Arg) -> Call[Any]:
 def put(specs: Iterable[wire.JobSpec]) -> Call[list[str]]:
     """Puts jobs in one atomic call: their jids (a unique key's holder for duplicates)."""
     args = [arg for spec in specs for arg in spec.to_wire()]
-    return _op("put", *args, decode=_strings, repeatable=True)
+    return Call("put", tuple(args), _strings, repeatable=True)
 
 
 def _strings(reply: Any) -> list[str]:
-    items = read_json(reply)
-    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+    items = _decode_json(reply.decode() if isinstance(reply, bytes) else reply)
+    if not isinstance(items, list) or not set(map(type, items)) <= {str}:
         raise TypeError("expected a list of text")
     return items
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,10 +21,12 @@ from runtime.errors import LUA_ERROR_CODES, BadArgument, Error, LeaseLost
 
 LIMITS = config.LIMITS
 COMPACT = (",", ":")
+# one encoder for every call (json.dumps with options builds one per call)
+_encode = json.JSONEncoder(separators=COMPACT, ensure_ascii=False, allow_nan=False).encode
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=COMPACT, ensure_ascii=False, allow_nan=False)
+    return _encode(value)
 
 
 def check_queue(name: str) -> str:
@@ -94,6 +97,8 @@ def nested_deeper_than(value: Any, limit: int) -> bool:
 
 def utf8_text(what: str, text: str) -> str:
     """`text`, refused when it cannot be sent as UTF-8 (lone surrogates)."""
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
@@ -107,17 +112,24 @@ def encode_data(data: Mapping[str, Any] | None) -> str:
     anything they would refuse or Python could not send."""
     if data is None:
         return "{}"
-    if not isinstance(data, Mapping):
-        raise BadArgument(f"data must be a JSON object (a dict), got {type(data).__name__}")
+    if type(data) is not dict:
+        if not isinstance(data, Mapping):
+            raise BadArgument(f"data must be a JSON object (a dict), got {type(data).__name__}")
+        data = dict(data)
     depth_max = LIMITS["data_depth_max"]
-    if nested_deeper_than(dict(data), depth_max):
-        raise BadArgument(f"data is nested deeper than {depth_max} levels (data_depth_max)")
     try:
-        text = dumps(dict(data))
+        text = _encode(data)
     except (TypeError, ValueError, RecursionError) as err:
+        if nested_deeper_than(data, depth_max):  # a cycle too: told as too deep
+            raise BadArgument(
+                f"data is nested deeper than {depth_max} levels (data_depth_max)"
+            ) from None
         first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise BadArgument(f"data is not JSON: {first_line}") from None
-    return utf8_text("data", text)
+    # each level of nesting opens a bracket: text with few cannot nest too deep
+    if text.count("{") + text.count("[") > depth_max and nested_deeper_than(data, depth_max):
+        raise BadArgument(f"data is nested deeper than {depth_max} levels (data_depth_max)")
+    return text if text.isascii() else utf8_text("data", text)
 
 
 def epoch_ms(at: Any) -> int:
@@ -126,6 +138,19 @@ def epoch_ms(at: Any) -> int:
             raise BadArgument("at must be a timezone-aware datetime (or epoch seconds)")
         return round(at.timestamp() * 1000)
     return round(check_seconds("at", at) * 1000)
+
+
+_ABSENT = object()
+# Options put.lua takes as these when a spec leaves them out.
+_WIRE_DEFAULTS: dict[str, Any] = {
+    "priority": 0,
+    "retries": config.DEFAULT_RETRIES,
+    "tags": [],
+    "depends": [],
+    "domain": None,
+    "unique_key": None,
+    "tracked": False,
+}
 
 
 @dataclass(frozen=True)
@@ -162,9 +187,11 @@ class JobSpec:
         if isinstance(tags, str) or isinstance(depends, str):
             raise BadArgument("tags and depends must be lists of strings, not one string")
         options: dict[str, Any] = {
-            "jid": jid if jid is not None else secrets.token_hex(16),
-            "priority": check_priority(priority),
-            "retries": check_int("retries", retries, 0, LIMITS["retries_max"]),
+            "jid": jid if jid is not None else os.urandom(16).hex(),  # secrets.token_hex(16)
+            "priority": 0 if priority == 0 and type(priority) is int else check_priority(priority),
+            "retries": retries
+            if type(retries) is int and 0 <= retries <= LIMITS["retries_max"]
+            else check_int("retries", retries, 0, LIMITS["retries_max"]),
             "tags": list(tags),
             "depends": list(depends),
             "domain": domain,
@@ -189,12 +216,19 @@ class JobSpec:
         return cls(check_queue(queue), klass_path(klass), encode_data(data), options)
 
     def to_wire(self) -> list[str]:
-        spec = {"queue": self.queue, "klass": self.klass, **self.options}
+        """[spec JSON, data JSON] for put.lua; options at their default are left
+        out (the script applies the same defaults), so the spec stays short."""
+        spec = {"queue": self.queue, "klass": self.klass}
+        for name, value in self.options.items():
+            if value != _WIRE_DEFAULTS.get(name, _ABSENT):
+                spec[name] = value
         try:
-            text = dumps(spec)
+            text = _encode(spec)
         except (TypeError, ValueError, RecursionError) as err:
             raise BadArgument(f"job options are not JSON: {err}") from None
-        return [utf8_text("the job's options", text), self.data_json]
+        if not text.isascii():
+            utf8_text("the job's options", text)
+        return [text, self.data_json]
 
 
 def complete_options(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from runtime import Client, LeaseLost
@@ -29,6 +31,50 @@ def test_put_stores_the_whole_record_and_a_put_event(client: Client, clock: Froz
     }
     assert data == '{"to":"a@b.c"}'
     assert client.redis.zscore(client.keys.key("tag", tag="vip"), "j1") == clock.now_ms
+
+
+def test_a_spec_giving_every_option_at_its_default_puts_the_same_job(
+    client: Client, clock: FrozenClock
+) -> None:
+    """The client leaves options at their defaults out of a put's spec; a spec
+    that gives them (an older client, a hand-written one) makes the same record."""
+    q = client.queue("emails")
+    short = q.spec("myapp.jobs:send", {"n": 1}, jid="short")
+    assert set(json.loads(short.to_wire()[0])) == {"queue", "klass", "jid"}
+    client.put_many([short])
+    given = {
+        "jid": "given",
+        "klass": "myapp.jobs:send",
+        "queue": "emails",
+        "priority": 0,
+        "retries": 5,
+        "tags": [],
+        "depends": [],
+        "domain": None,
+        "unique_key": None,
+        "unique_for": None,
+        "timeout_s": None,
+        "backoff": None,
+        "by": None,
+        "delay_ms": None,
+        "at_ms": None,
+        "requeue_if_running": False,
+        "tracked": False,
+    }
+    assert json.loads(client.conn.run("put", json.dumps(given), '{"n":1}')) == ["given"]
+    short_meta, short_data = record(client, "short")  # type: ignore[misc]
+    given_meta, given_data = record(client, "given")  # type: ignore[misc]
+    assert short_meta == {
+        "k": "myapp.jobs:send",
+        "q": "emails",
+        "s": "waiting",
+        "r": 5,
+        "m": 5,
+        "o": 1,
+        "h": [{"e": "put", "t": clock.now_ms}],
+    }
+    assert given_meta == {**short_meta, "o": 2}
+    assert short_data == given_data == '{"n":1}'
 
 
 def test_put_pop_heartbeat_complete_timeline(client: Client, clock: FrozenClock) -> None:

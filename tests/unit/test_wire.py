@@ -26,18 +26,35 @@ def test_specs_encode_compact_json_and_keep_data_text() -> None:
     spec = wire.JobSpec.build("q", "a.b:c", {"é": 1}, jid="j", priority=-1, delay=1.5)
     encoded, data = spec.to_wire()
     assert data == '{"é":1}'
+    # options at put.lua's defaults (retries 5, no tags ...) are left out
     assert json.loads(encoded) == {
         "queue": "q",
         "klass": "a.b:c",
         "jid": "j",
         "priority": -1,
-        "retries": 5,
-        "tags": [],
-        "depends": [],
-        "domain": None,
-        "unique_key": None,
-        "tracked": False,
         "delay_ms": 1500,
+    }
+    full = wire.JobSpec.build(
+        "q",
+        "a.b:c",
+        jid="k",
+        retries=0,
+        tags=["t"],
+        depends=["j"],
+        domain="d",
+        unique_key="u",
+        tracked=True,
+    )
+    assert json.loads(full.to_wire()[0]) == {
+        "queue": "q",
+        "klass": "a.b:c",
+        "jid": "k",
+        "retries": 0,
+        "tags": ["t"],
+        "depends": ["j"],
+        "domain": "d",
+        "unique_key": "u",
+        "tracked": True,
     }
 
 

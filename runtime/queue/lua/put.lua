@@ -29,11 +29,14 @@ if #ARGV == 0 or #ARGV % 2 ~= 0 then
   E.bad('put takes pairs of job spec and data')
 end
 local jobs = Create.check(ARGV, 1, now_ms)
-local jids, parents, by_parent = {}, {}, {}
+local jids, parents, by_parent = {}, nil, nil -- the jobs putting them, if any
 for _, job in ipairs(jobs) do
   local jid = Create.job(job, now_us)
   jids[#jids + 1] = jid
   if job.by then
+    if not parents then
+      parents, by_parent = {}, {}
+    end
     if not by_parent[job.by] then
       by_parent[job.by] = {}
       parents[#parents + 1] = job.by
@@ -42,11 +45,13 @@ for _, job in ipairs(jobs) do
   end
 end
 -- the jobs that put them count them in their history (a parent gone is skipped)
-for _, parent in ipairs(parents) do
-  local meta, data = Job.load(parent)
-  if meta then
-    Job.event(parent, meta, now_ms, 'puts', Create.puts_event(by_parent[parent]))
-    Job.save(parent, meta, data)
+if parents then
+  for _, parent in ipairs(parents) do
+    local meta, data = Job.load(parent)
+    if meta then
+      Job.event(parent, meta, now_ms, 'puts', Create.puts_event(by_parent[parent]))
+      Job.save(parent, meta, data)
+    end
   end
 end
 return Json.array(jids)

@@ -4,43 +4,64 @@
 
 local Create = {}
 
-local function optional_number(name, value, lo, hi)
-  value = Check.optional(value)
-  if value == nil then
-    return nil
-  end
-  return Check.number(name, value, lo, hi, true)
-end
+-- No tags, no dependencies: one shared empty list, never written to.
+local NONE = {}
 
 -- The job described by a decoded spec (see put.lua) and its data text; raises BAD_ARG.
+-- Options a spec leaves out cost nothing: their checks run only on values given,
+-- and the job's table is made once, with room for the fields every job has.
 function Create.parse(spec, data, now_ms)
+  local null = cjson.null
+  local jid = Check.token('jid', spec.jid, LIMITS.jid_max)
+  local klass = Check.klass(spec.klass)
+  local queue = Check.queue('queue', spec.queue)
+  local priority, retries, tags, depends = 0, LIMITS.default_retries, NONE, NONE
+  local value = spec.priority
+  if value then -- as `spec.priority or 0`: absent or false is the default
+    priority = Check.int('priority', value, LIMITS.priority_min, LIMITS.priority_max)
+  end
+  value = spec.retries
+  if value then
+    retries = Check.int('retries', value, 0, LIMITS.retries_max)
+  end
+  value = spec.tags
+  if value ~= nil and value ~= null then
+    tags = Check.tokens('tags', value, LIMITS.tag_max, LIMITS.tags_max)
+  end
+  value = spec.depends
+  if value ~= nil and value ~= null then
+    depends = Check.tokens('depends', value, LIMITS.jid_max, LIMITS.depends_max)
+  end
+  local unique_for, timeout_s = spec.unique_for, spec.timeout_s
+  if unique_for == null then
+    unique_for = nil
+  elseif unique_for ~= nil then
+    unique_for = Check.number('unique_for', unique_for, 0, 86400 * 365, true)
+  end
+  if timeout_s == null then
+    timeout_s = nil
+  elseif timeout_s ~= nil then
+    timeout_s = Check.number('timeout_s', timeout_s, 0.001, 86400 * 365, true)
+  end
   local job = {
-    jid = Check.token('jid', spec.jid, LIMITS.jid_max),
-    klass = Check.klass(spec.klass),
-    queue = Check.queue('queue', spec.queue),
-    priority = Check.int('priority', spec.priority or 0, LIMITS.priority_min, LIMITS.priority_max),
-    retries = Check.int('retries', spec.retries or LIMITS.default_retries, 0, LIMITS.retries_max),
-    tags = Check.tokens('tags', Check.optional(spec.tags), LIMITS.tag_max, LIMITS.tags_max),
-    depends = Check.tokens('depends', Check.optional(spec.depends), LIMITS.jid_max,
-      LIMITS.depends_max),
-    domain = Check.optional(spec.domain),
-    unique_key = Check.optional(spec.unique_key),
-    unique_for = optional_number('unique_for', spec.unique_for, 0, 86400 * 365),
-    requeue = spec.requeue_if_running == true,
-    timeout_s = optional_number('timeout_s', spec.timeout_s, 0.001, 86400 * 365),
-    tracked = spec.tracked == true,
-    data = Check.data(data, Config.get('max-data-bytes')),
-    by = Check.optional(spec.by),
+    jid = jid, klass = klass, queue = queue, priority = priority, retries = retries,
+    tags = tags, depends = depends, requeue = spec.requeue_if_running == true,
+    tracked = spec.tracked == true, data = Check.data(data, Config.get('max-data-bytes')),
+    by = nil, -- room for the caller's (Create.check)
   }
-  if job.by ~= nil then
-    Check.token('by', job.by, LIMITS.jid_max)
+  value = spec.by
+  if value ~= nil and value ~= null then
+    job.by = Check.token('by', value, LIMITS.jid_max)
   end
-  if job.domain ~= nil then
-    Check.token('domain', job.domain, LIMITS.domain_max)
+  value = spec.domain
+  if value ~= nil and value ~= null then
+    job.domain = Check.token('domain', value, LIMITS.domain_max)
   end
-  if job.unique_key ~= nil then
-    Check.token('unique_key', job.unique_key, LIMITS.jid_max)
+  value = spec.unique_key
+  if value ~= nil and value ~= null then
+    job.unique_key = Check.token('unique_key', value, LIMITS.jid_max)
   end
+  job.unique_for, job.timeout_s = unique_for, timeout_s
   local delay, at = Check.optional(spec.delay_ms), Check.optional(spec.at_ms)
   if delay ~= nil and at ~= nil then
     E.bad('give delay or at, not both')
@@ -67,7 +88,7 @@ end
 -- the job putting them, if not in their specs. Returns the parsed jobs;
 -- raises BAD_ARG or JOB_EXISTS.
 function Create.check(args, first, now_ms, by)
-  local jobs, in_call = {}, {}
+  local jobs, in_call, depending = {}, {}, false
   for i = first, #args, 2 do
     local job = Create.parse(Json.decode('job spec', args[i]), args[i + 1], now_ms)
     job.by = job.by or by
@@ -76,6 +97,10 @@ function Create.check(args, first, now_ms, by)
     end
     in_call[job.jid] = true
     jobs[#jobs + 1] = job
+    depending = depending or #job.depends > 0
+  end
+  if not depending then -- nothing below to check
+    return jobs
   end
   local by_jid, adding = {}, {}
   for _, job in ipairs(jobs) do
@@ -135,7 +160,9 @@ function Create.job(job, now_us)
   local jid, now_ms = job.jid, Clock.ms(now_us)
   local meta = {
     k = job.klass, q = job.queue, r = job.retries, m = job.retries,
-    h = Job.first_event('put', now_ms, { b = job.by }), -- its queue: meta.q, or the first move's fq
+    -- its queue: meta.q, or the first move's fq
+    h = Job.first_event('put', now_ms, job.by and { b = job.by } or nil),
+    s = nil, d = nil, o = nil, qt = nil, -- room for what Place.enqueue sets (no rehash)
   }
   if job.priority ~= 0 then
     meta.p = job.priority
@@ -159,16 +186,17 @@ function Create.job(job, now_us)
       if not seen[tag] then
         seen[tag] = true
         tags[#tags + 1] = tag
-        redis.call('ZADD', K.tag(tag), now_ms, jid)
+        redis.call('ZADD', K.tag(tag), int(now_ms), jid)
       end
     end
     meta.g = tags
   end
   if job.tracked then
     meta.tr = 1
-    redis.call('ZADD', K.tracked, now_ms, jid)
+    redis.call('ZADD', K.tracked, int(now_ms), jid)
     Job.publish(jid, meta, { e = 'put', t = now_ms })
   end
+  local depending = #job.depends > 0
   for _, dep in ipairs(job.depends) do -- jobs of the same put may not exist yet
     local dep_meta = Job.load(dep)
     if not dep_meta then -- or it was folded into the holder of its unique key
@@ -181,7 +209,9 @@ function Create.job(job, now_us)
     end
   end
   Json.vouch(meta) -- made of checked parts, like its data (Check.data)
-  Place.enqueue(jid, meta, job.data, job.due_ms, now_us, #job.depends > 0)
-  Deps.fail_if_doomed(jid, meta, job.data, now_us)
+  Place.enqueue(jid, meta, job.data, job.due_ms, now_us, depending, now_ms)
+  if depending then
+    Deps.fail_if_doomed(jid, meta, job.data, now_us)
+  end
   return jid
 end

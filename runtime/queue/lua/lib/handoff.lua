@@ -84,23 +84,32 @@ function Handoff.token(queue, at_us)
   end
 end
 
--- Whether the queue has jobs ready to run (waiting, not throttled): its counters
--- (the lanes index is cleaned lazily, by pops).
+-- Whether the queue has jobs ready to run (waiting, not throttled), from its
+-- counters queued and throttled (the lanes index is cleaned lazily, by pops).
+local function counted_ready(queued, throttled)
+  return (tonumber(queued) or 0) - (tonumber(throttled) or 0) > 0
+end
+
 local function ready(queue)
   local c = redis.call('HMGET', K.queue(queue), 'queued', 'throttled')
-  return (tonumber(c[1]) or 0) - (tonumber(c[2]) or 0) > 0
+  return counted_ready(c[1], c[2])
 end
 
 -- Hands the queue's ready jobs to its idle masters, one each; true when ready
 -- jobs are left over. When other masters still wait on the queue, the first
--- lease's end is left as the queue's wake-up token (see the top).
-local function offer(queue, now_us)
+-- lease's end is left as the queue's wake-up token (see the top). `is_ready`:
+-- whether it has ready jobs now (the caller read its counters; a stale
+-- registration changes nothing, a handed job has them counted again).
+local function offer(queue, now_us, is_ready)
   local idle = K.idle(queue)
   local now_ms = Clock.ms(now_us)
   local first_lease_s -- read once a registration is found (a drain meets none)
   local handed, left = false, nil
   for _ = 1, LIMITS.handoff_max do
-    if not ready(queue) then
+    if is_ready == nil then -- a job was handed: count again
+      is_ready = ready(queue)
+    end
+    if not is_ready then
       left = false
       break
     end
@@ -124,7 +133,7 @@ local function offer(queue, now_us)
         break
       end
       redis.call('RPUSH', K.worker_wake(worker), reply)
-      handed = true
+      handed, is_ready = true, nil
     end
   end
   if left == nil then
@@ -148,8 +157,9 @@ at_end(function()
   local now_us = Clock.now_us()
   for queue, why in pairs(woken) do
     local left = true
-    if redis.call('HGET', K.queue(queue), 'paused') ~= '1' then
-      left = offer(queue, now_us)
+    local c = redis.call('HMGET', K.queue(queue), 'queued', 'throttled', 'paused')
+    if c[3] ~= '1' then
+      left = offer(queue, now_us, counted_ready(c[1], c[2]))
     end
     if left or why == 'always' then
       Handoff.token(queue)

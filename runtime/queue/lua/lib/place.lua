@@ -22,8 +22,11 @@
 
 local Place = {}
 local woken, promoted, known = {}, {}, {}
+local written = false -- whether this call wrote any of them (most calls never do)
 per_call(function()
-  woken, promoted, known = {}, {}, {}
+  if written then
+    woken, promoted, known, written = {}, {}, {}, false
+  end
 end)
 
 -- The scheduled-set member of a job: one hex digit saying how many hex digits
@@ -57,13 +60,13 @@ end
 -- (handoff.lua). Nothing happens before every write of the call is done, so a
 -- batch hands out its queue's head in order, whatever it put last.
 function Place.wake(queue)
-  woken[queue] = woken[queue] or 'work'
+  woken[queue], written = woken[queue] or 'work', true
 end
 
 -- Idle masters of the queue must look again even if no job is ready (an
 -- earlier due time, a new recurrence tick, a domain freeing sooner).
 function Place.nudge(queue)
-  woken[queue] = 'always'
+  woken[queue], written = 'always', true
 end
 
 -- The queues woken in this call: {queue = 'work' | 'always'}.
@@ -76,7 +79,7 @@ function Place.promote(queue, now_us)
   if promoted[queue] then
     return
   end
-  promoted[queue] = true
+  promoted[queue], written = true, true
   local key = K.scheduled(queue)
   local bound = int(Clock.ms(now_us) * 1000) -- due times are whole milliseconds
   local members = redis.call('ZRANGEBYSCORE', key, '-inf', bound, 'LIMIT', '0',
@@ -127,19 +130,21 @@ end
 
 -- Puts a job into its queue (meta.q) and saves it: depends while it waits on
 -- other jobs (only looked up when `may_depend`), scheduled while due_ms lies
--- ahead, else waiting.
-function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend)
+-- ahead, else waiting. `put_ms`: its put time, when the caller knows it (a
+-- new job); else its history says.
+function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend, put_ms)
   local queue = meta.q
-  local eligible = math.max(Clock.ms(now_us), due_ms or 0)
-  meta.qt = eligible ~= Job.put_ms(meta) and eligible or nil
+  local now_ms = Clock.ms(now_us)
+  local eligible = (due_ms and due_ms > now_ms) and due_ms or now_ms
+  meta.qt = eligible ~= (put_ms or Job.put_ms(meta)) and eligible or nil
   if not known[queue] then
-    known[queue] = true
-    redis.call('ZADD', K.queues, 'NX', int(Clock.ms(now_us)), queue)
+    known[queue], written = true, true
+    redis.call('ZADD', K.queues, 'NX', int(now_ms), queue)
   end
   if may_depend and redis.call('SCARD', K.deps(jid)) > 0 then
     meta.s, meta.d = DEPENDS, due_ms
     redis.call('SADD', K.depends(queue), jid)
-  elseif due_ms and due_ms > Clock.ms(now_us) then
+  elseif due_ms and due_ms > now_ms then
     meta.s, meta.d = SCHEDULED, due_ms
     meta.o = redis.call('HINCRBY', K.queue(queue), 'sseq', 1) -- put order among equal dues
     local member = scheduled_member(jid, meta.o)

@@ -145,7 +145,12 @@ function Check.int(name, value, lo, hi)
 end
 
 -- A printable token: no blanks, no control characters, 1..max bytes of UTF-8.
+-- Printable ASCII (jids, queue names, tags as a rule) passes with one anchored
+-- run of a one-range class; anything else gets the full check.
 function Check.token(name, value, max)
+  if type(value) == 'string' and #value <= max and string.find(value, '^[!-~]+$') then
+    return value
+  end
   if type(value) ~= 'string' or #value == 0 or #value > max or string.find(value, '[%s%c]')
       or not Text.utf8(value) then
     E.bad(name .. ' must be 1-' .. max .. ' printable characters without blanks, got '
@@ -154,16 +159,42 @@ function Check.token(name, value, max)
   return value
 end
 
+-- Texts a check found good, remembered while the function library stays loaded
+-- (a call by EVALSHA starts afresh): each check is a pure function of its text,
+-- and a deployment has few queues and classes. At most GOOD_MAX of each kind,
+-- then forgotten all at once.
+local GOOD_MAX = 1000
+local function good_set()
+  local set, n = {}, 0
+  return function(value)
+    return set[value] == true
+  end, function(value)
+    if n >= GOOD_MAX then
+      set, n = {}, 0
+    end
+    set[value], n = true, n + 1
+  end
+end
+local good_queue, remember_queue = good_set()
+local good_klass, remember_klass = good_set()
+
 function Check.queue(name, value)
+  if good_queue(value) then
+    return value
+  end
   Check.token(name, value, 128)
   if string.find(value, '[{}:]') then
     E.bad(name .. ' must not contain "{", "}" or ":", got ' .. show(value))
   end
+  remember_queue(value)
   return value
 end
 
 -- "package.module:function" or "package.module.function": dotted identifiers.
 function Check.klass(value)
+  if good_klass(value) then
+    return value
+  end
   if type(value) ~= 'string' or #value > 512 then
     E.bad('klass must be an import path like "package.module:function", got ' .. show(value))
   end
@@ -184,6 +215,7 @@ function Check.klass(value)
   if not ok then
     E.bad('klass must be an import path like "package.module:function", got ' .. show(value))
   end
+  remember_klass(value)
   return value
 end
 
@@ -352,20 +384,28 @@ function Json.object(fields)
   return '{' .. table.concat(parts, ',') .. '}'
 end
 
--- `format` of a number, remembered for the length of a call: a batch writes the
--- same times, counts and scores for every job, and formatting a number costs as
--- much as a Redis command.
-local function remembered(format)
-  local memo = {}
-  per_call(function()
-    memo = {}
-  end)
+-- `format` of a number, remembered: a batch writes the same times, counts and
+-- scores for every job, and formatting a number costs as much as a Redis
+-- command. For the length of a call; with `for_good`, for a format that is a
+-- pure function of the number, while the function library stays loaded (at
+-- most MEMO_MAX numbers, then forgotten at once: no reset paid by every call).
+local MEMO_MAX = 2000
+local function remembered(format, for_good)
+  local memo, count = {}, 0
+  if not for_good then
+    per_call(function()
+      memo, count = {}, 0
+    end)
+  end
   return function(n)
     local text = memo[n]
     if text == nil then
       text = format(n)
       if n == n then -- NaN is no table key
-        memo[n] = text
+        if count >= MEMO_MAX then
+          memo, count = {}, 0
+        end
+        memo[n], count = text, count + 1
       end
     end
     return text
@@ -377,7 +417,7 @@ end
 -- argument with snprintf).
 local int = remembered(function(n)
   return string.format('%d', n)
-end)
+end, true)
 
 -- JSON of a number as cjson writes it (cjson is bound per call, not at load).
 Json.number = remembered(function(n)
