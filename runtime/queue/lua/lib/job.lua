@@ -254,10 +254,15 @@ function Job.split(meta, data)
 end
 
 -- Records the scripts of this server wrote lately, by jid: {raw record, its
--- meta's fields as JSON (without h), h, data, whether a reply may carry it}.
--- A read that finds the very record it remembers (Lua strings are interned,
--- so comparing them compares pointers) decodes only the fields and checks
--- nothing: what the scripts save was checked when read or made. Any other
+-- meta's fields as JSON (without h), h, data, whether a reply may carry it,
+-- the meta itself when the saver was done with it}. A read that finds the
+-- very record it remembers (Lua strings are interned, so comparing them
+-- compares pointers) decodes only the fields and checks nothing: what the
+-- scripts save was checked when read or made. A remembered meta (a pop's, read
+-- next by the completion) is not even decoded: the read takes it, and the
+-- entry goes (its reader changes it). A job that ended is not remembered:
+-- it is read again late, if ever, and would push out records a pop reads
+-- next. Any other
 -- bytes (written by hand, by an earlier version, or by a server that
 -- remembers nothing since a restart or a reload of the library) are read and
 -- checked in full (Job.decode). Two generations of at most
@@ -265,7 +270,7 @@ end
 -- run by EVALSHA (Redis 6.2) remembers nothing from one call to the next.
 local recent, previous, recent_bytes = {}, {}, 0
 
-local function remember(jid, raw, fields, h, data, replyable)
+local function remember(jid, raw, fields, h, data, replyable, meta)
   if #raw > LIMITS.recent_record_max_bytes then
     recent[jid], previous[jid] = nil, nil
     return
@@ -274,7 +279,7 @@ local function remember(jid, raw, fields, h, data, replyable)
   if recent_bytes > LIMITS.recent_records_bytes then
     previous, recent, recent_bytes = recent, {}, 2 * #raw
   end
-  recent[jid] = { raw, fields, h, data, replyable }
+  recent[jid] = { raw, fields, h, data, replyable, meta }
 end
 
 -- The remembered record of `jid` if `raw` is it (and, for a reply, may be
@@ -284,8 +289,13 @@ local function recall(jid, raw, for_reply)
   if not known or known[1] ~= raw or (for_reply and not known[5]) then
     return nil
   end
-  local meta = cjson.decode(known[2])
-  meta.h = known[3]
+  local meta = known[6]
+  if meta then -- taken: whoever reads it next decodes the record
+    recent[jid], previous[jid] = nil, nil
+  else
+    meta = cjson.decode(known[2])
+    meta.h = known[3]
+  end
   if known[5] then
     Json.vouch(meta)
     Json.vouch(known[4])
@@ -390,11 +400,17 @@ function Job.may_drop()
 end
 
 -- Stores the record; returns the meta as encoded, for a reply to reuse.
-function Job.save(jid, meta, data)
+-- `done`: the caller changes the meta no more (the next read may take it).
+function Job.save(jid, meta, data, done)
   local encoded, fields = Job.encode(meta)
   local raw = encoded .. '\n' .. data
   redis.call('HSET', K.jobs, jid, raw)
-  remember(jid, raw, fields, meta.h, data, Json.vouched(meta) and Json.vouched(data))
+  if meta.s == COMPLETE or meta.s == FAILED then
+    recent[jid], previous[jid] = nil, nil
+  else
+    remember(jid, raw, fields, meta.h, data, Json.vouched(meta) and Json.vouched(data),
+      done and meta or nil)
+  end
   return encoded
 end
 
