@@ -493,6 +493,10 @@ end
 -- when given, is more fields already written as JSON (',"name":value...').
 function Job.reply(jid, meta, data, extra, encoded, tail)
   local object, result = Job.split(meta, data)
+  if not (result or extra) then -- a popped job: one string made, not two
+    return '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. (encoded or Job.encode(meta))
+      .. ',"data":' .. object .. (tail or '') .. '}'
+  end
   local text = '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. (encoded or Job.encode(meta))
     .. ',"data":' .. object
   if result then
