@@ -427,6 +427,11 @@ function Job.publish(jid, meta, ev)
   end
 end
 
+-- A text as JSON, made once per call (a batch's events name one worker).
+local quoted = remembered(function(text)
+  return cjson.encode(text)
+end)
+
 -- A history that may hold more than history_max events is at least this long.
 local TRIM_BYTES = LIMITS.history_max * 15 -- {"e":"","t":0},
 
@@ -457,7 +462,12 @@ end
 function Job.append(meta, now_ms, event, fields)
   local ev = fields or {}
   local h = meta.h
-  if h == '' then
+  local w = ev.w
+  if h ~= '' and type(w) == 'string' and next(ev, next(ev)) == nil then
+    -- only a worker (a pop's, a completion's event): written by hand, its
+    -- time formatted once per call (cjson formats every number with %.14g)
+    h = h .. ',{"e":"' .. event .. '","t":' .. int(now_ms) .. ',"w":' .. quoted(w) .. '}'
+  elseif h == '' then
     h = first_event_json(event, now_ms, ev)
   else
     ev.e, ev.t = event, now_ms
