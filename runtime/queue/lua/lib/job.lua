@@ -106,14 +106,21 @@ local function first_event_json(event, t_ms, fields)
   return '{"e":' .. cjson.encode(event) .. ',"t":' .. int(t_ms) .. rest .. '}'
 end
 
--- The meta as stored: cjson's text of its fields, then its history (meta.h,
--- text) last.
-function Job.encode(meta)
+-- The meta's fields as JSON (cjson's text, without h), and that text
+-- without its closing brace: the meta as stored is the latter, then
+-- ',"h":[', its history (meta.h, text) and ']}' (Job.encode).
+local function fields_of(meta)
   local h = meta.h
   meta.h = nil
   local fields = cjson.encode(meta) -- never {}: k, q, r and m are always there
   meta.h = h
-  return string.sub(fields, 1, -2) .. ',"h":[' .. h .. ']}', fields
+  return string.sub(fields, 1, -2), fields
+end
+
+-- The meta as stored: cjson's text of its fields, then its history (meta.h,
+-- text) last.
+function Job.encode(meta)
+  return fields_of(meta) .. ',"h":[' .. meta.h .. ']}'
 end
 
 -- The put time (ms): the time of the first event; 0 when a history written by
@@ -399,11 +406,13 @@ function Job.may_drop()
   return true
 end
 
--- Stores the record; returns the meta as encoded, for a reply to reuse.
--- `done`: the caller changes the meta no more (the next read may take it).
+-- Stores the record; returns the meta's stored text up to its history (see
+-- fields_of), for a reply to reuse (Job.reply). `done`: the caller changes
+-- the meta no more (the next read may take it). The record is made in one
+-- piece: each string Lua makes is hashed whole.
 function Job.save(jid, meta, data, done)
-  local encoded, fields = Job.encode(meta)
-  local raw = encoded .. '\n' .. data
+  local head, fields = fields_of(meta)
+  local raw = head .. ',"h":[' .. meta.h .. ']}\n' .. data
   redis.call('HSET', K.jobs, jid, raw)
   if meta.s == COMPLETE or meta.s == FAILED then
     recent[jid], previous[jid] = nil, nil
@@ -411,7 +420,7 @@ function Job.save(jid, meta, data, done)
     remember(jid, raw, fields, meta.h, data, Json.vouched(meta) and Json.vouched(data),
       done and meta or nil)
   end
-  return encoded
+  return head
 end
 
 -- Events a tracked job publishes on K.events.
@@ -497,17 +506,18 @@ function Job.visible_state(meta)
   return meta.s
 end
 
--- {"jid":..,"meta":{..},"data":{..}} plus any pre-encoded extra fields; `encoded`
--- is the meta already encoded (by Job.save), when at hand.
+-- {"jid":..,"meta":{..},"data":{..}} plus any pre-encoded extra fields; `head`
+-- is what Job.save returned for the meta, when at hand.
 -- Extra field names are the scripts' own identifiers (nothing to escape); `tail`,
 -- when given, is more fields already written as JSON (',"name":value...').
-function Job.reply(jid, meta, data, extra, encoded, tail)
+function Job.reply(jid, meta, data, extra, head, tail)
   local object, result = Job.split(meta, data)
-  if not (result or extra) then -- a popped job: one string made, not two
-    return '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. (encoded or Job.encode(meta))
-      .. ',"data":' .. object .. (tail or '') .. '}'
+  head = head or fields_of(meta)
+  if not (result or extra) then -- a popped job: one string made, not three
+    return '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. head .. ',"h":[' .. meta.h
+      .. ']},"data":' .. object .. (tail or '') .. '}'
   end
-  local text = '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. (encoded or Job.encode(meta))
+  local text = '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. head .. ',"h":[' .. meta.h .. ']}'
     .. ',"data":' .. object
   if result then
     text = text .. ',"result":' .. result

@@ -138,7 +138,7 @@ function Lease.hand(jid, meta, data, worker, seed, now_us, start_us, first_lease
   Job.event(jid, meta, now_ms, 'popped', {
     w = worker, sa = waits and Clock.ms(start_us) or nil, ho = first_lease_s and 1 or nil,
   })
-  local encoded = Job.save(jid, meta, data, true) -- only read below
+  local head = Job.save(jid, meta, data, true) -- only read below
   local extra = ',"lease_ms":' .. int(Config.get('heartbeat', meta.q) * 1000) .. ',"timeout_s":'
     .. Json.number(meta.to or Config.get('timeout', meta.q)) .. ',"expires_us":' .. int(expires_us)
   if waits then
@@ -147,7 +147,7 @@ function Lease.hand(jid, meta, data, worker, seed, now_us, start_us, first_lease
   if first_lease_s then
     extra = extra .. ',"handed":true'
   end
-  return Job.reply(jid, meta, data, nil, encoded, extra)
+  return Job.reply(jid, meta, data, nil, head, extra)
 end
 
 -- The lease expiry (us), or nil when the job is not in its queue's running set.
