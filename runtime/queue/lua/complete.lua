@@ -98,7 +98,8 @@ end
 
 local function finish(jid, meta, data, result_text, note)
   local result, why = Attempt.result(result_text)
-  Job.event(jid, meta, now_ms, 'completed', { w = worker, n = Attempt.note(note, why) })
+  Job.event(jid, meta, now_ms, 'completed',
+    { w = worker, n = (note or why) and Attempt.note(note, why) or nil })
   meta.s, meta.o = COMPLETE, nil
   Stats.enter(jid, meta, now_us)
   Unique.release(jid, meta, meta.uf)
