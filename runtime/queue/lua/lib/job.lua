@@ -265,16 +265,17 @@ end
 -- the meta itself when the saver was done with it}. A read that finds the
 -- very record it remembers (Lua strings are interned, so comparing them
 -- compares pointers) decodes only the fields and checks nothing: what the
--- scripts save was checked when read or made. A remembered meta (a pop's, read
--- next by the completion) is not even decoded: the read takes it, and the
--- entry goes (its reader changes it). A job that ended is not remembered:
--- it is read again late, if ever, and would push out records a pop reads
--- next. Any other
--- bytes (written by hand, by an earlier version, or by a server that
--- remembers nothing since a restart or a reload of the library) are read and
--- checked in full (Job.decode). Two generations of at most
--- recent_records_bytes (counted twice: the record and its parts); a script
--- run by EVALSHA (Redis 6.2) remembers nothing from one call to the next.
+-- scripts save was checked when read or made. A remembered meta (a pop's,
+-- read next by the completion) is not even decoded: the read takes it, and
+-- the entry goes (its reader changes the meta). A job that ended is not
+-- remembered: it is read again late if ever, and would push out the records
+-- pops read next. Any other bytes (written by hand, by an earlier version,
+-- or by a server that remembers nothing since a restart or a reload of the
+-- library) are read and checked in full (Job.decode). Two generations of at
+-- most recent_records_bytes (counted twice: the record and its parts; a meta
+-- taken counts no more, so a drain's own saves push out no backlog); a
+-- script run by EVALSHA (Redis 6.2) remembers nothing from one call to the
+-- next.
 local recent, previous, recent_bytes = {}, {}, 0
 
 local function remember(jid, raw, fields, h, data, replyable, meta)
@@ -298,6 +299,9 @@ local function recall(jid, raw, for_reply)
   end
   local meta = known[6]
   if meta then -- taken: whoever reads it next decodes the record
+    if recent[jid] == known then
+      recent_bytes = recent_bytes - 2 * #raw
+    end
     recent[jid], previous[jid] = nil, nil
   else
     meta = cjson.decode(known[2])
