@@ -107,6 +107,9 @@ end
 -- The entry of (queue, day) this call gathers in: looked up by queue while
 -- the time is the call's (a call has one), so no id is made for each job.
 local last_us, by_queue = nil, {}
+per_call(function()
+  last_us, by_queue = nil, {}
+end)
 
 local function entry(queue, now_us)
   call_us = now_us
