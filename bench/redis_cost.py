@@ -15,7 +15,15 @@ N puts of one job each, counted; then pops of 8 and completions of those 8
 then N more pops alone. A completion's count is the difference. Needs valgrind
 (apt-get install valgrind).
 
+Those records were all written by the server counted, recently, so its scripts
+remember them and read them without checking them again (lib/job.lua). With
+`--backlog B` a third count drains B jobs put beforehand with put_many (pops
+and completions of 8, per job): a backlog larger than the records a server
+remembers (about 10,000 jobs of this size) is read and checked in full, as in
+the headline's drain of 20,000.
+
     .venv/bin/python -m bench.redis_cost 34aab4c HEAD --jobs 1000
+    .venv/bin/python -m bench.redis_cost 34aab4c HEAD --backlog 20000
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from typing import Any
 BATCH = 8  # jobs per pop and per completion, about a master's in a drain
 
 
-def probe(jobs: int) -> dict[str, Any]:
+def probe(jobs: int, backlog: int = 0) -> dict[str, Any]:
     """Runs inside a checkout (cwd): instructions per job, both calls and pops alone."""
     sys.path[0] = os.getcwd()  # the checkout's runtime, not this file's
     import runtime  # noqa: PLC0415 - imported from the checkout, after sys.path is set
@@ -85,11 +93,11 @@ def probe(jobs: int) -> dict[str, Any]:
                     for _ in range(min(500, n - offset))
                 )
 
-        def counted(name: str, complete: bool) -> None:
+        def counted(name: str, complete: bool, n: int = jobs) -> None:
             control("--zero")
             control("--instr=on")
             done = 0
-            while done < jobs:
+            while done < n:
                 leased = q.pop(BATCH, worker="bench-1")
                 if complete:
                     client.leases.complete_many("bench-1", {j.jid: j.token or "" for j in leased})
@@ -110,6 +118,9 @@ def probe(jobs: int) -> dict[str, Any]:
         counted("both", complete=True)
         fill(jobs)
         counted("pop", complete=False)
+        if backlog:
+            fill(backlog)
+            counted("drain", complete=True, n=backlog)
     finally:
         server.terminate()
         server.wait(timeout=60)
@@ -118,18 +129,21 @@ def probe(jobs: int) -> dict[str, Any]:
         text = dump.read_text(errors="replace")
         trigger = next((ln for ln in text.splitlines() if ln.startswith("desc: Trigger")), "")
         total = next((ln for ln in text.splitlines() if ln.startswith("totals:")), "")
-        for name in ("both", "pop", "put"):
+        for name in ("both", "pop", "put", "drain"):
             if trigger.endswith(f"dump {name}") and total:
-                totals[name] = int(total.split()[1]) / jobs
+                totals[name] = int(total.split()[1]) / (backlog if name == "drain" else jobs)
     shutil.rmtree(directory, ignore_errors=True)
     both, pop = totals["both"], totals["pop"]
-    return {
+    counts = {
         "runtime": runtime.__file__,
         "pop": pop,
         "complete": both - pop,
         "both": both,
         "put": totals["put"],
     }
+    if backlog:
+        counts["drain"] = totals["drain"]
+    return counts
 
 
 def _answers(port: int) -> bool:
@@ -146,11 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("old", nargs="?", help="commit or checkout directory")
     parser.add_argument("new", nargs="?", help="commit or checkout directory")
     parser.add_argument("--jobs", type=int, default=1000, help="jobs counted (each way)")
+    parser.add_argument(
+        "--backlog", type=int, default=0, help="also count draining this many jobs put at once"
+    )
     parser.add_argument("--out", type=Path, help="write the counts here as JSON")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
-        print(json.dumps(probe(args.jobs)))
+        print(json.dumps(probe(args.jobs, args.backlog)))
         return 0
     if not (args.old and args.new):
         raise SystemExit("python -m bench.redis_cost OLD NEW: two commits or checkouts")
@@ -164,21 +181,35 @@ def main(argv: list[str] | None = None) -> int:
         trees = {"old": _checkout(args.old, made), "new": _checkout(args.new, made)}
         commits = {side: _git(tree, "rev-parse", "HEAD") for side, tree in trees.items()}
         counts = {
-            side: run_in_checkout(__file__, tree, ["--probe", "--jobs", str(args.jobs)], 1800)
+            side: run_in_checkout(
+                __file__,
+                tree,
+                ["--probe", "--jobs", str(args.jobs), "--backlog", str(args.backlog)],
+                1800 + args.backlog // 10,
+            )
             for side, tree in trees.items()
         }
     finally:
         for path in made:
             _git(Path.cwd(), "worktree", "remove", "--force", str(path))
     if args.out:
-        summary = {"commits": commits, "jobs": args.jobs, "batch": BATCH, "counts": counts}
+        summary = {
+            "commits": commits,
+            "jobs": args.jobs,
+            "backlog": args.backlog,
+            "batch": BATCH,
+            "counts": counts,
+        }
         args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(
         f"OLD {commits['old']}, NEW {commits['new']}: redis-server instructions per job "
-        f"(thousands), pops and completions of {BATCH}, puts of one\n"
+        f"(thousands), pops and completions of {BATCH}, puts of one"
+        + (f"; drain: a backlog of {args.backlog} put with put_many" if args.backlog else "")
+        + "\n"
     )
     print("| call | OLD | NEW | NEW/OLD |\n| --- | ---: | ---: | ---: |")
-    for call in ("pop", "complete", "both", "put"):
+    calls = ("pop", "complete", "both", "put") + (("drain",) if args.backlog else ())
+    for call in calls:
         old, new = counts["old"][call], counts["new"][call]
         print(f"| {call} | {old / 1000:,.1f} | {new / 1000:,.1f} | {new / old:.3f} |")
     return 0

@@ -40,10 +40,13 @@ local now_us = Clock.now_us()
 local now_ms = Clock.ms(now_us)
 local completed = {} -- K.completed's new entries (time us, jid, ...): one ZADD at the end
 
+-- The options of a job sent none (read only, like every options table).
+local NO_OPTIONS = { depends = {}, puts = {} }
+
 -- The options, checked: {next, delay_ms, depends, note, puts (flat spec, data list)}.
 local function options_of(jid, options_json)
   if options_json == '{}' then -- what a master sends for most jobs
-    return { depends = {}, puts = {} }
+    return NO_OPTIONS
   end
   local opts = Json.decode('options', options_json)
   local o = { next = Check.optional(opts.next), delay_ms = Check.optional(opts.delay_ms),
@@ -95,7 +98,8 @@ end
 
 local function finish(jid, meta, data, result_text, note)
   local result, why = Attempt.result(result_text)
-  Job.event(jid, meta, now_ms, 'completed', { w = worker, n = Attempt.note(note, why) })
+  Job.event(jid, meta, now_ms, 'completed',
+    { w = worker, n = (note or why) and Attempt.note(note, why) or nil })
   meta.s, meta.o = COMPLETE, nil
   Stats.enter(jid, meta, now_us)
   Unique.release(jid, meta, meta.uf)

@@ -164,6 +164,12 @@ local wake_in_ms = '-1'
 if wake_at then
   wake_in_ms = string.format('%.3f', math.max(0, wake_at - now_us) / 1000)
 end
-return '{"jobs":[' .. table.concat(out, ',') .. '],"now_us":' .. int(now_us) .. ',"wake_in_ms":'
-  .. wake_in_ms
-  .. ',"refill":' .. Json.array(refill) .. '}'
+-- the reply made in one piece (each string made is hashed whole: a reply's
+-- jobs are its bulk)
+local reply = { '{"jobs":[' }
+for i, job in ipairs(out) do
+  reply[2 * i], reply[2 * i + 1] = job, ','
+end
+reply[2 * #out + (#out > 0 and 1 or 2)] = '],"now_us":' .. int(now_us) .. ',"wake_in_ms":'
+  .. wake_in_ms .. ',"refill":' .. Json.array(refill) .. '}'
+return table.concat(reply)

@@ -106,14 +106,21 @@ local function first_event_json(event, t_ms, fields)
   return '{"e":' .. cjson.encode(event) .. ',"t":' .. int(t_ms) .. rest .. '}'
 end
 
--- The meta as stored: cjson's text of its fields, then its history (meta.h,
--- text) last.
-function Job.encode(meta)
+-- The meta's fields as JSON (cjson's text, without h), and that text
+-- without its closing brace: the meta as stored is the latter, then
+-- ',"h":[', its history (meta.h, text) and ']}' (Job.encode).
+local function fields_of(meta)
   local h = meta.h
   meta.h = nil
   local fields = cjson.encode(meta) -- never {}: k, q, r and m are always there
   meta.h = h
-  return string.sub(fields, 1, -2) .. ',"h":[' .. h .. ']}', fields
+  return string.sub(fields, 1, -2), fields
+end
+
+-- The meta as stored: cjson's text of its fields, then its history (meta.h,
+-- text) last.
+function Job.encode(meta)
+  return fields_of(meta) .. ',"h":[' .. meta.h .. ']}'
 end
 
 -- The put time (ms): the time of the first event; 0 when a history written by
@@ -254,18 +261,24 @@ function Job.split(meta, data)
 end
 
 -- Records the scripts of this server wrote lately, by jid: {raw record, its
--- meta's fields as JSON (without h), h, data, whether a reply may carry it}.
--- A read that finds the very record it remembers (Lua strings are interned,
--- so comparing them compares pointers) decodes only the fields and checks
--- nothing: what the scripts save was checked when read or made. Any other
--- bytes (written by hand, by an earlier version, or by a server that
--- remembers nothing since a restart or a reload of the library) are read and
--- checked in full (Job.decode). Two generations of at most
--- recent_records_bytes (counted twice: the record and its parts); a script
--- run by EVALSHA (Redis 6.2) remembers nothing from one call to the next.
+-- meta's fields as JSON (without h), h, data, whether a reply may carry it,
+-- the meta itself when the saver was done with it}. A read that finds the
+-- very record it remembers (Lua strings are interned, so comparing them
+-- compares pointers) decodes only the fields and checks nothing: what the
+-- scripts save was checked when read or made. A remembered meta (a pop's,
+-- read next by the completion) is not even decoded: the read takes it, and
+-- the entry goes (its reader changes the meta). A job that ended is not
+-- remembered: it is read again late if ever, and would push out the records
+-- pops read next. Any other bytes (written by hand, by an earlier version,
+-- or by a server that remembers nothing since a restart or a reload of the
+-- library) are read and checked in full (Job.decode). Two generations of at
+-- most recent_records_bytes (counted twice: the record and its parts; a meta
+-- taken counts no more, so a drain's own saves push out no backlog); a
+-- script run by EVALSHA (Redis 6.2) remembers nothing from one call to the
+-- next.
 local recent, previous, recent_bytes = {}, {}, 0
 
-local function remember(jid, raw, fields, h, data, replyable)
+local function remember(jid, raw, fields, h, data, replyable, meta)
   if #raw > LIMITS.recent_record_max_bytes then
     recent[jid], previous[jid] = nil, nil
     return
@@ -274,7 +287,7 @@ local function remember(jid, raw, fields, h, data, replyable)
   if recent_bytes > LIMITS.recent_records_bytes then
     previous, recent, recent_bytes = recent, {}, 2 * #raw
   end
-  recent[jid] = { raw, fields, h, data, replyable }
+  recent[jid] = { raw, fields, h, data, replyable, meta }
 end
 
 -- The remembered record of `jid` if `raw` is it (and, for a reply, may be
@@ -284,8 +297,16 @@ local function recall(jid, raw, for_reply)
   if not known or known[1] ~= raw or (for_reply and not known[5]) then
     return nil
   end
-  local meta = cjson.decode(known[2])
-  meta.h = known[3]
+  local meta = known[6]
+  if meta then -- taken: whoever reads it next decodes the record
+    if recent[jid] == known then
+      recent_bytes = recent_bytes - 2 * #raw
+    end
+    recent[jid], previous[jid] = nil, nil
+  else
+    meta = cjson.decode(known[2])
+    meta.h = known[3]
+  end
   if known[5] then
     Json.vouch(meta)
     Json.vouch(known[4])
@@ -389,13 +410,21 @@ function Job.may_drop()
   return true
 end
 
--- Stores the record; returns the meta as encoded, for a reply to reuse.
-function Job.save(jid, meta, data)
-  local encoded, fields = Job.encode(meta)
-  local raw = encoded .. '\n' .. data
+-- Stores the record; returns the meta's stored text up to its history (see
+-- fields_of), for a reply to reuse (Job.reply). `done`: the caller changes
+-- the meta no more (the next read may take it). The record is made in one
+-- piece: each string Lua makes is hashed whole.
+function Job.save(jid, meta, data, done)
+  local head, fields = fields_of(meta)
+  local raw = head .. ',"h":[' .. meta.h .. ']}\n' .. data
   redis.call('HSET', K.jobs, jid, raw)
-  remember(jid, raw, fields, meta.h, data, Json.vouched(meta) and Json.vouched(data))
-  return encoded
+  if meta.s == COMPLETE or meta.s == FAILED then
+    recent[jid], previous[jid] = nil, nil
+  else
+    remember(jid, raw, fields, meta.h, data, Json.vouched(meta) and Json.vouched(data),
+      done and meta or nil)
+  end
+  return head
 end
 
 -- Events a tracked job publishes on K.events.
@@ -410,6 +439,11 @@ function Job.publish(jid, meta, ev)
     redis.call('PUBLISH', K.events, cjson.encode(message))
   end
 end
+
+-- A text as JSON, made once per call (a batch's events name one worker).
+local quoted = remembered(function(text)
+  return cjson.encode(text)
+end)
 
 -- A history that may hold more than history_max events is at least this long.
 local TRIM_BYTES = LIMITS.history_max * 15 -- {"e":"","t":0},
@@ -441,7 +475,12 @@ end
 function Job.append(meta, now_ms, event, fields)
   local ev = fields or {}
   local h = meta.h
-  if h == '' then
+  local w = ev.w
+  if h ~= '' and type(w) == 'string' and next(ev, next(ev)) == nil then
+    -- only a worker (a pop's, a completion's event): written by hand, its
+    -- time formatted once per call (cjson formats every number with %.14g)
+    h = h .. ',{"e":"' .. event .. '","t":' .. int(now_ms) .. ',"w":' .. quoted(w) .. '}'
+  elseif h == '' then
     h = first_event_json(event, now_ms, ev)
   else
     ev.e, ev.t = event, now_ms
@@ -471,13 +510,18 @@ function Job.visible_state(meta)
   return meta.s
 end
 
--- {"jid":..,"meta":{..},"data":{..}} plus any pre-encoded extra fields; `encoded`
--- is the meta already encoded (by Job.save), when at hand.
+-- {"jid":..,"meta":{..},"data":{..}} plus any pre-encoded extra fields; `head`
+-- is what Job.save returned for the meta, when at hand.
 -- Extra field names are the scripts' own identifiers (nothing to escape); `tail`,
 -- when given, is more fields already written as JSON (',"name":value...').
-function Job.reply(jid, meta, data, extra, encoded, tail)
+function Job.reply(jid, meta, data, extra, head, tail)
   local object, result = Job.split(meta, data)
-  local text = '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. (encoded or Job.encode(meta))
+  head = head or fields_of(meta)
+  if not (result or extra) then -- a popped job: one string made, not three
+    return '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. head .. ',"h":[' .. meta.h
+      .. ']},"data":' .. object .. (tail or '') .. '}'
+  end
+  local text = '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. head .. ',"h":[' .. meta.h .. ']}'
     .. ',"data":' .. object
   if result then
     text = text .. ',"result":' .. result

@@ -124,6 +124,14 @@ function Lease.grant(jid, meta, worker, seed, now_us, lease_s)
   return expires_us
 end
 
+-- The lease fields of a reply, made once per call and queue for the jobs
+-- that have no timeout of their own and were not handed (their lease is the
+-- queue's, from the call's time): queue -> text.
+local lease_fields = {}
+per_call(function()
+  lease_fields = {}
+end)
+
 -- Leases a job taken from its queue to `worker` and returns its reply (JSON):
 -- {"jid", "meta", "data", "lease_ms", "timeout_s", "expires_us"[, "start_in_us"]
 -- [, "handed": true]}. lease_ms is the queue's heartbeat (how often the holder
@@ -138,16 +146,24 @@ function Lease.hand(jid, meta, data, worker, seed, now_us, start_us, first_lease
   Job.event(jid, meta, now_ms, 'popped', {
     w = worker, sa = waits and Clock.ms(start_us) or nil, ho = first_lease_s and 1 or nil,
   })
-  local encoded = Job.save(jid, meta, data)
-  local extra = ',"lease_ms":' .. int(Config.get('heartbeat', meta.q) * 1000) .. ',"timeout_s":'
-    .. Json.number(meta.to or Config.get('timeout', meta.q)) .. ',"expires_us":' .. int(expires_us)
+  local head = Job.save(jid, meta, data, true) -- only read below
+  local shared = not (meta.to or first_lease_s)
+  local extra = shared and lease_fields[meta.q]
+  if not extra then
+    extra = ',"lease_ms":' .. int(Config.get('heartbeat', meta.q) * 1000) .. ',"timeout_s":'
+      .. Json.number(meta.to or Config.get('timeout', meta.q)) .. ',"expires_us":'
+      .. int(expires_us)
+    if shared then
+      lease_fields[meta.q] = extra
+    end
+  end
   if waits then
     extra = extra .. ',"start_in_us":' .. int(start_us - now_us)
   end
   if first_lease_s then
     extra = extra .. ',"handed":true'
   end
-  return Job.reply(jid, meta, data, nil, encoded, extra)
+  return Job.reply(jid, meta, data, nil, head, extra)
 end
 
 -- The lease expiry (us), or nil when the job is not in its queue's running set.
