@@ -1,6 +1,7 @@
 """`python -m bench.redis_cost OLD NEW`: what a job costs inside Redis, counted, not
 timed: the instructions redis-server executes (valgrind's callgrind) per job for
-a pop and a completion of jobs in batches of 8, as a master makes them, and for
+a pop and a completion of jobs in batches of 8, as a master makes them in a drain
+(`--batch 1`: one job a call, as `--prefetch 0 --pipeline 0` makes them), and for
 a put of one job, as an application makes it, for two versions of runtime.
 Counts do not depend on what else the host is doing, so two versions differ by a
 percent or two, not by the noise of a shared machine; they count work, not time
@@ -16,6 +17,7 @@ then N more pops alone. A completion's count is the difference. Needs valgrind
 (apt-get install valgrind).
 
     .venv/bin/python -m bench.redis_cost 34aab4c HEAD --jobs 1000
+    .venv/bin/python -m bench.redis_cost 34aab4c HEAD --jobs 1000 --batch 1
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-BATCH = 8  # jobs per pop and per completion, about a master's in a drain
+BATCH = 8  # jobs per pop and per completion by default, about a master's in a drain
 
 
-def probe(jobs: int) -> dict[str, Any]:
+def probe(jobs: int, batch: int = BATCH) -> dict[str, Any]:
     """Runs inside a checkout (cwd): instructions per job, both calls and pops alone."""
     sys.path[0] = os.getcwd()  # the checkout's runtime, not this file's
     import runtime  # noqa: PLC0415 - imported from the checkout, after sys.path is set
@@ -90,7 +92,7 @@ def probe(jobs: int) -> dict[str, Any]:
             control("--instr=on")
             done = 0
             while done < jobs:
-                leased = q.pop(BATCH, worker="bench-1")
+                leased = q.pop(batch, worker="bench-1")
                 if complete:
                     client.leases.complete_many("bench-1", {j.jid: j.token or "" for j in leased})
                 done += len(leased)
@@ -103,9 +105,9 @@ def probe(jobs: int) -> dict[str, Any]:
             q.put("bench.jobs:noop", {"payload": "x" * 85})
         control("--instr=off")
         control("--dump=put")
-        fill(10 * BATCH)
+        fill(10 * batch)
         for _ in range(10):  # warm: the library loaded, the keys made
-            leased = q.pop(BATCH, worker="bench-1")
+            leased = q.pop(batch, worker="bench-1")
             client.leases.complete_many("bench-1", {j.jid: j.token or "" for j in leased})
         counted("both", complete=True)
         fill(jobs)
@@ -146,11 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("old", nargs="?", help="commit or checkout directory")
     parser.add_argument("new", nargs="?", help="commit or checkout directory")
     parser.add_argument("--jobs", type=int, default=1000, help="jobs counted (each way)")
+    parser.add_argument("--batch", type=int, default=BATCH, help="jobs per pop and completion")
     parser.add_argument("--out", type=Path, help="write the counts here as JSON")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
-        print(json.dumps(probe(args.jobs)))
+        print(json.dumps(probe(args.jobs, args.batch)))
         return 0
     if not (args.old and args.new):
         raise SystemExit("python -m bench.redis_cost OLD NEW: two commits or checkouts")
@@ -164,18 +167,23 @@ def main(argv: list[str] | None = None) -> int:
         trees = {"old": _checkout(args.old, made), "new": _checkout(args.new, made)}
         commits = {side: _git(tree, "rev-parse", "HEAD") for side, tree in trees.items()}
         counts = {
-            side: run_in_checkout(__file__, tree, ["--probe", "--jobs", str(args.jobs)], 1800)
+            side: run_in_checkout(
+                __file__,
+                tree,
+                ["--probe", "--jobs", str(args.jobs), "--batch", str(args.batch)],
+                1800,
+            )
             for side, tree in trees.items()
         }
     finally:
         for path in made:
             _git(Path.cwd(), "worktree", "remove", "--force", str(path))
     if args.out:
-        summary = {"commits": commits, "jobs": args.jobs, "batch": BATCH, "counts": counts}
+        summary = {"commits": commits, "jobs": args.jobs, "batch": args.batch, "counts": counts}
         args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(
         f"OLD {commits['old']}, NEW {commits['new']}: redis-server instructions per job "
-        f"(thousands), pops and completions of {BATCH}, puts of one\n"
+        f"(thousands), pops and completions of {args.batch}, puts of one\n"
     )
     print("| call | OLD | NEW | NEW/OLD |\n| --- | ---: | ---: | ---: |")
     for call in ("pop", "complete", "both", "put"):
