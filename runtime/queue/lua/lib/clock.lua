@@ -8,13 +8,10 @@
 -- operation, then what runs at its end: handoff.lua) see one time.
 
 local Clock = {}
-local now -- this call's time (us), once read
-per_call(function()
-  now = nil
-end)
+local now, now_call -- the time (us) read by call number now_call (CALL)
 
 function Clock.now_us()
-  if now then
+  if now_call == CALL then
     return now
   end
   local frozen = redis.call('GET', K.test_clock)
@@ -24,6 +21,7 @@ function Clock.now_us()
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
+  now_call = CALL
   return now
 end
 

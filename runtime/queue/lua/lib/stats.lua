@@ -42,11 +42,10 @@
 -- once per index and call (a ZADD per job was a tenth of a completion's cost).
 
 local Stats = {}
-local pending = {} -- "queue\0day" -> {queue, day, times = {what -> {n, mean, m2}}, hist, counts}
+-- "queue\0day" -> {queue, day, times = {what -> {n, mean, m2}}, hist, counts}, gathered
+-- by call number pending_call (CALL), not yet written
+local pending, pending_call = {}, 0
 local call_us -- the time of the call's observations (a call has one)
-per_call(function()
-  pending, call_us = {}, nil
-end)
 
 -- The bucket of a time: its unit and lower bound (the name is unit .. bound).
 local function bucket(seconds)
@@ -105,6 +104,9 @@ local function moments_of(what)
 end
 
 local function entry(queue, now_us)
+  if pending_call ~= CALL then
+    pending, pending_call = {}, CALL
+  end
   call_us = now_us
   local day = math.floor(now_us / 86400000000)
   local id = queue .. '\0' .. day
@@ -169,6 +171,9 @@ end
 
 -- Writes what this call gathered. Every script that records calls this last.
 function Stats.flush()
+  if pending_call ~= CALL then -- nothing gathered since the last flush
+    return
+  end
   local completed, failed = 0, 0
   for _, id in ipairs(pending) do
     local e = pending[id]
@@ -198,7 +203,7 @@ function Stats.flush()
     failed = failed + (totals['total:failed'] or 0)
   end
   count_minute(completed, failed, call_us)
-  pending = {}
+  pending_call = 0 -- written
 end
 
 -- The index of a queue that lists jobs in `state` (complete, failed), or nil.
@@ -212,12 +217,13 @@ local function index_of(state, queue)
 end
 
 -- Entries for the indexes, gathered for the length of a call and written with one
--- ZADD per index when the call's operation is done (at_end): index -> {jid -> ms}.
-local entering = {}
-per_call(function()
-  entering = {}
-end)
+-- ZADD per index when the call's operation is done (at_end): index -> {jid -> ms},
+-- gathered by call number entering_call (CALL).
+local entering, entering_call = {}, 0
 at_end(function()
+  if entering_call ~= CALL then
+    return
+  end
   for index, jids in pairs(entering) do
     local args = {}
     for jid, ms in pairs(jids) do
@@ -228,7 +234,7 @@ at_end(function()
       redis.call('ZADD', index, unpack(args))
     end
   end
-  entering = {}
+  entering_call = 0
 end)
 
 -- The job just became complete or failed (meta.s and meta.q say where): it is
@@ -236,6 +242,9 @@ end)
 function Stats.enter(jid, meta, now_us)
   local index = index_of(meta.s, meta.q)
   if index then
+    if entering_call ~= CALL then
+      entering, entering_call = {}, CALL
+    end
     local jids = entering[index]
     if not jids then
       jids = {}
@@ -249,7 +258,7 @@ end
 function Stats.leave(jid, meta)
   local index = index_of(meta.s, meta.q)
   if index then
-    if entering[index] then
+    if entering_call == CALL and entering[index] then
       entering[index][jid] = nil
     end
     redis.call('ZREM', index, jid)
