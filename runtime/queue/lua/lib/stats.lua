@@ -1,7 +1,8 @@
 -- stats.lua: what is known of a queue beyond its jobs: statistics per UTC day,
 -- totals, the indexes of its complete and failed jobs, and its counts.
 --
--- Statistics (K.stats(queue, day), expires after stats_days): how long jobs
+-- Statistics (K.stats(queue, day), expires stats_days after the last call that
+-- made a field of it, as a rule its first: Stats.flush): how long jobs
 -- waited (popped - eligible) and ran (completed - popped), in seconds: count,
 -- mean and M2 (fields wait:n, wait:mean, wait:m2; Welford: variance is
 -- M2 / (n - 1)), and a histogram, one field per bucket (wait:hist:ms250 ...),
@@ -170,6 +171,9 @@ local function count_minute(completed, failed, now_us)
 end
 
 -- Writes what this call gathered. Every script that records calls this last.
+-- The day's EXPIRE is set by a call that made a field of it (so by the call
+-- that made the key: stats_days from then), not by every call: an EXPIRE costs
+-- as much as an HINCRBY (a write, an AOF entry).
 function Stats.flush()
   if pending_call ~= CALL then -- nothing gathered since the last flush
     return
@@ -178,9 +182,11 @@ function Stats.flush()
   for _, id in ipairs(pending) do
     local e = pending[id]
     local key = K.stats(e.queue, e.day)
+    local new = false
     for what, b in pairs(e.times) do
       local f = moments_of(what)
       local v = redis.call('HMGET', key, f[1], f[2], f[3])
+      new = new or not v[1]
       local n, mean, m2 = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
       local total = n + b.n
       local delta = b.mean - mean
@@ -188,13 +194,16 @@ function Stats.flush()
       local merged_m2 = m2 + b.m2 + delta * delta * n * b.n / total
       redis.call('HSET', key, f[1], int(total), f[2], num(merged_mean), f[3], num(merged_m2))
     end
-    for field, n in pairs(e.hist) do
-      redis.call('HINCRBY', key, field, int(n))
+    for _, counted in ipairs({ e.hist, e.counts }) do
+      for field, n in pairs(counted) do
+        if redis.call('HINCRBY', key, field, int(n)) == n then
+          new = true
+        end
+      end
     end
-    for field, n in pairs(e.counts) do
-      redis.call('HINCRBY', key, field, int(n))
+    if new then
+      redis.call('EXPIRE', key, int(LIMITS.stats_days * 86400))
     end
-    redis.call('EXPIRE', key, int(LIMITS.stats_days * 86400))
     local totals = totals_of(e)
     for field, n in pairs(totals) do
       redis.call('HINCRBY', K.queue(e.queue), field, int(n))
