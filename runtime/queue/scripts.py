@@ -65,8 +65,8 @@ T = TypeVar("T")
 # Library files, in the order they are prepended (each uses only earlier ones).
 LIBRARY = (
     "util",
-    "clock",
     "config",
+    "clock",
     "job",
     "attempt",
     "wait",
