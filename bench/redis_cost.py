@@ -1,6 +1,7 @@
 """`python -m bench.redis_cost OLD NEW`: what a job costs inside Redis, counted, not
 timed: the instructions redis-server executes (valgrind's callgrind) per job for
-a pop and a completion of jobs in batches of 8, as a master makes them, and for
+a pop and a completion of jobs in batches of 8, as a master makes them in a drain
+(`--batch 1`: one job a call, as `--prefetch 0 --pipeline 0` makes them), and for
 a put of one job, as an application makes it, for two versions of runtime.
 Counts do not depend on what else the host is doing, so two versions differ by a
 percent or two, not by the noise of a shared machine; they count work, not time
@@ -23,6 +24,7 @@ remembers (about 10,000 jobs of this size) is read and checked in full, as in
 the headline's drain of 20,000.
 
     .venv/bin/python -m bench.redis_cost 34aab4c HEAD --jobs 1000
+    .venv/bin/python -m bench.redis_cost 34aab4c HEAD --jobs 1000 --batch 1
     .venv/bin/python -m bench.redis_cost 34aab4c HEAD --backlog 20000
 """
 
@@ -40,10 +42,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-BATCH = 8  # jobs per pop and per completion, about a master's in a drain
+BATCH = 8  # jobs per pop and per completion by default, about a master's in a drain
 
 
-def probe(jobs: int, backlog: int = 0) -> dict[str, Any]:
+def probe(jobs: int, backlog: int = 0, batch: int = BATCH) -> dict[str, Any]:
     """Runs inside a checkout (cwd): instructions per job, both calls and pops alone."""
     sys.path[0] = os.getcwd()  # the checkout's runtime, not this file's
     import runtime  # noqa: PLC0415 - imported from the checkout, after sys.path is set
@@ -98,7 +100,7 @@ def probe(jobs: int, backlog: int = 0) -> dict[str, Any]:
             control("--instr=on")
             done = 0
             while done < n:
-                leased = q.pop(BATCH, worker="bench-1")
+                leased = q.pop(batch, worker="bench-1")
                 if complete:
                     client.leases.complete_many("bench-1", {j.jid: j.token or "" for j in leased})
                 done += len(leased)
@@ -111,9 +113,9 @@ def probe(jobs: int, backlog: int = 0) -> dict[str, Any]:
             q.put("bench.jobs:noop", {"payload": "x" * 85})
         control("--instr=off")
         control("--dump=put")
-        fill(10 * BATCH)
+        fill(10 * batch)
         for _ in range(10):  # warm: the library loaded, the keys made
-            leased = q.pop(BATCH, worker="bench-1")
+            leased = q.pop(batch, worker="bench-1")
             client.leases.complete_many("bench-1", {j.jid: j.token or "" for j in leased})
         counted("both", complete=True)
         fill(jobs)
@@ -164,10 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         "--backlog", type=int, default=0, help="also count draining this many jobs put at once"
     )
     parser.add_argument("--out", type=Path, help="write the counts here as JSON")
+    parser.add_argument("--batch", type=int, default=BATCH, help="jobs per pop and completion")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
-        print(json.dumps(probe(args.jobs, args.backlog)))
+        print(json.dumps(probe(args.jobs, args.backlog, args.batch)))
         return 0
     if not (args.old and args.new):
         raise SystemExit("python -m bench.redis_cost OLD NEW: two commits or checkouts")
@@ -184,7 +187,15 @@ def main(argv: list[str] | None = None) -> int:
             side: run_in_checkout(
                 __file__,
                 tree,
-                ["--probe", "--jobs", str(args.jobs), "--backlog", str(args.backlog)],
+                [
+                    "--probe",
+                    "--jobs",
+                    str(args.jobs),
+                    "--backlog",
+                    str(args.backlog),
+                    "--batch",
+                    str(args.batch),
+                ],
                 1800 + args.backlog // 10,
             )
             for side, tree in trees.items()
@@ -197,13 +208,13 @@ def main(argv: list[str] | None = None) -> int:
             "commits": commits,
             "jobs": args.jobs,
             "backlog": args.backlog,
-            "batch": BATCH,
+            "batch": args.batch,
             "counts": counts,
         }
         args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(
         f"OLD {commits['old']}, NEW {commits['new']}: redis-server instructions per job "
-        f"(thousands), pops and completions of {BATCH}, puts of one"
+        f"(thousands), pops and completions of {args.batch}, puts of one"
         + (f"; drain: a backlog of {args.backlog} put with put_many" if args.backlog else "")
         + "\n"
     )

@@ -63,7 +63,8 @@ Key schema (the kind of each key in brackets):
     grace                    [hash]  post-outage grace window (lua/lib/lease.lua): from_us,
                                      resumed_us, until_us, prev_from_us, prev_resumed_us,
                                      worker; written by resumed.lua, expires at until_us
-    test-clock               [string] frozen time (us); set only by tests
+    test-clock               [string] frozen time (us); set only by tests, read only while
+                                     the config hash has the field test-clock
 """
 
 from __future__ import annotations

@@ -14,7 +14,11 @@ Two ways to run them, the same Lua either way:
   code, so masters of two versions can share a server). The library is defined
   once per server, not once per call: a call skips re-running the ~50 KB
   library, about 25 us of a 45 us pop. State a library keeps for the length of
-  one call registers a reset with `per_call` (run at the start of every call);
+  one call is tagged with the call it belongs to (`CALL`, counted by every
+  call's start: state of another call is stale, and made afresh when first
+  used), or registers a reset with `per_call` (run at the start of every call:
+  a hook costs a call about a thousand instructions, so only what must be
+  undone at once, like cjson's settings);
   work that must follow all of a call's writes registers with `at_end` (run
   after an operation succeeded, before its reply goes out).
 * EVALSHA of one script per operation: Redis 6.2, and users whose ACL lacks
@@ -61,8 +65,8 @@ T = TypeVar("T")
 # Library files, in the order they are prepended (each uses only earlier ones).
 LIBRARY = (
     "util",
-    "clock",
     "config",
+    "clock",
     "job",
     "attempt",
     "wait",
@@ -154,6 +158,7 @@ def _prelude(library: bool) -> str:
             bind,
             "  __bound = ns",
             "end",
+            "local CALL = 0 -- this call's number: state tagged with another is stale",
             "local PER_CALL = {}",
             "local function per_call(reset)",
             "  PER_CALL[#PER_CALL + 1] = reset",
@@ -163,6 +168,7 @@ def _prelude(library: bool) -> str:
             f"    {captured} = {', '.join('_G.' + name for name in _CAPTURED)}",
             "  end",
             "  __bind(ns)",
+            "  CALL = CALL + 1",
             "  for i = 1, #PER_CALL do",
             "    PER_CALL[i]()",
             "  end",

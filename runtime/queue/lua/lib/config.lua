@@ -5,14 +5,11 @@
 -- read once per script call.
 
 local Config = {}
-local config_values
-per_call(function()
-  config_values = nil
-end)
+local config_values, values_call -- read by call number values_call (CALL)
 
 local function values()
-  if not config_values then
-    config_values = {}
+  if values_call ~= CALL then
+    config_values, values_call = {}, CALL
     local flat = redis.call('HGETALL', K.config)
     for i = 1, #flat, 2 do
       config_values[flat[i]] = tonumber(flat[i + 1])

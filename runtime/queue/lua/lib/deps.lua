@@ -14,10 +14,7 @@
 -- once the same way (Deps.fail_if_doomed).
 
 local Deps = {}
-local examined = 0 -- dependents the walks of this call examined
-per_call(function()
-  examined = 0
-end)
+local examined, examined_call = 0, 0 -- dependents the walks of call examined_call examined
 
 -- True when `jid` is reachable from any of `starts` along deps edges (so making
 -- jid wait on them would close a cycle). Walks at most graph_max jobs.
@@ -117,6 +114,9 @@ local function walk(todo, visit)
     local parent, why = todo[i], todo[i + 1]
     i = i + 2
     for _, other in ipairs(redis.call('SMEMBERS', K.dependents(parent))) do
+      if examined_call ~= CALL then
+        examined, examined_call = 0, CALL
+      end
       if examined >= LIMITS.graph_max then
         return
       end

@@ -17,13 +17,13 @@
 -- start, and lanes throttled under the old default keep their free time.
 
 local Domains = {}
-local limit_memo = {}
-per_call(function()
-  limit_memo = {}
-end)
+local limit_memo, memo_call = {}, 0 -- the limits read by call number memo_call (CALL)
 
 -- {interval = us, tau = us} for a limited domain, or false.
 function Domains.limit(domain)
+  if memo_call ~= CALL then
+    limit_memo, memo_call = {}, CALL
+  end
   local memo = limit_memo[domain]
   if memo ~= nil then
     return memo

@@ -1,7 +1,8 @@
 -- stats.lua: what is known of a queue beyond its jobs: statistics per UTC day,
 -- totals, the indexes of its complete and failed jobs, and its counts.
 --
--- Statistics (K.stats(queue, day), expires after stats_days): how long jobs
+-- Statistics (K.stats(queue, day), expires stats_days after the last call that
+-- made a field of it, as a rule its first: Stats.flush): how long jobs
 -- waited (popped - eligible) and ran (completed - popped), in seconds: count,
 -- mean and M2 (fields wait:n, wait:mean, wait:m2; Welford: variance is
 -- M2 / (n - 1)), and a histogram, one field per bucket (wait:hist:ms250 ...),
@@ -42,11 +43,10 @@
 -- once per index and call (a ZADD per job was a tenth of a completion's cost).
 
 local Stats = {}
-local pending = {} -- "queue\0day" -> {queue, day, times = {what -> {n, mean, m2}}, hist, counts}
+-- "queue\0day" -> {queue, day, times = {what -> {n, mean, m2}}, hist, counts}, gathered
+-- by call number pending_call (CALL), not yet written
+local pending, pending_call = {}, 0
 local call_us -- the time of the call's observations (a call has one)
-per_call(function()
-  pending, call_us = {}, nil
-end)
 
 -- The bucket of a time: its unit and lower bound (the name is unit .. bound).
 local function bucket(seconds)
@@ -112,6 +112,9 @@ per_call(function()
 end)
 
 local function entry(queue, now_us)
+  if pending_call ~= CALL then
+    pending, pending_call = {}, CALL
+  end
   call_us = now_us
   if now_us == last_us then
     local known = by_queue[queue]
@@ -184,14 +187,22 @@ local function count_minute(completed, failed, now_us)
 end
 
 -- Writes what this call gathered. Every script that records calls this last.
+-- The day's EXPIRE is set by a call that made a field of it (so by the call
+-- that made the key: stats_days from then), not by every call: an EXPIRE costs
+-- as much as an HINCRBY (a write, an AOF entry).
 function Stats.flush()
+  if pending_call ~= CALL then -- nothing gathered since the last flush
+    return
+  end
   local completed, failed = 0, 0
   for _, id in ipairs(pending) do
     local e = pending[id]
     local key = K.stats(e.queue, e.day)
+    local new = false
     for what, b in pairs(e.times) do
       local f = moments_of(what)
       local v = redis.call('HMGET', key, f[1], f[2], f[3])
+      new = new or not v[1]
       local n, mean, m2 = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
       local total = n + b.n
       local delta = b.mean - mean
@@ -199,13 +210,16 @@ function Stats.flush()
       local merged_m2 = m2 + b.m2 + delta * delta * n * b.n / total
       redis.call('HSET', key, f[1], int(total), f[2], num(merged_mean), f[3], num(merged_m2))
     end
-    for field, n in pairs(e.hist) do
-      redis.call('HINCRBY', key, field, int(n))
+    for _, counted in ipairs({ e.hist, e.counts }) do
+      for field, n in pairs(counted) do
+        if redis.call('HINCRBY', key, field, int(n)) == n then
+          new = true
+        end
+      end
     end
-    for field, n in pairs(e.counts) do
-      redis.call('HINCRBY', key, field, int(n))
+    if new then
+      redis.call('EXPIRE', key, int(LIMITS.stats_days * 86400))
     end
-    redis.call('EXPIRE', key, int(LIMITS.stats_days * 86400))
     local totals = totals_of(e)
     for field, n in pairs(totals) do
       redis.call('HINCRBY', K.queue(e.queue), field, int(n))
@@ -214,7 +228,7 @@ function Stats.flush()
     failed = failed + (totals['total:failed'] or 0)
   end
   count_minute(completed, failed, call_us)
-  pending = {}
+  pending_call = 0 -- written
 end
 
 -- The index of a queue that lists jobs in `state` (complete, failed), or nil.
@@ -228,12 +242,13 @@ local function index_of(state, queue)
 end
 
 -- Entries for the indexes, gathered for the length of a call and written with one
--- ZADD per index when the call's operation is done (at_end): index -> {jid -> ms}.
-local entering = {}
-per_call(function()
-  entering = {}
-end)
+-- ZADD per index when the call's operation is done (at_end): index -> {jid -> ms},
+-- gathered by call number entering_call (CALL).
+local entering, entering_call = {}, 0
 at_end(function()
+  if entering_call ~= CALL then
+    return
+  end
   for index, jids in pairs(entering) do
     local args = {}
     for jid, ms in pairs(jids) do
@@ -244,7 +259,7 @@ at_end(function()
       redis.call('ZADD', index, unpack(args))
     end
   end
-  entering = {}
+  entering_call = 0
 end)
 
 -- The job just became complete or failed (meta.s and meta.q say where): it is
@@ -252,6 +267,9 @@ end)
 function Stats.enter(jid, meta, now_us)
   local index = index_of(meta.s, meta.q)
   if index then
+    if entering_call ~= CALL then
+      entering, entering_call = {}, CALL
+    end
     local jids = entering[index]
     if not jids then
       jids = {}
@@ -265,7 +283,7 @@ end
 function Stats.leave(jid, meta)
   local index = index_of(meta.s, meta.q)
   if index then
-    if entering[index] then
+    if entering_call == CALL and entering[index] then
       entering[index][jid] = nil
     end
     redis.call('ZREM', index, jid)

@@ -346,17 +346,17 @@ end
 -- (Check.data) or read for a reply, metas so read or made by the scripts.
 -- A record saved from a vouched meta and data needs no check to be replied
 -- (Job.save remembers it so).
-local vouched = {}
-per_call(function()
-  vouched = {}
-end)
+local vouched, vouched_call = {}, 0 -- made by call number vouched_call (CALL)
 
 function Json.vouch(value)
+  if vouched_call ~= CALL then
+    vouched, vouched_call = {}, CALL
+  end
   vouched[value] = true
 end
 
 function Json.vouched(value)
-  return vouched[value] == true
+  return vouched_call == CALL and vouched[value] == true
 end
 
 function Json.decode(name, text)
@@ -386,18 +386,16 @@ end
 
 -- `format` of a number, remembered: a batch writes the same times, counts and
 -- scores for every job, and formatting a number costs as much as a Redis
--- command. For the length of a call; with `for_good`, for a format that is a
+-- command. For the length of a call (CALL); with `for_good`, for a format that is a
 -- pure function of the number, while the function library stays loaded (at
 -- most MEMO_MAX numbers, then forgotten at once: no reset paid by every call).
 local MEMO_MAX = 2000
 local function remembered(format, for_good)
-  local memo, count = {}, 0
-  if not for_good then
-    per_call(function()
-      memo, count = {}, 0
-    end)
-  end
+  local memo, count, memo_call = {}, 0, 0
   return function(n)
+    if not for_good and memo_call ~= CALL then
+      memo, count, memo_call = {}, 0, CALL
+    end
     local text = memo[n]
     if text == nil then
       text = format(n)
