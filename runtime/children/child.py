@@ -87,7 +87,10 @@ class Child:
         self.send_lock = threading.Lock()
         self.lock = threading.Lock()  # guards the three below (reader and main thread)
         self.deadlines: dict[str, float] = {}  # jid -> lease deadline of each job held
-        self.withdrawn: set[str] = set()  # held jobs the master took back
+        # held jobs the master took back: for each, how many of its Runs still queued
+        # are to be skipped (a job withdrawn, given back and sent to this child again
+        # is queued here more than once; only its last Run may start, in its place)
+        self.withdrawn: dict[str, int] = {}
         self.running: str | None = None  # jid of the job being run
         self.functions: dict[str, Any] = {}  # klass -> callable, resolved once
         self.context: JobContext | None = None  # the running job's
@@ -149,7 +152,7 @@ class Child:
                 taken = message.jid in self.deadlines and message.jid != self.running
                 if taken:
                     del self.deadlines[message.jid]
-                    self.withdrawn.add(message.jid)
+                    self.withdrawn[message.jid] = self.withdrawn.get(message.jid, 0) + 1
             if taken:  # its end marker goes when its turn comes (_begin)
                 self.send(protocol.Skipped(message.jid, "withdrawn"))
         elif isinstance(message, protocol.Stop):
@@ -173,9 +176,12 @@ class Child:
     def _begin(self, run: protocol.Run) -> bool:
         """Marks the job running, unless it was withdrawn or its lease ran out meanwhile."""
         with self.lock:
-            withdrawn = run.jid in self.withdrawn
-            if withdrawn:  # its deadline went when it was taken back
-                self.withdrawn.discard(run.jid)
+            withdrawn = self.withdrawn.get(run.jid, 0)
+            if withdrawn:  # its deadline went when it was taken back (a later Run's may be set)
+                if withdrawn == 1:
+                    del self.withdrawn[run.jid]
+                else:
+                    self.withdrawn[run.jid] = withdrawn - 1
             elif self.deadlines.get(run.jid, 0.0) > time.monotonic():
                 self.running = run.jid
                 return True

@@ -15,7 +15,7 @@ from runtime import config
 from runtime.children import protocol
 from runtime.master import events, plan, reasons
 from runtime.master.capacity import Capacity
-from runtime.master.held import HANDOFF_EARLY_S, Held, Where
+from runtime.master.held import HANDOFF_EARLY_S, WITHDRAW_AFTER_S, Held, Where
 from runtime.master.ledger import Ledger
 from runtime.master.link import Link
 from runtime.master.reports import Reports
@@ -47,9 +47,11 @@ class JobFlow:
     # --- handing jobs to children ----------------------------------------------------
 
     def hand_out(self, now: float) -> None:
-        """Idle children first (the job starts now), then pipelines of busy ones. Not
-        while a job handed to us awaits its confirming renewal (one round trip): it
-        was ready before anything popped since, so it goes first."""
+        """Idle children first (the job starts now), then pipelines of busy ones, but
+        not of one whose job has run long enough to have its pipeline withdrawn
+        (book._withdraw_stuck). Not while a job handed to us awaits its confirming
+        renewal (one round trip): it was ready before anything popped since, so it
+        goes first."""
         ledger = self.ledger
         if (ledger.confirming and self._confirming()) or (not ledger.buffer and not ledger.timed):
             return  # most passes
@@ -62,7 +64,10 @@ class JobFlow:
             self._send(slot, held, now, running=True)
         depth = self.capacity.depth(now)
         if depth and self.ledger.buffer:
+            held_by = ledger.held
             for slot in self.slots.accepting():
+                if now - held_by[slot.running].sent_at > WITHDRAW_AFTER_S:  # type: ignore[index]
+                    continue  # stuck on a long job: a job sent behind it would be withdrawn
                 for _ in range(self.capacity.pipeline_room(slot, depth)):  # less by one a job
                     held = self._next_pending(now)
                     if held is None:

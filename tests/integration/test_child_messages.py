@@ -110,6 +110,35 @@ def test_a_withdrawn_job_sent_again_to_the_same_child_runs_once_under_its_new_ru
     assert b"to stdout again" in j2_runs[1] and b"first" not in out, "its output is after"
 
 
+def test_a_job_withdrawn_twice_from_one_child_runs_in_the_place_of_its_last_run(
+    child: Driven,
+) -> None:
+    """A job pipelined behind a long one is withdrawn (stuck), given back, sent to the
+    same child again (the other one is busy too), withdrawn again, and sent a third
+    time behind another job: the child holds three Runs of it, two withdrawn. It
+    runs once, where the master's last Run put it (after j3): run at its second
+    Run's place, its Done came while the master thought j3 ran ("unexpected done"),
+    and the third Run's skip then gave the job back to run a second time."""
+    child.send(run("j1", "sleep", {"seconds": 0.5}))
+    for _ in range(2):
+        child.send(run("j2", "talk", {"word": "two"}))
+        child.send(protocol.Withdraw("j2"))
+        skipped = child.receive()
+        assert isinstance(skipped, protocol.Skipped) and skipped.jid == "j2"
+    child.send(run("j3", "talk", {"word": "three"}))
+    child.send(run("j2", "talk", {"word": "two"}))
+    said = [child.receive() for _ in range(3)]
+    assert [(type(m).__name__, getattr(m, "jid", None)) for m in said] == [
+        ("Done", "j1"),
+        ("Done", "j3"),
+        ("Done", "j2"),
+    ]
+    out = child.output()
+    ends = [line for line in out.split(b"\n") if line.startswith(protocol.MARK_END)]
+    assert ends == [protocol.MARK_END + j for j in (b"j1", b"j2", b"j2", b"j3", b"j2")], out
+    assert out.count(b"to stdout two") == 1, out
+
+
 def test_a_job_whose_lease_ran_out_before_its_turn_is_skipped_and_marked_ended(
     child: Driven,
 ) -> None:

@@ -339,6 +339,25 @@ def test_a_pipelined_job_stuck_behind_a_long_one_is_withdrawn_and_goes_to_anothe
     assert (1, "c") in runs(rig.step())
 
 
+def test_jobs_withdrawn_from_a_child_stuck_behind_a_long_one_are_not_sent_to_it_again() -> None:
+    """Sent back to the same child, they would be withdrawn again at the next tick,
+    and the child would hold several Runs of one job (each round trip for nothing)."""
+    rig = Rig()
+    rig.start()
+    capacity = rig.book.capacity
+    capacity.jobs_seen, capacity.avg_run_s = 10, 0.0005  # short jobs: pipelining on
+    assert runs(rig.lease(leased("a"), leased("b"), leased("c"))) == [(0, "a"), (0, "b"), (0, "c")]
+    posts = of(rig.later(TICK_S), events.Post)
+    withdraw = [(p.index, p.message.jid) for p in posts if isinstance(p.message, protocol.Withdraw)]
+    assert withdraw == [(0, "b"), (0, "c")]
+    rig.say(0, protocol.Skipped("b", "withdrawn"))
+    rig.say(0, protocol.Skipped("c", "withdrawn"))
+    assert runs(rig.step()) == [], "a is still running: b and c wait for a child"
+    assert rig.where("b") is Where.BUFFERED and rig.where("c") is Where.BUFFERED
+    rig.say(0, protocol.Done("a"))
+    assert runs(rig.step())[:1] == [(0, "c")], "the child is free: they go to it"
+
+
 def test_term_gives_back_jobs_leased_ahead_then_running_ones_at_the_deadline() -> None:
     rig = Rig(grace_s=1.0)
     rig.start()
