@@ -1,6 +1,8 @@
 """Scaling out over a Redis Cluster (issue 21): the drain of 1 namespace against
 3 namespaces, each in a slot owned by a different node of a three-node cluster
-(loopback TCP), one master per namespace, with each node's Redis CPU per job.
+(loopback TCP), with each node's Redis CPU per job. Three namespaces are drained
+twice: by one master serving all three (a sharded site's worker, RUNTIME_SHARDS)
+and by one master per namespace, each of `--concurrency` children.
 
     python -m bench.ha [--jobs 3000] [--repeat 2] [--concurrency 2]
 
@@ -49,15 +51,19 @@ def namespaces_on(cluster: Cluster, count: int, prefix: str) -> list[str]:
     return list(found.values())
 
 
-def _master(url: str, namespace: str, concurrency: int) -> subprocess.Popen[bytes]:
-    """`runtime worker bench.jobs` for one namespace, once it said READY=1."""
+def _master(
+    url: str, namespaces: list[str], queues: list[str], concurrency: int
+) -> subprocess.Popen[bytes]:
+    """`runtime worker bench.jobs` over `queues`, the i-th in the i-th namespace (a
+    sharded site's rule when there are several), once it said READY=1."""
     folder = Path(tempfile.mkdtemp(prefix="rt-ha-", dir="/tmp"))
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(folder / "notify"))
     env = {
         **os.environ,
         "REDIS_URL": url,
-        "RUNTIME_NAMESPACE": namespace,
+        "RUNTIME_NAMESPACE": namespaces[0],
+        "RUNTIME_SHARDS": ";".join(f"{ns}:{q}" for ns, q in zip(namespaces, queues, strict=True)),
         "NOTIFY_SOCKET": str(folder / "notify"),
         "RUNTIME_STATE_DIR": str(folder),
     }
@@ -68,7 +74,7 @@ def _master(url: str, namespace: str, concurrency: int) -> subprocess.Popen[byte
         "worker",
         "bench.jobs",
         "--queues",
-        "bench",
+        ",".join(queues),
         "--concurrency",
         str(concurrency),
     ]
@@ -81,22 +87,32 @@ def _master(url: str, namespace: str, concurrency: int) -> subprocess.Popen[byte
     return proc
 
 
-def drain(cluster: Cluster, namespaces: list[str], jobs: int, concurrency: int) -> dict[str, Any]:
-    """`jobs` noop jobs in each namespace, one master each: the site's rate, and
-    each owning node's Redis CPU per job of its namespace."""
+def drain(
+    cluster: Cluster, namespaces: list[str], jobs: int, concurrency: int, one_master: bool
+) -> dict[str, Any]:
+    """`jobs` noop jobs in each namespace (queue `bench<i>` in the i-th), served by
+    one master or one master each: the site's rate, and each owning node's Redis CPU
+    per job of its namespace."""
+    queues = [f"bench{i}" for i in range(len(namespaces))]
     clients = [Client.from_url(cluster.url(), namespace=ns) for ns in namespaces]
-    for client in clients:
-        q = client.queue("bench")
+    for client, name in zip(clients, queues, strict=True):
+        q = client.queue(name)
         q.pause()  # resumed at once everywhere once every master is up
         for offset in range(0, jobs, 1000):
             client.put_many(q.spec("bench.jobs:noop") for _ in range(min(1000, jobs - offset)))
     owners = [cluster.owner(key_slot(c.keys.root.encode())) for c in clients]
-    masters = [_master(cluster.url(), ns, concurrency) for ns in namespaces]
+    if one_master:
+        masters = [_master(cluster.url(), namespaces, queues, concurrency)]
+    else:
+        masters = [
+            _master(cluster.url(), [ns], [q], concurrency)
+            for ns, q in zip(namespaces, queues, strict=True)
+        ]
     before = [_cpu_s(node) for node in owners]
     start = time.perf_counter()
-    for client in clients:
-        client.queue("bench").resume()
-    while any(int(c.status("bench")["bench"]["complete"]) < jobs for c in clients):
+    for client, name in zip(clients, queues, strict=True):
+        client.queue(name).resume()
+    while any(int(c.status(q)[q]["complete"]) < jobs for c, q in zip(clients, queues, strict=True)):
         time.sleep(0.05)
     elapsed = time.perf_counter() - start
     redis_us = [(_cpu_s(n) - b) / jobs * 1e6 for n, b in zip(owners, before, strict=True)]
@@ -107,6 +123,7 @@ def drain(cluster: Cluster, namespaces: list[str], jobs: int, concurrency: int) 
         client.close()
     return {
         "shards": len(namespaces),
+        "masters": len(masters),
         "rate": len(namespaces) * jobs / elapsed,
         "redis_cpu_us_per_job": redis_us,
     }
@@ -118,14 +135,15 @@ def run(jobs: int, repeat: int, concurrency: int) -> dict[str, Any]:
     cluster = Cluster(binary).start()
     rounds: list[dict[str, Any]] = []
     try:
-        for r in range(repeat):  # interleaved: one shard, then three
-            for shards in (1, 3):
-                spaces = namespaces_on(cluster, shards, f"s{r}x{shards}n")
-                rounds.append(drain(cluster, spaces, jobs, concurrency))
+        for r in range(repeat):  # interleaved: one shard, three by one master, by three
+            for shards, one_master in ((1, True), (3, True), (3, False)):
+                spaces = namespaces_on(cluster, shards, f"s{r}x{shards}{int(one_master)}n")
+                rounds.append(drain(cluster, spaces, jobs, concurrency, one_master))
     finally:
         cluster.close()
     one = [x for x in rounds if x["shards"] == 1]
-    three = [x for x in rounds if x["shards"] == 3]
+    three = [x for x in rounds if x["shards"] == 3 and x["masters"] == 1]
+    three_each = [x for x in rounds if x["shards"] == 3 and x["masters"] == 3]
     return {
         "jobs_per_shard": jobs,
         "concurrency_per_master": concurrency,
@@ -134,6 +152,10 @@ def run(jobs: int, repeat: int, concurrency: int) -> dict[str, Any]:
         "rate_3": statistics.median(x["rate"] for x in three),
         "redis_us_1": statistics.median(x["redis_cpu_us_per_job"][0] for x in one),
         "redis_us_3": statistics.median(u for x in three for u in x["redis_cpu_us_per_job"]),
+        "rate_3_each": statistics.median(x["rate"] for x in three_each),
+        "redis_us_3_each": statistics.median(
+            u for x in three_each for u in x["redis_cpu_us_per_job"]
+        ),
         "cpus": os.cpu_count(),
     }
 
