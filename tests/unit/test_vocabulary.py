@@ -34,6 +34,7 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("queue/scripts.py", r'^    \("counts", "domains", "failed",', "operation names (lua/*.lua)"),
     ("queue/ops.py", r'_(op|batch)\("(depends|failed|complete)"', "operation names (lua/<op>.lua)"),
     ("queue/ops.py", r'^        "complete": lambda: complete\(', "a lease report's kind"),
+    ("queue/ops.py", r'^EXCHANGED: .*\("complete", "retry", "fail"\)', "its reports"),
     ("queue/leases.py", r'"complete", "retry", "fail", "release"', "a lease report's kinds"),
     ("master/jobs.py", r'"running" if message\.loop_running', "an asyncio loop's, not a job's"),
     ("master/reasons.py", r'FAILED = "failed"  # the attempt failed', "a Fate, the master's"),
