@@ -13,8 +13,11 @@ own redis-server under callgrind (AOF on, TCP loopback as deployed), through the
 public Client:
 N puts of one job each, counted; then pops of 8 and completions of those 8
 (`complete_many`: no result, no output) until N jobs are done, counted together;
-then N more pops alone. A completion's count is the difference. Needs valgrind
-(apt-get install valgrind).
+then N more pops alone. A completion's count is the difference. A version with
+lua/exchange.lua is also counted making N jobs' exchanges (each call completes
+the jobs the last one leased, then pops as many: a master's exchange), row
+"exchange"; a version without it pays pop + complete (row "both") instead.
+Needs valgrind (apt-get install valgrind).
 
 Those records were all written by the server counted, recently, so its scripts
 remember them and read them without checking them again (lib/job.lua). With
@@ -50,7 +53,9 @@ def probe(jobs: int, backlog: int = 0, batch: int = BATCH) -> dict[str, Any]:
     sys.path[0] = os.getcwd()  # the checkout's runtime, not this file's
     import runtime  # noqa: PLC0415 - imported from the checkout, after sys.path is set
     from runtime import Client  # noqa: PLC0415
+    from runtime.queue import ops  # noqa: PLC0415
     from runtime.queue.embedded import find_server_binary  # noqa: PLC0415
+    from runtime.queue.leases import Outcomes  # noqa: PLC0415
 
     directory = Path(tempfile.mkdtemp(prefix="rt-cost-", dir="/tmp"))
     out = directory / "callgrind.out"
@@ -107,6 +112,23 @@ def probe(jobs: int, backlog: int = 0, batch: int = BATCH) -> dict[str, Any]:
             control("--instr=off")
             control("--dump=" + name)
 
+        def exchanged(n: int) -> None:
+            """Each call completes the jobs the last one leased and pops as many (a
+            master's exchange: one call for both); the first pop is not counted."""
+            leased = [(j.jid, j.token or "") for j in q.pop(batch, worker="bench-1")]
+            control("--zero")
+            control("--instr=on")
+            done = 0
+            while done < n:
+                outcomes = Outcomes()
+                for jid, token in leased:
+                    outcomes.add_complete(jid, token)
+                got = client.conn.call(ops.exchange("bench-1", outcomes, batch, ["bench"]))
+                done += len(leased)
+                leased = [(j.jid, j.token) for j in got.popped.jobs]
+            control("--instr=off")
+            control("--dump=exchange")
+
         control("--zero")
         control("--instr=on")
         for _ in range(jobs):  # one call a job, as an application puts
@@ -120,6 +142,9 @@ def probe(jobs: int, backlog: int = 0, batch: int = BATCH) -> dict[str, Any]:
         counted("both", complete=True)
         fill(jobs)
         counted("pop", complete=False)
+        if hasattr(ops, "exchange"):  # a version with lua/exchange.lua
+            fill(jobs + batch)
+            exchanged(jobs)
         if backlog:
             fill(backlog)
             counted("drain", complete=True, n=backlog)
@@ -131,7 +156,7 @@ def probe(jobs: int, backlog: int = 0, batch: int = BATCH) -> dict[str, Any]:
         text = dump.read_text(errors="replace")
         trigger = next((ln for ln in text.splitlines() if ln.startswith("desc: Trigger")), "")
         total = next((ln for ln in text.splitlines() if ln.startswith("totals:")), "")
-        for name in ("both", "pop", "put", "drain"):
+        for name in ("both", "pop", "put", "drain", "exchange"):
             if trigger.endswith(f"dump {name}") and total:
                 totals[name] = int(total.split()[1]) / (backlog if name == "drain" else jobs)
     shutil.rmtree(directory, ignore_errors=True)
@@ -145,6 +170,8 @@ def probe(jobs: int, backlog: int = 0, batch: int = BATCH) -> dict[str, Any]:
     }
     if backlog:
         counts["drain"] = totals["drain"]
+    if "exchange" in totals:
+        counts["exchange"] = totals["exchange"]
     return counts
 
 
@@ -219,9 +246,14 @@ def main(argv: list[str] | None = None) -> int:
         + "\n"
     )
     print("| call | OLD | NEW | NEW/OLD |\n| --- | ---: | ---: | ---: |")
-    calls = ("pop", "complete", "both", "put") + (("drain",) if args.backlog else ())
+    calls = ("pop", "complete", "both", "exchange", "put") + (("drain",) if args.backlog else ())
     for call in calls:
-        old, new = counts["old"][call], counts["new"][call]
+        old, new = counts["old"].get(call), counts["new"].get(call)
+        if old is None and new is None:
+            continue
+        # a version without exchange.lua pays for an exchange what pop + complete cost
+        old = counts["old"]["both"] if old is None else old
+        new = counts["new"]["both"] if new is None else new
         print(f"| {call} | {old / 1000:,.1f} | {new / 1000:,.1f} | {new / old:.3f} |")
     return 0
 

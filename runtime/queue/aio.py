@@ -254,21 +254,31 @@ class AsyncClient:
         was; reports refused by a transient condition while the pop went through come
         back in `unsent`."""
         first = _first_calls(self.worker, outcomes)
-        reports = ops.reports(self.worker, outcomes)
+        pop = pop_count is not None and bool(queues)
+        together = pop and _together(outcomes)  # the reports and the pop: one call
+        reports = [] if together else ops.reports(self.worker, outcomes)
         calls: list[Call[Any]] = [call for _, call in first + reports]
         if outage_ms > 0:
             calls.insert(0, ops.resumed(self.worker, outage_ms))
-        pop = pop_count is not None and bool(queues)
-        if pop:
+        if together:
+            calls.append(
+                ops.exchange(self.worker, outcomes, pop_count or 0, queues, order, ahead_s, True)
+            )
+        elif pop:
             calls.append(ops.pop(self.worker, pop_count or 0, queues, order, ahead_s, idle=True))
         if not calls:
             return Exchanged({}, None, time.monotonic())
         results, sent_at = await self._run(calls)
         if outage_ms > 0:
             _raise_if_error(results.pop(0))
-        popped = results.pop() if pop else None
-        _raise_if_error(popped)
-        return _exchanged(outcomes, first, reports, results, popped, sent_at)
+        last = results.pop() if pop else None
+        _raise_if_error(last)
+        if isinstance(last, ops.Exchange):
+            done = _exchanged(outcomes, first, [], results, last.popped, sent_at)
+            for states in last.states.values():
+                done.states.update(states)
+            return done
+        return _exchanged(outcomes, first, reports, results, last, sent_at)
 
     async def heartbeat(self, leases: dict[str, str], outage_ms: int = 0) -> Renewed:
         """Renews the leases {jid: token} in one call (after `resumed`, with
@@ -498,6 +508,13 @@ async def _published(
 def _raise_if_error(value: Any) -> None:
     if isinstance(value, Error):
         raise value
+
+
+def _together(outcomes: Outcomes) -> bool:
+    """Whether an exchange's reports go in its pop's call (lua/exchange.lua): when
+    it has completions, retries or failures and no releases (those go in a call
+    of their own, before the pop)."""
+    return not outcomes.release and bool(outcomes.complete or outcomes.retry or outcomes.fail)
 
 
 First = tuple[Outcomes, Call[Any]]  # progress or puts sent first, and their call

@@ -28,6 +28,7 @@ from runtime.queue.keys import Keys
 from runtime.queue.leases import (
     CompleteRow,
     FailRow,
+    Kind,
     Leased,
     Outcomes,
     Popped,
@@ -364,6 +365,46 @@ def reports(worker: str, outcomes: Outcomes) -> list[tuple[str, Call[dict[str, s
         "release": lambda: release(worker, outcomes.release, outcomes.started),
     }
     return [(kind, calls[kind]()) for kind in outcomes.kinds()]
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What an exchange call answered: each report's {jid: state or error} by
+    kind (complete, retry, fail), and the pop."""
+
+    states: dict[Kind, dict[str, str | Error]]
+    popped: Popped
+
+
+EXCHANGED: tuple[Kind, ...] = ("complete", "retry", "fail")  # the reports an exchange carries
+
+
+def exchange(
+    worker: str, outcomes: Outcomes, count: int, queues: Sequence[str], order: str = "ordered",
+    ahead_s: float = 0.0, idle: bool = False,
+) -> Call[Exchange]:  # fmt: skip
+    """The completions, retries and failures of `outcomes` (not its releases,
+    progress or puts), then a pop, in one call (lua/exchange.lua). Never sent
+    twice, like a pop: the reports are safe to send again, but a lost reply's
+    jobs stay leased to `worker` until their lease runs out."""
+    completes = [
+        (j, t, o, r, wire.cap_output(out)) for j, t, o, r, out in outcomes.complete.values()
+    ]
+    retries = [(j, t, g, wire.cap_message(m), d, wire.cap_output(o))
+               for j, t, g, m, d, o in outcomes.retry]  # fmt: skip
+    fails = [(j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in outcomes.fail]
+    args = (
+        worker, count, wire.seed(), order, round(ahead_s * 1e6), 1 if idle else 0,
+        len(completes), len(retries), len(fails),
+        *_flat(completes), *_flat(retries), *_flat(fails), *queues,
+    )  # fmt: skip
+    return _op("exchange", *args, decode=_exchange)
+
+
+def _exchange(reply: Any) -> Exchange:
+    value = _object(reply)
+    states = {kind: wire.outcomes(value[kind]) for kind in EXCHANGED}
+    return Exchange(states, Popped.from_reply(value["pop"]))
 
 
 def puts_at_once(outcomes: Outcomes) -> list[tuple[list[str], Call[list[str]]]]:

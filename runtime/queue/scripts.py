@@ -81,6 +81,8 @@ LIBRARY = (
     "create",
     "recur",
     "retention",
+    "report",
+    "pop",
 )
 
 # Operations that never write: `no-writes` functions, called with FCALL_RO.

@@ -165,6 +165,50 @@ def test_an_exchange_sends_progress_and_puts_first_then_the_reports(
     assert plain_client.queue("links").counts()["waiting"] == 2
 
 
+def fcalls(client: Client) -> int:
+    info = client.redis.info("commandstats")
+    return sum(info.get(f"cmdstat_{verb}", {}).get("calls", 0) for verb in ("fcall", "evalsha"))
+
+
+def test_an_exchange_with_reports_and_a_pop_makes_one_call_of_both(
+    plain_client: Client, leased: Lease
+) -> None:
+    q = plain_client.queue("q")
+    for jid in ("j2", "j3", "next"):
+        q.put("a.b:c", {}, jid=jid)
+    j2, j3 = q.pop(2, worker=W)
+    out = Outcomes()
+    out.add_complete("j1", leased.token or "", result='{"n":1}')
+    out.add_retry("j2", j2.token or "", "g", "m", 0)
+    out.add_fail("j3", j3.token or "", "g", "boom")
+    out.add_complete("lost", "0" * 24)
+    before = fcalls(plain_client)
+    done = on_aio(plain_client, lambda aio: aio.exchange(out, 5, ["q"], "ordered"))
+    assert fcalls(plain_client) - before == 1
+    assert {jid: s for jid, s in done.states.items() if isinstance(s, str)} == {
+        "j1": "complete",
+        "j2": "waiting",
+        "j3": "failed",
+    }
+    assert isinstance(done.states["lost"], NoSuchJob)
+    assert done.popped is not None and [j.jid for j in done.popped.jobs] == ["next", "j2"]
+
+
+def test_an_exchange_with_a_release_sends_its_reports_before_the_pop(
+    plain_client: Client, leased: Lease
+) -> None:
+    plain_client.queue("q").put("a.b:c", {}, jid="j2")
+    [j2] = plain_client.queue("q").pop(1, worker=W)
+    out = Outcomes()
+    out.add_complete("j1", leased.token or "")
+    out.add_release("j2", j2.token or "")
+    before = fcalls(plain_client)
+    done = on_aio(plain_client, lambda aio: aio.exchange(out, 5, ["q"], "ordered"))
+    assert fcalls(plain_client) - before == 3  # complete, release, pop
+    assert done.states == {"j1": "complete", "j2": "waiting"}
+    assert done.popped is not None and [j.jid for j in done.popped.jobs] == ["j2"]
+
+
 def test_a_put_sent_again_after_a_lost_reply_answers_job_exists(plain_client: Client) -> None:
     out = Outcomes()
     out.add_put(*plain_client.queue("links").spec("a.b:c", jid="once").to_wire())

@@ -190,6 +190,47 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("fail", ("w", "old", "t", "g", "m"), BadArgument, "groups"),
     ("retry", ("w", "old", "t", "g", "m"), BadArgument, "groups"),
     ("retry", ("w", "old", "t", "g", "m", "0"), BadArgument, "groups"),
+    # exchange: the pop's arguments, then how many jobs each report carries
+    (
+        "exchange",
+        ("w", 1, "seed", "ordered", 0, 0, 1, 0, 0, "old", "t"),
+        BadArgument,
+        "fewer arguments",
+    ),
+    (
+        "exchange",
+        ("w", 1, "seed", "ordered", 0, 0, 0, 1, 0, "old", "t", "g", "m", "0"),
+        BadArgument,
+        "fewer arguments",
+    ),
+    (
+        "exchange",
+        ("w", 1, "seed", "ordered", 0, 0, 0, 0, 1, "old", "t", "g"),
+        BadArgument,
+        "fewer arguments",
+    ),
+    ("exchange", ("w", 1, "seed", "ordered", 0, 0, -1, 0, 0, "q"), BadArgument, "completes"),
+    ("exchange", ("w", 1, "seed", "ordered", 0, 0, 0, "some", 0, "q"), BadArgument, "retries"),
+    ("exchange", ("w", 1, "seed", "ordered", 0, 0, 0, 0), BadArgument, "fails"),
+    (
+        "exchange",
+        ("", 1, "seed", "ordered", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "q"),
+        BadArgument,
+        "worker",
+    ),
+    (
+        "exchange",
+        ("w", 1, "seed", "random", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "q"),
+        BadArgument,
+        "order",
+    ),
+    (
+        "exchange",
+        ("w", 1, "seed", "ordered", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "q:x"),
+        BadArgument,
+        "queue",
+    ),
+    ("exchange", ("w", 1001, "seed", "ordered", 0, 0, 0, 0, 0, "q"), BadArgument, "count"),
     # cancel, priority, get, counts, peek, pause, failed, unfail
     ("cancel", tuple(f"j{i}" for i in range(10_001)), BadArgument, "at most"),
     ("priority", ("old", "1.5"), BadArgument, "priority"),

@@ -34,6 +34,7 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("queue/scripts.py", r'^    \("counts", "domains", "failed",', "operation names (lua/*.lua)"),
     ("queue/ops.py", r'_(op|batch)\("(depends|failed|complete)"', "operation names (lua/<op>.lua)"),
     ("queue/ops.py", r'^        "complete": lambda: complete\(', "a lease report's kind"),
+    ("queue/ops.py", r'^EXCHANGED: .*\("complete", "retry", "fail"\)', "its reports"),
     ("queue/leases.py", r'"complete", "retry", "fail", "release"', "a lease report's kinds"),
     ("master/jobs.py", r'"running" if message\.loop_running', "an asyncio loop's, not a job's"),
     ("master/reasons.py", r'FAILED = "failed"  # the attempt failed', "a Fate, the master's"),
@@ -51,7 +52,7 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("queue/job.py", r'reply\.get\("depends"', "the reply field depends (jids)"),
     ("commands/jobs.py", r'_related\("depends"', "the jids a job waits on"),
     ("queue/lua/lib/create.lua", r"Check\.tokens\('depends'", "the put option depends"),
-    ("queue/lua/complete.lua", r"Check\.tokens\('depends'", "the complete option depends"),
+    ("queue/lua/lib/report.lua", r"Check\.tokens\('depends'", "the complete option depends"),
     ("queue/lua/recur.lua", r"k == 'depends'", "the put option depends"),
     ("queue/lua/get.lua", r"\{ 'depends', Json\.array", "the reply field depends (jids)"),
     # the counters `queued` and `throttled` of the queue hash q:<queue> (keys.py)
@@ -61,7 +62,7 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("queue/lua/lib/place.lua", r"Job\.(event|append)\(.*'failed'", "the history event failed"),
     ("queue/lua/lib/place.lua", r"Stats\.count\(meta\.q, 'failed'", "the stats counter failed"),
     (
-        "queue/lua/complete.lua",
+        "queue/lua/lib/report.lua",
         r"Lease\.check\(.*'complete'|meta\.lr(, meta\.f)? = 'complete'",
         "a lease report's kind (meta.lr)",
     ),

@@ -19,27 +19,6 @@ local worker = Check.token('worker', ARGV[1], LIMITS.worker_max)
 if #ARGV % 5 ~= 1 then
   E.bad('fail takes a worker, then groups of jid, token, group, message and output')
 end
-local now_us = Clock.now_us()
-
-local function fail(jid, token, group, message, output)
-  local meta, data = Job.must(jid)
-  if Lease.check(jid, meta, worker, token, 'fail', now_us) then
-    return meta.s
-  end
-  Check.token('group', group, LIMITS.group_max)
-  Lease.drop(jid, meta)
-  Attempt.output(jid, meta, output)
-  meta.lr = 'fail'
-  Stats.count(meta.q, 'failures', now_us)
-  Place.fail(jid, meta, group, message, worker, now_us)
-  Job.save(jid, meta, data)
-  return meta.s
-end
-
-local out = {}
-for i = 2, #ARGV, 5 do
-  out[#out + 1] = E.item(ARGV[i],
-    E.attempt(fail, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]))
-end
+local out = Report.fail(worker, ARGV, 2, #ARGV, Clock.now_us())
 Stats.flush()
 return '[' .. table.concat(out, ',') .. ']'

@@ -1,0 +1,152 @@
+-- pop.lua: the work of a pop (pop.lua's header says what it does and replies),
+-- shared by pop.lua and a master's exchange (exchange.lua, after its reports).
+--
+-- Pop.args(args, first): the pop's arguments args[first ..] (worker, count,
+-- seed, order, ahead_us, idle, then the queues up to `last`), checked before any
+-- write: {worker, count, seed, order, ahead_us, idle, queues}.
+-- Pop.run(p, now_us, retention_batch): leases the jobs and returns the reply
+-- (JSON text); deletes at most retention_batch completed jobs past retention.
+-- The caller flushes the statistics (Stats.flush) once its call is done.
+
+local Pop = {}
+
+function Pop.args(args, first, last)
+  local p = {
+    worker = Check.token('worker', args[first], LIMITS.worker_max),
+    count = Check.int('count', args[first + 1], 0, LIMITS.pop_max),
+    seed = Check.token('seed', args[first + 2], 64),
+    order = args[first + 3],
+  }
+  if p.order ~= 'ordered' and p.order ~= 'round-robin' then
+    E.bad('order must be "ordered" or "round-robin", got ' .. tostring(p.order))
+  end
+  p.ahead_us = Check.int('ahead_us', args[first + 4], 0, LIMITS.ahead_max_us)
+  p.idle = Check.int('idle', args[first + 5], 0, 1) == 1
+  p.queues = {}
+  for i = first + 6, last do
+    p.queues[#p.queues + 1] = Check.queue('queue', args[i])
+  end
+  return p
+end
+
+function Pop.run(p, now_us, retention_batch)
+  local worker, count, seed, order = p.worker, p.count, p.seed, p.order
+  local ahead_us, idle, queues = p.ahead_us, p.idle, p.queues
+  local now_ms = Clock.ms(now_us)
+  redis.call('ZADD', K.workers, int(now_ms), worker)
+
+  local active, refill = {}, {}
+  for _, queue in ipairs(queues) do
+    if redis.call('HGET', K.queue(queue), 'paused') ~= '1' then
+      for _, low in ipairs(Recur.spawn(queue, now_us)) do
+        refill[#refill + 1] = low
+      end
+      Place.reclaim(queue, now_us, LIMITS.reclaim_batch)
+      Place.promote(queue, now_us)
+      -- enough freed lanes to fill this pop; a backlog goes with the next pops
+      Lanes.release(queue, now_us, math.min(LIMITS.release_batch, LIMITS.pop_skips + 2 * count),
+        ahead_us)
+      active[#active + 1] = queue
+    end
+  end
+  Retention.trim(now_us, retention_batch) -- old completed jobs go even when none complete
+
+  Handoff.withdraw(worker, queues)
+  local out = Handoff.collect(worker)
+  local function take(jid, meta, data, start_us)
+    out[#out + 1] = Lease.hand(jid, meta, data, worker, seed, now_us, start_us)
+  end
+
+  local stopped_short = false -- a queue set aside pop_skips lanes and has more
+  if order == 'ordered' then
+    for _, queue in ipairs(active) do
+      if #out >= count or stopped_short then
+        break
+      end
+      local _, short = Lanes.pop(queue, count - #out, now_us, take, ahead_us)
+      stopped_short = short
+    end
+  else
+    local live = active
+    while #out < count and #live > 0 do
+      local still = {}
+      for _, queue in ipairs(live) do
+        if #out < count then
+          local taken, short = Lanes.pop(queue, 1, now_us, take, ahead_us)
+          stopped_short = stopped_short or short
+          if taken == 1 then
+            still[#still + 1] = queue
+          end
+        end
+      end
+      live = still
+    end
+  end
+  -- Room left: scheduled jobs whose due time comes within ahead_us, in queue order.
+  if ahead_us > 0 and not stopped_short then
+    for _, queue in ipairs(active) do
+      if #out >= count then
+        break
+      end
+      Place.take_soon(queue, now_us, ahead_us, count - #out, take)
+    end
+  end
+
+  -- every start may leave a TAT behind: forget passed ones at least as fast
+  Domains.prune(now_us, LIMITS.prune_batch + 2 * #out)
+
+  -- When something next comes due in the queue (us): a scheduled job (whole
+  -- milliseconds), a throttled lane's domain, a lease expiry (for an expired
+  -- lease that post-outage grace holds: the end of its grace).
+  local function next_due_us(queue)
+    local due
+    local keys = { K.scheduled(queue), K.throttled(queue), K.running(queue), K.recurring(queue) }
+    for i, key in ipairs(keys) do
+      local first = tonumber(redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+      if first and i == 1 then
+        first = math.floor(first / 1000) * 1000
+      elseif first and i == 3 and first <= now_us then
+        first = Grace.until_us(queue, first, now_us) or first
+      end
+      if first and (not due or first < due) then
+        due = first
+      end
+    end
+    return due
+  end
+
+  -- A full pop leaves a wake-up for another master when work is left; a pop that
+  -- came back short tells this master when to look again.
+  local wake_at
+  for _, queue in ipairs(active) do
+    if count > 0 and #out >= count then
+      if redis.call('EXISTS', K.prios(queue)) == 1 then
+        Place.wake(queue)
+      end
+    else
+      local due = next_due_us(queue)
+      if due and (not wake_at or due < wake_at) then
+        wake_at = due
+      end
+    end
+  end
+  if idle and count > 0 and #out < count and not stopped_short then
+    Handoff.register(worker, active, now_ms)
+  end
+  if stopped_short then
+    wake_at = now_us
+  end
+  local wake_in_ms = '-1'
+  if wake_at then
+    wake_in_ms = string.format('%.3f', math.max(0, wake_at - now_us) / 1000)
+  end
+  -- the reply made in one piece (each string made is hashed whole: a reply's
+  -- jobs are its bulk)
+  local reply = { '{"jobs":[' }
+  for i, job in ipairs(out) do
+    reply[2 * i], reply[2 * i + 1] = job, ','
+  end
+  reply[2 * #out + (#out > 0 and 1 or 2)] = '],"now_us":' .. int(now_us) .. ',"wake_in_ms":'
+    .. wake_in_ms .. ',"refill":' .. Json.array(refill) .. '}'
+  return table.concat(reply)
+end
