@@ -32,7 +32,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from runtime import config
-from runtime.errors import BadArgument, Error, RedisTransient
+from runtime.errors import BadArgument, Error, RedisTransient, RedisUnavailable
 from runtime.queue import ops, recur, routing, scripts, urls
 from runtime.queue.faults import classify, closed_transport, from_redis
 from runtime.queue.keys import Keys
@@ -246,16 +246,20 @@ class AsyncClient:
         order: str,
         ahead_s: float = 0.0,
         outage_ms: int = 0,
+        apart: bool = False,
     ) -> Exchanged:
         """Sends the outcomes, then pops up to `pop_count` jobs (None: no pop; 0: only
         learn when something comes due; jobs whose turn comes within `ahead_s` too),
         in one round trip. With `outage_ms`, first says Redis was out of reach that
         long (resumed). Raises when the pop (or resumed) was refused, or every report
         was; reports refused by a transient condition while the pop went through come
-        back in `unsent`."""
+        back in `unsent`. The reports and the pop go as one call (`exchange`) unless
+        `apart`; one that Redis refuses for good (not a passing condition: a damaged
+        key under a report, say) goes again apart, so a report that cannot be made
+        never stops the pops (it is refused alone, as before `exchange`)."""
         first = _first_calls(self.worker, outcomes)
         pop = pop_count is not None and bool(queues)
-        together = pop and _together(outcomes)  # the reports and the pop: one call
+        together = pop and not apart and _together(outcomes)  # reports and pop: one call
         reports = [] if together else ops.reports(self.worker, outcomes)
         calls: list[Call[Any]] = [call for _, call in first + reports]
         if outage_ms > 0:
@@ -272,6 +276,9 @@ class AsyncClient:
         if outage_ms > 0:
             _raise_if_error(results.pop(0))
         last = results.pop() if pop else None
+        if together and isinstance(last, Error) and not isinstance(last, RedisUnavailable):
+            # its reports were made up to the refused one and are made again alike
+            return await self.exchange(outcomes, pop_count, queues, order, ahead_s, apart=True)
         _raise_if_error(last)
         if isinstance(last, ops.Exchange):
             done = _exchanged(outcomes, first, [], results, last.popped, sent_at)

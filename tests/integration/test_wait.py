@@ -194,6 +194,23 @@ def test_an_exchange_with_reports_and_a_pop_makes_one_call_of_both(
     assert done.popped is not None and [j.jid for j in done.popped.jobs] == ["next", "j2"]
 
 
+def test_a_report_redis_refuses_for_good_does_not_stop_the_pop(
+    plain_client: Client, leased: Lease
+) -> None:
+    """A damaged key under a report (WRONGTYPE inside the one call) fails the whole
+    `exchange`; the reports and the pop then go again apart: the report is refused
+    alone and the pop goes through, as without `exchange`."""
+    plain_client.queue("q").put("a.b:c", {}, jid="next")
+    lane = plain_client.keys.key("lane", queue="links", prio=0, domain="")
+    plain_client.redis.set(lane, "damaged")  # the follow-up's lane: WRONGTYPE
+    follow_up = plain_client.queue("links").spec("a.b:c", {"u": 1}, jid="link-1")
+    out = Outcomes()
+    out.add_complete("j1", leased.token or "", puts=[follow_up.to_wire()])
+    done = on_aio(plain_client, lambda aio: aio.exchange(out, 5, ["q"], "ordered"))
+    assert isinstance(done.states["j1"], Error)
+    assert done.popped is not None and [j.jid for j in done.popped.jobs] == ["next"]
+
+
 def test_an_exchange_with_a_release_sends_its_reports_before_the_pop(
     plain_client: Client, leased: Lease
 ) -> None:
