@@ -56,7 +56,7 @@ end
 
 local now_us = Clock.now_us()
 local now_ms = Clock.ms(now_us)
-redis.call('ZADD', K.workers, int(now_ms), worker)
+Lease.seen(worker, now_ms) -- at most once a second
 
 local active, refill = {}, {}
 for _, queue in ipairs(queues) do
