@@ -201,11 +201,10 @@ def _histograms(
     """Only queues that saw jobs today have a series (a day starts empty at midnight UTC)."""
     for queue, c in queues:
         fields: Mapping[str, Any] = c.get("stats", {})
-        count = int(fields.get(f"{what}:n", 0))
+        counts = hists[queue].get(what, [0] * len(LE))
+        count, mean_s, _ = stats.moments(what, fields, sum(counts))
         if count:
-            total_s = count * float(fields.get(f"{what}:mean", 0))
-            counts = hists[queue].get(what, [0] * len(LE))
-            yield (queue,), (_cumulative(counts), total_s)
+            yield (queue,), (_cumulative(counts), count * mean_s)
 
 
 # --- the registry path -----------------------------------------------------------------

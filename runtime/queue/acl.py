@@ -31,6 +31,7 @@ IN_SCRIPTS = (
     "hget",
     "hgetall",
     "hincrby",
+    "hincrbyfloat",
     "hmget",
     "hscan",
     "hset",

@@ -51,7 +51,7 @@ Key schema (the kind of each key in brackets):
     recur-ticks:<id>         [zset]  a cron recurrence's upcoming ticks (ms)
     tracked                  [zset]  jid -> time tracking began (ms)
     events                   [channel] tracked jobs' events, JSON
-    workers                  [zset]  worker id -> last seen (ms)
+    workers                  [zset]  worker id -> last seen (ms; a pop refreshes it once a second)
     w:<worker>:jobs          [set]   jids leased by the worker
     w:<worker>:info          [string] what the master told of itself (JSON: host, pid,
                                      queues, concurrency, started_ms); expires (worker_info.lua)

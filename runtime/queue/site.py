@@ -299,8 +299,9 @@ def _merge_worker(into: dict[str, Any], info: Mapping[str, Any]) -> dict[str, An
 
 def _merge_stats(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     """Today's statistics of one queue kept in two namespaces (a queue put there
-    before the rule changed): histograms and counts summed, the moments (n, mean,
-    m2: lib/stats.lua) combined."""
+    before the rule changed): histograms, counts and sums (ms, ms2) summed, the
+    moments of days written by earlier versions (n, mean, m2: lib/stats.lua)
+    combined."""
     out = {**a}
     for name, value in b.items():
         out[name] = out.get(name, 0) + value

@@ -7,6 +7,14 @@ A histogram bucket is named by its lower bound: ms0..ms9 (1 ms wide), ms10..ms90
 d1..d365 (1 day; d365 holds everything longer). Days written before the
 millisecond buckets have one s0 bucket (0-1 s). Percentiles are read from the
 histogram: linear within the bucket that holds them.
+
+The moments: the histogram's total is the count; `<what>:ms` and `<what>:ms2`
+hold the sum of the times in ms and of their squares (only ever added to, no
+field when all were 0 ms). Days written by earlier versions hold count, mean
+(s) and M2 (s squared) instead: `<what>:n`, `<what>:mean`, `<what>:m2`. A day
+written by both (scripts of two versions during an upgrade) has both parts, and
+its histogram counts the jobs of both: the sums cover the jobs the histogram
+counts beyond `<what>:n`, and the two parts are merged as two samples (Chan).
 """
 
 from __future__ import annotations
@@ -148,14 +156,37 @@ def histogram_of(what: str, fields: Mapping[str, str]) -> tuple[tuple[float, int
     return tuple(sorted(buckets.items()))
 
 
+def moments(what: str, fields: Mapping[str, object], count: int) -> tuple[int, float, float]:
+    """(count, mean s, M2 in s squared) of `what` in a stats hash whose histogram
+    holds `count` jobs: the old part (n, mean, m2) merged with the sums, which
+    hold the jobs beyond it. A day of one part alone reads exactly that part."""
+    n_old = int(float(str(fields.get(f"{what}:n", 0))))
+    mean_old = float(str(fields.get(f"{what}:mean", 0)))
+    m2_old = float(str(fields.get(f"{what}:m2", 0)))
+    n_new = count - n_old
+    if n_new <= 0:
+        return n_old, mean_old, m2_old
+    sum_ms = float(str(fields.get(f"{what}:ms", 0)))
+    squares_ms = float(str(fields.get(f"{what}:ms2", 0)))
+    mean_new = sum_ms / n_new / 1000
+    m2_new = max(0.0, squares_ms - sum_ms * sum_ms / n_new) / 1e6  # rounding: never below 0
+    if n_old <= 0:
+        return n_new, mean_new, m2_new
+    delta = mean_new - mean_old
+    return (
+        count,
+        mean_old + delta * n_new / count,
+        m2_old + m2_new + delta * delta * n_old * n_new / count,
+    )
+
+
 def _times(what: str, fields: Mapping[str, str]) -> Times:
-    count = int(fields.get(f"{what}:n", 0))
-    m2 = float(fields.get(f"{what}:m2", 0))
     histogram = histogram_of(what, fields)
+    count, mean, m2 = moments(what, fields, sum(n for _, n in histogram))
     p50, p95, p99 = (percentile(histogram, p) for p in PERCENTILES)
     return Times(
         count=count,
-        mean=float(fields.get(f"{what}:mean", 0)),
+        mean=mean,
         variance=m2 / (count - 1) if count > 1 else 0.0,
         histogram=histogram,
         p50=p50,

@@ -158,6 +158,27 @@ def test_workers_show_what_a_master_told_and_what_it_holds(
     assert guessed["told"] is False and guessed["running"][0]["elapsed_ms"] == 1000
 
 
+def test_a_pop_marks_its_worker_seen_at_most_once_a_second(
+    client: Client, clock: FrozenClock
+) -> None:
+    q = client.queue("q")
+    q.pop(1, worker="w")
+    first_ms = clock.now_ms
+    clock.advance(0.4)
+    q.pop(1, worker="w")
+    functions = int(str(client.redis.info("server")["redis_version"]).split(".")[0]) >= 7
+    expected = first_ms if functions else clock.now_ms  # scripts (EVALSHA) remember nothing
+    assert client.admin.workers()["w"]["seen_ms"] == expected, "within a second: not written"
+    clock.advance(0.6)
+    q.pop(1, worker="w")
+    assert client.admin.workers()["w"]["seen_ms"] == clock.now_ms
+    clock.advance(0.1)
+    assert client.conn.run("forget_worker", "w", "q") == 0
+    assert client.admin.workers() == {}
+    q.pop(1, worker="w")
+    assert client.admin.workers()["w"]["seen_ms"] == clock.now_ms, "forgotten: seen again at once"
+
+
 def test_worker_info_is_checked(client: Client, clock: FrozenClock) -> None:
     with pytest.raises(BadArgument, match="queues entry"):
         client.leases.register_worker("w", host="h", pid=1, queues=["a:b"], concurrency=1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
@@ -170,6 +171,26 @@ def test_describe_names_every_family_without_reading() -> None:
         "runtime_job_run_seconds",
         "runtime_worker_running_jobs",
     } <= names
+
+
+def test_histogram_sums_of_days_in_the_sums_format_and_of_mixed_days() -> None:
+    """Today's fields as lib/stats.lua writes them (sums in ms, the count in the
+    buckets), and a day an earlier version began (n, mean) and this one went on."""
+    sums = {"run:ms": 1500, "run:ms2": 1250000, "run:hist:ms500": 1, "run:hist:s1": 1}
+    mixed = {**sums, "run:n": 1, "run:mean": 0.25, "run:hist:ms200": 1}
+    samples = scraped(
+        {
+            "now_ms": 1,
+            "queues": {"sums": counts(stats=sums), "mixed": counts(stats=mixed)},
+            "groups": {},
+            "workers": {},
+        }
+    )
+    run = "runtime_job_run_seconds"
+    assert samples[(f"{run}_count", (("queue", "sums"),))] == 2
+    assert samples[(f"{run}_sum", (("queue", "sums"),))] == pytest.approx(1.5)
+    assert samples[(f"{run}_count", (("queue", "mixed"),))] == 3
+    assert samples[(f"{run}_sum", (("queue", "mixed"),))] == pytest.approx(1.75)
 
 
 def counts(**values: Any) -> dict[str, Any]:

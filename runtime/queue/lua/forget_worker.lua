@@ -27,7 +27,7 @@ for _, reply in ipairs(Handoff.collect(worker)) do
   end)
 end
 local held = redis.call('SCARD', K.worker_jobs(worker))
-redis.call('ZREM', K.workers, worker)
+Lease.unseen(worker)
 if held == 0 then
   redis.call('DEL', K.worker_jobs(worker))
 end

@@ -5,7 +5,7 @@
 -- Reply    {"now_ms": n,
 --           "queues": {"<queue>": {counts as counts.lua gives them,
 --                      "stats": {today's statistics fields (lib/stats.lua) of wait
---                                and run: "wait:n", "wait:mean", "wait:hist:ms5", ...}}},
+--                                and run: "wait:ms", "wait:ms2", "wait:hist:ms5", ...}}},
 --           "groups": {"<failure group>": n, ...},
 --           "workers": {"<worker>": {"seen_ms": n, "running": n}, ...} (those up)}
 --          Every known queue, at most counts_max; workers at most workers_max.

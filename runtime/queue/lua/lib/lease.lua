@@ -113,6 +113,41 @@ end
 
 local Lease = {}
 
+-- Workers seen (K.workers: worker -> when last seen, ms). A pop marks its worker
+-- seen, but writes the time only when the one it wrote last is a second old or
+-- more (SEEN_MS): a master popping jobs one by one paid a ZADD per pop. The
+-- times written are remembered by the library (FCALL), at most SEEN_MAX workers
+-- of one namespace; a script run by EVALSHA remembers nothing, so writes every
+-- time. Heartbeats and a master's registration write theirs as before;
+-- forgetting a worker (Lease.unseen) forgets its time here too.
+local SEEN_MS, SEEN_MAX = 1000, 1024
+local seen_written, seen_n, seen_ns = {}, 0, nil
+
+function Lease.seen(worker, now_ms)
+  if seen_ns ~= NS then
+    seen_written, seen_n, seen_ns = {}, 0, NS
+  end
+  local at = seen_written[worker]
+  if at and now_ms >= at and now_ms - at < SEEN_MS then
+    return
+  end
+  redis.call('ZADD', K.workers, int(now_ms), worker)
+  if not at then
+    if seen_n >= SEEN_MAX then
+      seen_written, seen_n = {}, 0
+    end
+    seen_n = seen_n + 1
+  end
+  seen_written[worker] = now_ms
+end
+
+function Lease.unseen(worker)
+  if seen_ns == NS then
+    seen_written[worker] = nil
+  end
+  redis.call('ZREM', K.workers, worker)
+end
+
 function Lease.grant(jid, meta, worker, seed, now_us, lease_s)
   local expires_us = now_us + (lease_s or Config.get('heartbeat', meta.q)) * 1000000
   meta.a = (meta.a or 0) + 1

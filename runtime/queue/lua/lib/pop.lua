@@ -33,7 +33,7 @@ function Pop.run(p, now_us, retention_batch)
   local worker, count, seed, order = p.worker, p.count, p.seed, p.order
   local ahead_us, idle, queues = p.ahead_us, p.idle, p.queues
   local now_ms = Clock.ms(now_us)
-  redis.call('ZADD', K.workers, int(now_ms), worker)
+  Lease.seen(worker, now_ms) -- at most once a second
 
   local active, refill = {}, {}
   for _, queue in ipairs(queues) do

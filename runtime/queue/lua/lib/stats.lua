@@ -3,10 +3,13 @@
 --
 -- Statistics (K.stats(queue, day), expires stats_days after the last call that
 -- made a field of it, as a rule its first: Stats.flush): how long jobs
--- waited (popped - eligible) and ran (completed - popped), in seconds: count,
--- mean and M2 (fields wait:n, wait:mean, wait:m2; Welford: variance is
--- M2 / (n - 1)), and a histogram, one field per bucket (wait:hist:ms250 ...),
--- named by its lower bound:
+-- waited (popped - eligible) and ran (completed - popped), in whole ms: the sum
+-- of the times (fields wait:ms, run:ms) and of their squares (wait:ms2,
+-- run:ms2: an integer, a float past 2^63), and a histogram, one field per
+-- bucket (wait:hist:ms250 ...), which also gives the count (its total); mean
+-- and variance follow from the three (runtime/queue/stats.py). Every field is
+-- only ever added to (HINCRBY, HINCRBYFLOAT): a flush reads nothing, and adds
+-- no sum of 0. Buckets are named by their lower bound:
 --   ms0 .. ms9      1 ms wide, below 10 ms        (10 buckets)
 --   ms10 .. ms90    10 ms wide, below 100 ms      (9)
 --   ms100 .. ms900  100 ms wide, below 1 s        (9)
@@ -15,10 +18,14 @@
 --   h1 .. h23       1 h wide, below 1 day         (23)
 --   d1 .. d365      1 day wide (d365: a year or more)
 -- Only buckets that were hit exist: jobs of 1-500 ms fill at most 24 fields per
--- histogram. A queue-day holds 3 moments x 2 + its buckets + 3 counts fields:
--- about 15 to 70 in practice, 2 x 535 + 9 at most. (Days written before the
--- ms buckets have one s0 field for everything below a second.) Also counts:
--- failures (attempts that failed), failed (final), retries.
+-- histogram. A queue-day holds 2 sums x 2 + its buckets + 3 counts fields:
+-- about 15 to 70 in practice, 2 x 535 + 7 at most. Also counts: failures
+-- (attempts that failed), failed (final), retries.
+-- Days written by earlier versions hold the moments as count, mean and M2
+-- (wait:n, wait:mean, wait:m2, in seconds, merged read-modify-write: Welford)
+-- instead of the sums, and may have one s0 bucket for everything below a
+-- second. During an upgrade one day may hold both; the histogram counts the
+-- jobs of both, the reader merges the two parts (stats.py).
 --
 -- Totals per queue, in K.queue(queue), kept for good (retention does not touch
 -- them): total:completed (completions reported, including those that moved the
@@ -33,7 +40,7 @@
 -- hours: at most two EXPIREs a minute, and nothing to trim.
 --
 -- Observations are gathered for the length of a script call and written once per
--- (queue, day) with Chan's merge of the batch into the stored moments (and once
+-- (queue, day), one HINCRBY or HINCRBYFLOAT per field (and once
 -- more for the waits of the jobs handed to idle masters at the call's end:
 -- handoff.lua). Every job that starts counts one wait, popped or handed.
 --
@@ -43,9 +50,6 @@
 -- once per index and call (a ZADD per job was a tenth of a completion's cost).
 
 local Stats = {}
--- "queue\0day" -> {queue, day, times = {what -> {n, mean, m2}}, hist, counts}, gathered
--- by call number pending_call (CALL), not yet written
-local pending, pending_call = {}, 0
 local call_us -- the time of the call's observations (a call has one)
 
 -- The bucket of a time: its unit and lower bound (the name is unit .. bound).
@@ -92,62 +96,82 @@ local function hist_field(what, seconds)
   return field
 end
 
--- The moments' field names of `what` (n, mean, m2).
-local moment_fields = {}
+-- The sums' field names of `what` (sum of ms, sum of ms squared).
+local sum_fields = {}
 
-local function moments_of(what)
-  local fields = moment_fields[what]
+local function sums_of(what)
+  local fields = sum_fields[what]
   if not fields then
-    fields = { what .. ':n', what .. ':mean', what .. ':m2' }
-    moment_fields[what] = fields
+    fields = { what .. ':ms', what .. ':ms2' }
+    sum_fields[what] = fields
   end
   return fields
 end
 
--- The entry of (queue, day) this call gathers in: looked up by queue while
--- the time is the call's (a call has one), so no id is made for each job.
-local last_us, by_queue = nil, {}
-per_call(function()
-  last_us, by_queue = nil, {}
-end)
+-- What a call gathers, per (queue, day), not yet written: entries
+-- {queue, day, call, times = {what -> {n, ms, ms2}}, hist = {field -> n},
+-- counts = {what -> n}, key, key_day}, the live ones (call = CALL) listed in
+-- live[1 .. live_n] by call number live_call. A library (FCALL) keeps them
+-- from call to call, emptied once written, so a call in steady state makes
+-- no table and no string here: what a script allocates costs it again in the
+-- collector's work. At most ENTRIES_MAX queues are kept (then all are dropped),
+-- for one namespace (entries_ns) at a time.
+local ENTRIES_MAX = 256
+local entries, entries_n, entries_ns = {}, 0, nil
+local live, live_n, live_call = {}, 0, 0
 
 local function entry(queue, now_us)
-  if pending_call ~= CALL then
-    pending, pending_call = {}, CALL
+  if live_call ~= CALL then
+    live_n, live_call = 0, CALL
   end
   call_us = now_us
-  if now_us == last_us then
-    local known = by_queue[queue]
-    if known and pending[known.id] == known then
-      return known
-    end
-  else
-    last_us, by_queue = now_us, {}
-  end
   local day = math.floor(now_us / 86400000000)
-  local id = queue .. '\0' .. int(day)
-  local e = pending[id]
-  if not e then
-    e = { id = id, queue = queue, day = day, times = {}, hist = {}, counts = {} }
-    pending[id] = e
-    pending[#pending + 1] = id
+  if entries_ns ~= NS then
+    entries, entries_n, entries_ns = {}, 0, NS
   end
-  by_queue[queue] = e
+  local e = entries[queue]
+  if e and e.call == CALL then
+    if e.day == day then
+      return e
+    end
+    e = nil -- this call gathers for another day too (its time is one: not seen)
+  end
+  if not e then
+    if entries_n >= ENTRIES_MAX then
+      entries, entries_n = {}, 0
+    end
+    e = { queue = queue, times = {}, hist = {}, counts = {} }
+    entries[queue], entries_n = e, entries_n + 1
+  end
+  -- what an earlier call gathered and never wrote (it failed) is dropped
+  for _, t in pairs(e.times) do
+    t.n, t.ms, t.ms2 = 0, 0, 0
+  end
+  for field in pairs(e.hist) do
+    e.hist[field] = nil
+  end
+  for what in pairs(e.counts) do
+    e.counts[what] = 0
+  end
+  e.call, e.day = CALL, day
+  live_n = live_n + 1
+  live[live_n] = e
   return e
 end
 
--- Records one wait or run time (seconds).
+-- Records one wait or run time (seconds; kept in whole ms, as jobs' times are).
 function Stats.time(queue, what, seconds, now_us)
   if seconds < 0 then
     seconds = 0
   end
+  local ms = math.floor(seconds * 1000 + 0.5)
   local e = entry(queue, now_us)
-  local t = e.times[what] or { n = 0, mean = 0, m2 = 0 }
-  t.n = t.n + 1
-  local delta = seconds - t.mean
-  t.mean = t.mean + delta / t.n
-  t.m2 = t.m2 + delta * (seconds - t.mean)
-  e.times[what] = t
+  local t = e.times[what]
+  if t then
+    t.n, t.ms, t.ms2 = t.n + 1, t.ms + ms, t.ms2 + ms * ms
+  else -- a table per queue and `what`, kept
+    e.times[what] = { n = 1, ms = ms, ms2 = ms * ms }
+  end
   local field = hist_field(what, seconds)
   e.hist[field] = (e.hist[field] or 0) + 1
 end
@@ -158,16 +182,20 @@ function Stats.count(queue, what, now_us)
   e.counts[what] = (e.counts[what] or 0) + 1
 end
 
-local function num(x)
-  return string.format('%.17g', x)
+-- Adds a sum of squares (ms squared) to its field: by HINCRBY (cheaper by a
+-- third) while the field and the sum are integers of 64 bits, else (a day of
+-- waits of months) by HINCRBYFLOAT: an HINCRBY that would overflow, or finds
+-- the float an HINCRBYFLOAT left, fails and writes nothing.
+local function add_squares(key, field, x)
+  if x < 9007199254740992 and type(redis.pcall('HINCRBY', key, field, int(x))) == 'number' then
+    return
+  end
+  redis.call('HINCRBYFLOAT', key, field,
+    x < 9007199254740992 and int(x) or string.format('%.17g', x))
 end
 
--- The totals kept for good, from what a day's entry gathered: field -> n.
-local function totals_of(e)
-  local run = e.times.run
-  return { ['total:completed'] = run and run.n, ['total:failed'] = e.counts.failed,
-    ['total:retried'] = e.counts.retries }
-end
+-- The throughput hash of an hour: hour -> key, the last one made.
+local hour_key, hour_of_key, hour_ns = nil, nil, nil
 
 -- Counts `completed` and `failed` jobs in the minute of `now_us` (one HINCRBY
 -- for each that is not 0).
@@ -176,59 +204,86 @@ local function count_minute(completed, failed, now_us)
     return
   end
   local minute = math.floor(now_us / 60000000)
-  local key = K.throughput(int(math.floor(minute / 60)))
+  local hour = math.floor(minute / 60)
+  if hour ~= hour_of_key or hour_ns ~= NS then
+    hour_key, hour_of_key, hour_ns = K.throughput(int(hour)), hour, NS
+  end
   local of_hour = int(minute % 60)
-  for _, counted in ipairs({ { 'c:', completed }, { 'f:', failed } }) do
-    local n = counted[2]
-    if n > 0 and redis.call('HINCRBY', key, counted[1] .. of_hour, int(n)) == n then
-      redis.call('EXPIRE', key, int((LIMITS.throughput_hours + 1) * 3600))
+  local expire = int((LIMITS.throughput_hours + 1) * 3600)
+  if completed > 0
+      and redis.call('HINCRBY', hour_key, 'c:' .. of_hour, int(completed)) == completed then
+    redis.call('EXPIRE', hour_key, expire)
+  end
+  if failed > 0 and redis.call('HINCRBY', hour_key, 'f:' .. of_hour, int(failed)) == failed then
+    redis.call('EXPIRE', hour_key, expire)
+  end
+end
+
+-- Adds n to a field of the queue's totals (K.queue), if n is not 0.
+local function add_total(e, field, n)
+  if n > 0 then
+    if not e.queue_key then
+      e.queue_key = K.queue(e.queue)
     end
+    redis.call('HINCRBY', e.queue_key, field, int(n))
   end
 end
 
 -- Writes what this call gathered. Every script that records calls this last.
--- The day's EXPIRE is set by a call that made a field of it (so by the call
--- that made the key: stats_days from then), not by every call: an EXPIRE costs
--- as much as an HINCRBY (a write, an AOF entry).
+-- The day's EXPIRE is set by a call that made a bucket or count field of it (so
+-- by the call that made the key, which makes one: stats_days from then), not by
+-- every call: an EXPIRE costs as much as an HINCRBY (a write, an AOF entry).
 function Stats.flush()
-  if pending_call ~= CALL then -- nothing gathered since the last flush
+  if live_call ~= CALL then -- nothing gathered since the last flush
     return
   end
   local completed, failed = 0, 0
-  for _, id in ipairs(pending) do
-    local e = pending[id]
-    local key = K.stats(e.queue, e.day)
-    local new = false
-    for what, b in pairs(e.times) do
-      local f = moments_of(what)
-      local v = redis.call('HMGET', key, f[1], f[2], f[3])
-      new = new or not v[1]
-      local n, mean, m2 = tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 0
-      local total = n + b.n
-      local delta = b.mean - mean
-      local merged_mean = mean + delta * b.n / total
-      local merged_m2 = m2 + b.m2 + delta * delta * n * b.n / total
-      redis.call('HSET', key, f[1], int(total), f[2], num(merged_mean), f[3], num(merged_m2))
+  for i = 1, live_n do
+    local e = live[i]
+    if e.key_day ~= e.day then
+      e.key, e.key_day = K.stats(e.queue, e.day), e.day
     end
-    for _, counted in ipairs({ e.hist, e.counts }) do
-      for field, n in pairs(counted) do
-        if redis.call('HINCRBY', key, field, int(n)) == n then
-          new = true
-        end
+    local key = e.key
+    local new = false
+    local run_n = 0
+    for what, t in pairs(e.times) do
+      if t.ms > 0 then -- sums of 0 ms add nothing; the buckets count the jobs
+        local f = sums_of(what)
+        redis.call('HINCRBY', key, f[1], int(t.ms))
+        add_squares(key, f[2], t.ms2)
+      end
+      if what == 'run' then
+        run_n = t.n
+      end
+      t.n, t.ms, t.ms2 = 0, 0, 0
+    end
+    for field, n in pairs(e.hist) do
+      if redis.call('HINCRBY', key, field, int(n)) == n then
+        new = true
+      end
+      e.hist[field] = nil
+    end
+    local counts = e.counts
+    for what, n in pairs(counts) do
+      if n > 0 and redis.call('HINCRBY', key, what, int(n)) == n then
+        new = true
       end
     end
     if new then
       redis.call('EXPIRE', key, int(LIMITS.stats_days * 86400))
     end
-    local totals = totals_of(e)
-    for field, n in pairs(totals) do
-      redis.call('HINCRBY', K.queue(e.queue), field, int(n))
+    add_total(e, 'total:completed', run_n)
+    add_total(e, 'total:failed', counts.failed or 0)
+    add_total(e, 'total:retried', counts.retries or 0)
+    completed = completed + run_n
+    failed = failed + (counts.failed or 0)
+    for what in pairs(counts) do
+      counts[what] = 0
     end
-    completed = completed + (totals['total:completed'] or 0)
-    failed = failed + (totals['total:failed'] or 0)
+    e.call = 0 -- written
   end
   count_minute(completed, failed, call_us)
-  pending_call = 0 -- written
+  live_n, live_call = 0, 0 -- written
 end
 
 -- The index of a queue that lists jobs in `state` (complete, failed), or nil.
