@@ -110,7 +110,9 @@ def test_delayed_jobs_start_on_time_through_pauses_limits_recurrences_and_master
     client.set_domain_limit("slow.example", rate=5, period=1.0)
     client.scheduling.recur("c", f"{J}:noop", {}, every=1.0)
     masters = [_master(tcp_server, namespace, workdir) for _ in range(3)]
-    rng = random.Random(int(os.environ.get("SCHEDULING_SOAK_SEED", "0")) or None)
+    seed = int(os.environ.get("SCHEDULING_SOAK_SEED", "0")) or random.randrange(1, 2**31)
+    print(f"scheduling soak: SCHEDULING_SOAK_SEED={seed}")  # shown with a failure: run it again
+    rng = random.Random(seed)
     path = workdir / "runs"
     stopped = threading.Event()
     until = time.monotonic() + soak_s
