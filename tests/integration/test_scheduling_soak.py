@@ -33,7 +33,9 @@ QUEUES = ("a", "b", "c", "d")  # d is paused and resumed: its jobs are not timed
 TIMED = ("a", "b", "c")
 DELAY_S = 1.0
 ON_TIME_S = 0.05
-pytestmark = pytest.mark.slow
+SOAK_S = float(os.environ.get("SCHEDULING_SOAK_S", "60"))
+# the soak, then up to 60 s for the last delayed jobs, then the checks
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(int(SOAK_S) + 150)]
 
 
 class TcpServer(ServerProcess):
@@ -102,7 +104,7 @@ def _faults(
 def test_delayed_jobs_start_on_time_through_pauses_limits_recurrences_and_master_faults(
     tcp_server: TcpServer, workdir: Path
 ) -> None:
-    soak_s = float(os.environ.get("SCHEDULING_SOAK_S", "60"))
+    soak_s = SOAK_S
     namespace = f"sched-{uuid.uuid4().hex[:8]}"
     client = Client.from_url(tcp_server.url, namespace=namespace)
     for queue in QUEUES:
@@ -134,11 +136,23 @@ def test_delayed_jobs_start_on_time_through_pauses_limits_recurrences_and_master
     finally:
         stopped.set()
         chaos.join()
-    wait_for(
-        lambda: all(_state(client, jid) == "complete" for jid in delayed),
-        60,
-        what="every delayed job complete",
-    )
+    try:
+        wait_for(
+            lambda: all(_state(client, jid) == "complete" for jid in delayed),
+            60,
+            what="every delayed job complete",
+        )
+    except AssertionError:  # say which, where they are and what happened to them
+        stuck = [(jid, client.get_job(jid)) for jid in delayed]
+        raise AssertionError(
+            "not complete after 60 s: "
+            + "; ".join(
+                f"{jid} {job.state if job else None} "
+                + str([(e.event, e.at_ms) for e in (job.history if job else [])][-6:])
+                for jid, job in stuck
+                if job is None or job.state != "complete"
+            )
+        ) from None
     starts = {line.split()[0]: float(line.split()[2]) for line in path.read_text().splitlines()}
     late, early, disturbed = [], [], 0
     for jid in delayed:
