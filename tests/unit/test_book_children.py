@@ -26,7 +26,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -38,6 +37,7 @@ from runtime.master import events
 from runtime.master.book import Book
 from runtime.master.held import Where
 from runtime.queue.leases import Leased, Popped
+from tests.support import histories
 from tests.unit.test_book import leased
 
 REDIS_OFFSET_S = 500.0  # local monotonic - Redis time, as the pops say
@@ -285,26 +285,8 @@ class BookAndChildren(RuleBasedStateMachine):
         assert not twice, f"started more than once: {twice}"
 
 
-HEALTH = [HealthCheck.too_slow]
-TestBookAndChildren = BookAndChildren.TestCase  # bounded: a few seconds in the default run
-TestBookAndChildren.settings = settings(
-    max_examples=300,
-    stateful_step_count=80,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=HEALTH,
-)
-
-
-class LongBookAndChildren(BookAndChildren):
-    """The same histories, many more and longer (./dev slow)."""
-
-
-TestBookAndChildrenLong = pytest.mark.timeout(1800)(pytest.mark.slow(LongBookAndChildren.TestCase))
-TestBookAndChildrenLong.settings = settings(
-    max_examples=5000, stateful_step_count=100, deadline=None, suppress_health_check=HEALTH
-)
+TestBookAndChildren = histories.bounded(BookAndChildren, examples=300, steps=80)  # a few seconds
+TestBookAndChildrenLong = histories.long(BookAndChildren, steps=100)  # ./dev slow
 
 
 def test_a_job_withdrawn_twice_and_sent_again_starts_once() -> None:

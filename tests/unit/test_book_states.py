@@ -18,8 +18,6 @@ import random
 import signal
 from dataclasses import replace
 
-import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -37,6 +35,7 @@ from runtime.master.book import Book
 from runtime.master.held import Where
 from runtime.master.slots import SlotState
 from runtime.queue.leases import Leased, Popped
+from tests.support import histories
 from tests.unit.test_book import leased
 
 REDIS_OFFSET_S = 500.0  # local monotonic - Redis time, as the pops say
@@ -395,23 +394,5 @@ class BookMachine(RuleBasedStateMachine):
             assert all(h.where is not Where.BUFFERED for h in ledger.held.values())
 
 
-HEALTH = [HealthCheck.too_slow]
-TestBookHistories = BookMachine.TestCase  # bounded: a few seconds in the default run
-TestBookHistories.settings = settings(
-    max_examples=150,
-    stateful_step_count=50,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=HEALTH,
-)
-
-
-class LongBookMachine(BookMachine):
-    """The same histories, many more and longer (./dev slow)."""
-
-
-TestBookLongHistories = pytest.mark.timeout(1800)(pytest.mark.slow(LongBookMachine.TestCase))
-TestBookLongHistories.settings = settings(
-    max_examples=5000, stateful_step_count=150, deadline=None, suppress_health_check=HEALTH
-)
+TestBookHistories = histories.bounded(BookMachine, examples=150, steps=50)  # a few seconds
+TestBookLongHistories = histories.long(BookMachine, steps=150)  # ./dev slow
