@@ -394,9 +394,29 @@ end
 -- Integer to string without exponent (tostring gives 1.79e+15 for microseconds).
 -- Numbers passed to redis.call go through it too (Redis formats a Lua number
 -- argument with snprintf).
-local int = remembered(function(n)
+-- Small numbers (counts, limits, priorities) are remembered for good; large
+-- ones (times, tickets) rarely come again after their call, and remembering
+-- each would churn the memo: the last four are kept instead (a batch writes
+-- its call's time once per job).
+local small_int = remembered(function(n)
   return string.format('%d', n)
 end, true)
+local large_n, large_text, large_next = {}, {}, 1
+
+local function int(n)
+  if n < 1000000 and n > -1000000 then
+    return small_int(n)
+  end
+  for i = 1, 4 do
+    if large_n[i] == n then
+      return large_text[i]
+    end
+  end
+  local text = string.format('%d', n)
+  large_n[large_next], large_text[large_next] = n, text
+  large_next = large_next % 4 + 1
+  return text
+end
 
 -- JSON of a number as cjson writes it (cjson is bound per call, not at load).
 Json.number = remembered(function(n)
