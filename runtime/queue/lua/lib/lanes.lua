@@ -213,7 +213,7 @@ function Lanes.push(queue, jid, meta, now_us, at_head)
       readied_now(queue)
     end
   elseif domain ~= '' and redis.call('ZSCORE', K.throttled(queue), lane_id(prio, domain)) then
-    redis.call('HINCRBY', counters, 'throttled', 1)
+    redis.call('HINCRBY', K.queue(queue), 'throttled', 1)
   else
     if at_head then
       redis.call('ZADD', K.ready(queue, prio), meta.o, domain)
