@@ -396,25 +396,35 @@ end
 -- argument with snprintf).
 -- Small numbers (counts, limits, priorities) are remembered for good; large
 -- ones (times, tickets) rarely come again after their call, and remembering
--- each would churn the memo: the last four are kept instead (a batch writes
--- its call's time once per job).
+-- each for good churned the memo (2,000 entries, then dropped), which cost a
+-- put more than formatting them: they are remembered for the call (a batch
+-- writes its call's times once per job), in a table emptied in place.
 local small_int = remembered(function(n)
   return string.format('%d', n)
 end, true)
-local large_n, large_text, large_next = {}, {}, 1
+local large, large_count, large_call = {}, 0, 0
 
 local function int(n)
   if n < 1000000 and n > -1000000 then
     return small_int(n)
   end
-  for i = 1, 4 do
-    if large_n[i] == n then
-      return large_text[i]
+  if large_call ~= CALL then
+    if large_count > 32 then
+      large = {}
+    elseif large_count > 0 then
+      for key in pairs(large) do
+        large[key] = nil
+      end
+    end
+    large_count, large_call = 0, CALL
+  end
+  local text = large[n]
+  if text == nil then
+    text = string.format('%d', n)
+    if large_count < MEMO_MAX then
+      large[n], large_count = text, large_count + 1
     end
   end
-  local text = string.format('%d', n)
-  large_n[large_next], large_text[large_next] = n, text
-  large_next = large_next % 4 + 1
   return text
 end
 
