@@ -327,13 +327,23 @@ end
 -- (Check.data) or read for a reply, metas so read or made by the scripts.
 -- A record saved from a vouched meta and data needs no check to be replied
 -- (Job.save remembers it so).
-local vouched, vouched_call = {}, 0 -- made by call number vouched_call (CALL)
+-- Emptied in place when a new call vouches (made anew after a big batch).
+local vouched, vouched_n, vouched_call = {}, 0, 0 -- of call number vouched_call (CALL)
 
 function Json.vouch(value)
   if vouched_call ~= CALL then
-    vouched, vouched_call = {}, CALL
+    if vouched_n > 32 then
+      vouched = {}
+    else
+      for key in pairs(vouched) do
+        vouched[key] = nil
+      end
+    end
+    vouched_n, vouched_call = 0, CALL
   end
-  vouched[value] = true
+  if not vouched[value] then
+    vouched[value], vouched_n = true, vouched_n + 1
+  end
 end
 
 function Json.vouched(value)
