@@ -25,8 +25,8 @@
 --
 -- Counters in K.queue(queue): queued (jobs in lanes), throttled (in throttled lanes).
 -- A push at the tail reads seq and queued and writes both with one HSET: a
--- write costs a script about five times a read (its propagation to the AOF
--- and replicas), and a put is mostly writes.
+-- write costs a script more than a read (its propagation to the AOF and
+-- replicas), and a put is mostly writes.
 --
 -- A call that put a job into a ready lane of a queue, and took none out of a
 -- lane nor throttled one, knows the queue has a ready job when it ends

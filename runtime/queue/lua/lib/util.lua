@@ -431,7 +431,7 @@ local function int(n)
   local text = large[n]
   if text == nil then
     text = string.format('%d', n)
-    if large_count < MEMO_MAX then
+    if large_count < MEMO_MAX and n == n then -- NaN is no table key
       large[n], large_count = text, large_count + 1
     end
   end
