@@ -18,7 +18,7 @@ Two ways to run them, the same Lua either way:
   call's start: state of another call is stale, and made afresh when first
   used), or registers a reset with `per_call` (run at the start of every call:
   a hook costs a call about a thousand instructions, so only what must be
-  undone at once, like cjson's settings);
+  undone at once);
   work that must follow all of a call's writes registers with `at_end` (run
   after an operation succeeded, before its reply goes out).
 * EVALSHA of one script per operation: Redis 6.2, and users whose ACL lacks
@@ -100,9 +100,6 @@ end
 local ok, result = pcall(__operation)
 if ok then
   __finish()
-end
-Json.restore()
-if ok then
   return result
 end
 if type(result) == 'table' then

@@ -5,11 +5,14 @@
 -- read once per script call.
 
 local Config = {}
-local config_values, values_call -- read by call number values_call (CALL)
+local config_values, values_call = {}, nil -- read by call number values_call (CALL)
 
 local function values()
   if values_call ~= CALL then
-    config_values, values_call = {}, CALL
+    for name in pairs(config_values) do -- emptied in place: no table made per call
+      config_values[name] = nil
+    end
+    values_call = CALL
     local flat = redis.call('HGETALL', K.config)
     for i = 1, #flat, 2 do
       config_values[flat[i]] = tonumber(flat[i + 1])

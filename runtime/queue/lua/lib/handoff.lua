@@ -157,9 +157,13 @@ at_end(function()
   local now_us = Clock.now_us()
   for queue, why in pairs(woken) do
     local left = true
-    local c = redis.call('HMGET', K.queue(queue), 'queued', 'throttled', 'paused')
-    if c[3] ~= '1' then
-      left = offer(queue, now_us, counted_ready(c[1], c[2]))
+    -- a job of this call waits in a ready lane and no master waits: nothing to
+    -- hand, the token stays (a paused queue keeps it too)
+    if not (Lanes.surely_ready(queue) and redis.call('EXISTS', K.idle(queue)) == 0) then
+      local c = redis.call('HMGET', K.queue(queue), 'queued', 'throttled', 'paused')
+      if c[3] ~= '1' then
+        left = offer(queue, now_us, counted_ready(c[1], c[2]))
+      end
     end
     if left or why == 'always' then
       Handoff.token(queue)

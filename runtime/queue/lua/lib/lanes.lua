@@ -24,12 +24,40 @@
 -- that it stopped short (Lanes.pop's second result).
 --
 -- Counters in K.queue(queue): queued (jobs in lanes), throttled (in throttled lanes).
+-- A push at the tail reads seq and queued and writes both with one HSET: a
+-- write costs a script more than a read (its propagation to the AOF and
+-- replicas), and a put is mostly writes.
+--
+-- A call that put a job into a ready lane of a queue, and took none out of a
+-- lane nor throttled one, knows the queue has a ready job when it ends
+-- (Lanes.surely_ready): the hand-off at its end reads no counters to learn it.
 --
 -- A lane entry whose record is corrupt, gone or not waiting in this queue is
 -- dropped by the pop that meets it at the head (a corrupt record is failed:
 -- Job.corrupt); until then its ticket reads as 0, so its lane comes first.
 
 local Lanes = {}
+
+-- The queues this call (number readied_call) put a job into a ready lane of;
+-- shrunk_call: the last call that took a job out of a lane or throttled one.
+local readied, readied_call, shrunk_call = {}, 0, 0
+
+local function readied_now(queue)
+  if readied_call ~= CALL then
+    readied, readied_call = {}, CALL
+  end
+  readied[queue] = true
+end
+
+local function shrunk()
+  shrunk_call = CALL
+end
+
+-- Whether the queue surely has a ready job now: this call put one into a ready
+-- lane and nothing since (or before) in it took a job out or throttled a lane.
+function Lanes.surely_ready(queue)
+  return readied_call == CALL and readied[queue] == true and shrunk_call ~= CALL
+end
 
 local function lane_id(prio, domain)
   return prio .. '|' .. domain
@@ -60,6 +88,7 @@ local function make_ready(queue, prio, domain, ticket)
 end
 
 local function unready(queue, prio, domain)
+  shrunk()
   local ready = K.ready(queue, prio)
   if redis.call('ZREM', ready, domain) == 1 and redis.call('ZCARD', ready) == 0 then
     redis.call('ZREM', K.prios(queue), prio)
@@ -67,6 +96,7 @@ local function unready(queue, prio, domain)
 end
 
 local function throttle(queue, prio, domain, free_at_us, jobs)
+  shrunk()
   redis.call('ZADD', K.throttled(queue), int(math.ceil(free_at_us)), lane_id(prio, domain))
   redis.call('HINCRBY', K.queue(queue), 'throttled', jobs)
 end
@@ -93,6 +123,7 @@ end
 
 -- The lane of (queue, prio, domain) is empty: out of every index.
 local function drop_empty(queue, prio, domain)
+  shrunk()
   unready(queue, prio, domain)
   redis.call('ZREM', K.throttled(queue), lane_id(prio, domain))
   leave(queue, prio, domain)
@@ -118,6 +149,7 @@ end
 -- The domain's budget is spent until free_at_us: its lanes in every queue
 -- and priority become (or stay) throttled until then.
 function Lanes.throttle_domain(domain, free_at_us)
+  shrunk()
   each_lane_of(domain, function(queue, prio, _, jobs, score)
     if score then
       redis.call('ZADD', K.throttled(queue), int(math.ceil(free_at_us)), lane_id(prio, domain))
@@ -132,6 +164,7 @@ end
 -- frees under the new limit, or ready now. Returns the queues where a lane
 -- became ready or frees earlier than before (their idle masters should look).
 function Lanes.rescore_domain(domain, now_us)
+  shrunk()
   local free_at = Domains.free_at(domain, now_us)
   local sooner, seen = {}, {}
   each_lane_of(domain, function(queue, prio, lane, jobs, score)
@@ -154,17 +187,22 @@ end
 
 -- Adds a job to its lane: at the tail with a new ticket, or back at the head
 -- with the ticket it had (a job whose lease expired goes before younger jobs).
+-- Returns whether the lane was empty.
 function Lanes.push(queue, jid, meta, now_us, at_head)
   local prio, domain = meta.p or 0, meta.dm or ''
   local lane = K.lane(queue, prio, domain)
+  local counters = K.queue(queue)
   local n
   if at_head then
     n = redis.call('LPUSH', lane, jid)
+    redis.call('HINCRBY', counters, 'queued', '1')
   else
-    meta.o = redis.call('HINCRBY', K.queue(queue), 'seq', '1')
+    local c = redis.call('HMGET', counters, 'seq', 'queued')
+    meta.o = (tonumber(c[1]) or 0) + 1
     n = redis.call('RPUSH', lane, jid)
+    redis.call('HSET', counters, 'seq', string.format('%d', meta.o),
+      'queued', string.format('%d', (tonumber(c[2]) or 0) + 1))
   end
-  redis.call('HINCRBY', K.queue(queue), 'queued', '1')
   if n == 1 then
     enter(queue, prio, domain)
     local free_at = Domains.free_at(domain, now_us)
@@ -172,16 +210,22 @@ function Lanes.push(queue, jid, meta, now_us, at_head)
       throttle(queue, prio, domain, free_at, 1)
     else
       make_ready(queue, prio, domain, meta.o)
+      readied_now(queue)
     end
   elseif domain ~= '' and redis.call('ZSCORE', K.throttled(queue), lane_id(prio, domain)) then
     redis.call('HINCRBY', K.queue(queue), 'throttled', 1)
-  elseif at_head then
-    redis.call('ZADD', K.ready(queue, prio), meta.o, domain)
+  else
+    if at_head then
+      redis.call('ZADD', K.ready(queue, prio), meta.o, domain)
+    end
+    readied_now(queue)
   end
+  return n == 1
 end
 
 -- Takes a job out of its lane (cancel, priority change). False if it was not there.
 function Lanes.remove(queue, jid, meta)
+  shrunk()
   local prio, domain = meta.p or 0, meta.dm or ''
   local lane = K.lane(queue, prio, domain)
   local was_head = redis.call('LINDEX', lane, 0) == jid
@@ -288,6 +332,7 @@ end
 -- dropped, always a prefix of the lane) taken off with one LPOP, before anything
 -- reads the lane's length and when the walk leaves the lane.
 function Lanes.pop(queue, room, now_us, take, ahead_us)
+  shrunk()
   local taken, skips, dropped, spent = 0, 0, 0, false
   while taken < room and skips < LIMITS.pop_skips and not spent do
     local before = taken

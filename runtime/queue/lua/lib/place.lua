@@ -23,9 +23,17 @@
 local Place = {}
 local woken, promoted, known = {}, {}, {}
 local written = false -- whether this call wrote any of them (most calls never do)
-per_call(function()
+local function clear(t)
+  for key in pairs(t) do
+    t[key] = nil
+  end
+end
+per_call(function() -- emptied in place: a table made per call costs the collector too
   if written then
-    woken, promoted, known, written = {}, {}, {}, false
+    clear(woken)
+    clear(promoted)
+    clear(known)
+    written = false
   end
 end)
 
@@ -81,8 +89,14 @@ function Place.promote(queue, now_us)
   end
   promoted[queue], written = true, true
   local key = K.scheduled(queue)
-  local bound = int(Clock.ms(now_us) * 1000) -- due times are whole milliseconds
-  local members = redis.call('ZRANGEBYSCORE', key, '-inf', bound, 'LIMIT', '0',
+  local bound = Clock.ms(now_us) * 1000 -- due times are whole milliseconds
+  -- the earliest first, alone: as a rule none is due (or there are none), and
+  -- this read costs less than the range (and its bound, formatted)
+  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+  if #first == 0 or tonumber(first[2]) > bound then
+    return
+  end
+  local members = redis.call('ZRANGEBYSCORE', key, '-inf', int(bound), 'LIMIT', '0',
     int(LIMITS.promote_batch))
   if #members == 0 then
     return
@@ -128,6 +142,16 @@ function Place.take_soon(queue, now_us, ahead_us, room, take)
   return taken
 end
 
+-- Lists the queue in K.queues (once a call). A queue leaves the list only
+-- empty (queue_forget.lua), so a job entering a lane that holds jobs already
+-- need not list it again.
+local function list_queue(queue, now_ms)
+  if not known[queue] then
+    known[queue], written = true, true
+    redis.call('ZADD', K.queues, 'NX', int(now_ms), queue)
+  end
+end
+
 -- Puts a job into its queue (meta.q) and saves it: depends while it waits on
 -- other jobs (only looked up when `may_depend`), scheduled while due_ms lies
 -- ahead, else waiting. `put_ms`: its put time, when the caller knows it (a
@@ -137,14 +161,12 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend, put_ms)
   local now_ms = Clock.ms(now_us)
   local eligible = (due_ms and due_ms > now_ms) and due_ms or now_ms
   meta.qt = eligible ~= (put_ms or Job.put_ms(meta)) and eligible or nil
-  if not known[queue] then
-    known[queue], written = true, true
-    redis.call('ZADD', K.queues, 'NX', int(now_ms), queue)
-  end
   if may_depend and redis.call('SCARD', K.deps(jid)) > 0 then
+    list_queue(queue, now_ms)
     meta.s, meta.d = DEPENDS, due_ms
     redis.call('SADD', K.depends(queue), jid)
   elseif due_ms and due_ms > now_ms then
+    list_queue(queue, now_ms)
     meta.s, meta.d = SCHEDULED, due_ms
     meta.o = redis.call('HINCRBY', K.queue(queue), 'sseq', 1) -- put order among equal dues
     local member = scheduled_member(jid, meta.o)
@@ -155,7 +177,9 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend, put_ms)
   else
     Place.promote(queue, now_us)
     meta.s, meta.d = WAITING, nil
-    Lanes.push(queue, jid, meta, now_us, false)
+    if Lanes.push(queue, jid, meta, now_us, false) then
+      list_queue(queue, now_ms) -- a lane with jobs already: the queue is listed
+    end
     Place.wake(queue)
   end
   Job.save(jid, meta, data)

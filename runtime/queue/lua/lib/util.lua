@@ -267,39 +267,28 @@ end
 Json.DEEP = 'nested deeper than ' .. LIMITS.data_depth_max .. ' levels'
 
 -- cjson's decoder settings are global to the server's Lua, shared with other
--- code. Strict decoding sets them once per call, on its first use (setting
--- them around each decode was a tenth of a pop's cost); the runner puts the
--- caller's back after every call, whether it failed or not. Only a call killed
--- half way (SCRIPT KILL, FUNCTION KILL) leaves them set: in the function library
--- the next call puts them back first (per_call); a script run by EVALSHA starts
--- afresh and cannot know. Lenient decodes (Json.lenient) run with the caller's
--- settings.
-local cjson_saved -- {max depth, invalid numbers} as they were before this call set them
-local cjson_depth -- the max depth in force while they are set
-
-function Json.restore()
-  if cjson_saved then
-    cjson.decode_max_depth(cjson_saved[1])
-    cjson.decode_invalid_numbers(cjson_saved[2])
-    cjson_saved, cjson_depth = nil, nil
-  end
-end
-per_call(Json.restore)
+-- code, so strict decoding has a cjson of its own (cjson.new(): settings of its
+-- own), made on its first use and kept while the function library stays
+-- loaded (a script run by EVALSHA makes it afresh). The server's cjson is never
+-- changed: setting it and putting it back around every call was a sixth of a
+-- put's data check. Lenient decodes (Json.lenient) run with the caller's settings.
+local strict, strict_depth -- the strict cjson, and the max depth it has
 
 -- Decodes `text` as strict JSON nested at most `max_depth` (default:
 -- data_depth_max) levels: true, value; or false, Json.DEEP or the decoder's
 -- complaint.
 function Json.strict(text, max_depth)
   max_depth = max_depth or LIMITS.data_depth_max
-  if not cjson_saved then
-    cjson_saved = { cjson.decode_max_depth(), cjson.decode_invalid_numbers() }
-    cjson.decode_invalid_numbers(false)
+  if not strict then
+    strict = cjson.new()
+    strict.decode_invalid_numbers(false)
+    strict_depth = nil
   end
-  if cjson_depth ~= max_depth then
-    cjson.decode_max_depth(max_depth)
-    cjson_depth = max_depth
+  if strict_depth ~= max_depth then
+    strict.decode_max_depth(max_depth)
+    strict_depth = max_depth
   end
-  local ok, value = pcall(cjson.decode, text)
+  local ok, value = pcall(strict.decode, text)
   if not ok and string.find(tostring(value), 'too many nested', 1, true) then
     return false, Json.DEEP
   end
@@ -308,15 +297,7 @@ end
 
 -- Decodes `text` with the caller's settings: true, value; or false, the complaint.
 function Json.lenient(text)
-  if not cjson_saved then
-    return pcall(cjson.decode, text)
-  end
-  local saved = cjson_saved
-  Json.restore()
-  local ok, value = pcall(cjson.decode, text)
-  cjson_saved = { saved[1], saved[2] }
-  cjson.decode_invalid_numbers(false)
-  return ok, value
+  return pcall(cjson.decode, text)
 end
 
 -- The object `text` holds, if Python decodes it too (valid UTF-8, strict
@@ -346,13 +327,23 @@ end
 -- (Check.data) or read for a reply, metas so read or made by the scripts.
 -- A record saved from a vouched meta and data needs no check to be replied
 -- (Job.save remembers it so).
-local vouched, vouched_call = {}, 0 -- made by call number vouched_call (CALL)
+-- Emptied in place when a new call vouches (made anew after a big batch).
+local vouched, vouched_n, vouched_call = {}, 0, 0 -- of call number vouched_call (CALL)
 
 function Json.vouch(value)
   if vouched_call ~= CALL then
-    vouched, vouched_call = {}, CALL
+    if vouched_n > 32 then
+      vouched = {}
+    else
+      for key in pairs(vouched) do
+        vouched[key] = nil
+      end
+    end
+    vouched_n, vouched_call = 0, CALL
   end
-  vouched[value] = true
+  if not vouched[value] then
+    vouched[value], vouched_n = true, vouched_n + 1
+  end
 end
 
 function Json.vouched(value)
@@ -413,9 +404,39 @@ end
 -- Integer to string without exponent (tostring gives 1.79e+15 for microseconds).
 -- Numbers passed to redis.call go through it too (Redis formats a Lua number
 -- argument with snprintf).
-local int = remembered(function(n)
+-- Small numbers (counts, limits, priorities) are remembered for good; large
+-- ones (times, tickets) rarely come again after their call, and remembering
+-- each for good churned the memo (2,000 entries, then dropped), which cost a
+-- put more than formatting them: they are remembered for the call (a batch
+-- writes its call's times once per job), in a table emptied in place.
+local small_int = remembered(function(n)
   return string.format('%d', n)
 end, true)
+local large, large_count, large_call = {}, 0, 0
+
+local function int(n)
+  if n < 1000000 and n > -1000000 then
+    return small_int(n)
+  end
+  if large_call ~= CALL then
+    if large_count > 32 then
+      large = {}
+    elseif large_count > 0 then
+      for key in pairs(large) do
+        large[key] = nil
+      end
+    end
+    large_count, large_call = 0, CALL
+  end
+  local text = large[n]
+  if text == nil then
+    text = string.format('%d', n)
+    if large_count < MEMO_MAX and n == n then -- NaN is no table key
+      large[n], large_count = text, large_count + 1
+    end
+  end
+  return text
+end
 
 -- JSON of a number as cjson writes it (cjson is bound per call, not at load).
 Json.number = remembered(function(n)
