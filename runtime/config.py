@@ -303,6 +303,15 @@ SHARED: dict[str, SharedSetting] = {
             integer=True,
         ),
         SharedSetting(
+            "compact-records",
+            0,
+            0,
+            1,
+            False,
+            "1: store queued jobs compact (only once every master reads them: README)",
+            integer=True,
+        ),
+        SharedSetting(
             "result-max-bytes",
             1 << 20,
             0,
