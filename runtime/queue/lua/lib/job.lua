@@ -574,7 +574,7 @@ end
 -- next read may take it). The record is made in one piece: each string Lua
 -- makes is hashed whole.
 function Job.save(jid, meta, data, done)
-  local line = Job.compact() and compact_of(meta)
+  local line = STATE_LETTER[meta.s] and Job.compact() and compact_of(meta)
   if line then
     local raw = line .. '\n' .. data
     redis.call('HSET', K.jobs, jid, raw)
