@@ -146,3 +146,27 @@ def test_status_json_and_watch_show_the_running_jobs_plain_status_shows(
     ) == [("p1", "app:a", W, 1, 10, "first"), ("p2", "app:a", W, 5, None, None)]
     [line] = watched(plain_client, "--json", lines=1)
     assert json.loads(line) == json.loads(out), "a JSON redraw is what --json prints"
+
+
+def test_job_shows_a_compact_record_as_its_json_twin(cli: Invoke, plain_client: Client) -> None:
+    """A namespace holding both forms (compact-records turned on between two
+    puts): `runtime job` and `runtime jobs` show them alike."""
+    q = plain_client.queue("q")
+    q.put("app.jobs:crawl", {"url": "a"}, jid="as-json", priority=3, domain="d.e")
+    code, _, _ = cli("config", "compact-records", "1")
+    assert code == 0
+    q.put("app.jobs:crawl", {"url": "a"}, jid="compact", priority=3, domain="d.e")
+    raw = plain_client.redis.hget(plain_client.keys.key("jobs"), "compact")
+    assert isinstance(raw, bytes) and raw.startswith(b"Wapp.jobs:crawl q ")
+    shown = {}
+    for jid in ("as-json", "compact"):
+        code, out, _ = cli("job", jid, "--json")
+        assert code == 0
+        shown[jid] = json.loads(out)
+        shown[jid].pop("jid")
+        shown[jid]["history"] = [ev.split(", ", 2)[::2] for ev in shown[jid]["history"]]
+        assert shown[jid].pop("put_at_ms") > 0  # the real clock: put one after the other
+    assert shown["as-json"] == shown["compact"]
+    assert (shown["compact"]["state"], shown["compact"]["priority"]) == ("waiting", 3)
+    code, out, _ = cli("jobs", "q")
+    assert code == 0 and "as-json" in out and "compact" in out
