@@ -20,7 +20,7 @@ def test_a_compact_job_and_its_json_twin_show_alike(dashboard: Dashboard) -> Non
     client.admin.config_set("compact-records", "1")
     q.put("tests.integration.jobs:noop", {"mark": "compact-one"}, jid="compact", priority=2)
     raw = client.redis.hget(client.keys.key("jobs"), "compact")
-    assert isinstance(raw, bytes) and raw.startswith(b"Wtests.integration.jobs:noop twins ")
+    assert isinstance(raw, bytes) and raw.startswith(b"w1 2 ")
     with httpx.Client(base_url=dashboard.url, timeout=10) as http:
         pages = {jid: http.get("/job", params={"jid": jid}) for jid in ("as-json", "compact")}
         listing = http.get("/queue", params={"name": "twins"}).text

@@ -157,7 +157,7 @@ def test_job_shows_a_compact_record_as_its_json_twin(cli: Invoke, plain_client: 
     assert code == 0
     q.put("app.jobs:crawl", {"url": "a"}, jid="compact", priority=3, domain="d.e")
     raw = plain_client.redis.hget(plain_client.keys.key("jobs"), "compact")
-    assert isinstance(raw, bytes) and raw.startswith(b"Wapp.jobs:crawl q ")
+    assert isinstance(raw, bytes) and raw.startswith(b"w1 2 ")
     shown = {}
     for jid in ("as-json", "compact"):
         code, out, _ = cli("job", jid, "--json")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from runtime import Client
+from runtime.config import LIMITS
 from runtime.queue.job import Job
 from tests.conftest import raw_record
 from tests.support.clock import FrozenClock
@@ -61,7 +62,12 @@ def test_with_the_setting_on_a_fresh_job_is_stored_compact_and_reads_the_same(
     compact_on(client)
     q.put("a.b:c", {"n": 1}, jid="small")
     line = meta_line(client, "small")
-    assert line == b"Wa.b:c q 2 " + format(clock.now_ms, "x").encode()
+    assert line == b"w1 2 " + format(clock.now_ms, "x").encode()
+    assert client.redis.hgetall(client.keys.key("names")) == {
+        b"=q a.b:c": b"1",
+        b"#1": b"q a.b:c",
+        b"count": b"1",
+    }
     assert raw_record(client, "small") == line + b'\n{"n":1}'
     assert not is_compact(client, "json")
     json_job, small_job = client.get_job("json"), client.get_job("small")
@@ -99,11 +105,11 @@ def test_a_scheduled_compact_job_is_promoted_popped_and_completed(
     q = client.queue("q")
     q.put("a.b:c", {"n": 1}, jid="later", delay=10, priority=2)
     put_ms = clock.now_ms
-    assert meta_line(client, "later").startswith(b"Sa.b:c q ")
+    assert meta_line(client, "later").startswith(b"s1 1 ")
     clock.advance(11)
     q.put("a.b:c", {}, jid="now", priority=2)  # a move into waiting promotes first
     due = format(put_ms + 10_000, "x").encode()
-    assert meta_line(client, "later").startswith(b"Wa.b:c q ")
+    assert meta_line(client, "later").startswith(b"w1 ")
     assert meta_line(client, "later").endswith(b" p2 e" + due), "due time gone, qt kept"
     [lease, _] = q.pop(2, worker=W)
     assert (lease.jid, lease.job.priority, lease.job.put_at_ms) == ("later", 2, put_ms)
@@ -168,11 +174,13 @@ def test_a_compact_record_that_does_not_decode_fails_as_corrupt(
     for jid in ("bad-hex", "bad-option", "twice"):
         q.put("a.b:c", {}, jid=jid)
     key = client.keys.key("jobs")
+    q.put("a.b:c", {}, jid="unknown")
     client.redis.hset(key, "bad-hex", b"Wa.b:c q 1 zz\n{}")
-    client.redis.hset(key, "bad-option", b"Wa.b:c q 2 10 x1\n{}")
-    client.redis.hset(key, "twice", b"Wa.b:c q 3 10 r1 r2\n{}")
-    assert q.pop(3, worker=W) == []
-    for jid in ("bad-hex", "bad-option", "twice"):
+    client.redis.hset(key, "bad-option", b"w1 2 10 x1\n{}")
+    client.redis.hset(key, "twice", b"w1 3 10 r1 r2\n{}")
+    client.redis.hset(key, "unknown", b"w9 4 10\n{}")
+    assert q.pop(4, worker=W) == []
+    for jid in ("bad-hex", "bad-option", "twice", "unknown"):
         got = client.get_job(jid)
         assert got is not None and got.failure is not None
         assert (got.state, got.failure.group) == ("failed", "runtime.CorruptJob")
@@ -209,3 +217,30 @@ def test_turning_the_setting_off_again_writes_json_and_still_reads_compact(
     q.put("a.b:c", {"n": 1}, jid="json")
     assert is_compact(client, "small") and not is_compact(client, "json")
     assert [lease.jid for lease in q.pop(2, worker=W)] == ["small", "json"]
+
+
+def test_each_queue_and_klass_pair_gets_one_number_and_a_full_table_writes_names(
+    client: Client, clock: FrozenClock
+) -> None:
+    compact_on(client)
+    client.queue("q").put("a.b:c", {}, jid="j1")
+    client.queue("q").put("a.b:c", {}, jid="j2")
+    client.queue("q").put("a.b:d", {}, jid="j3")
+    client.queue("r").put("a.b:c", {}, jid="j4")
+    assert [meta_line(client, j).split(b" ")[0] for j in ("j1", "j2", "j3", "j4")] == [
+        b"w1",
+        b"w1",
+        b"w2",
+        b"w3",
+    ]
+    names = client.keys.key("names")
+    client.redis.hset(names, "count", LIMITS["names_max"])
+    client.queue("s").put("a.b:c", {}, jid="full", priority=1)
+    client.queue("q").put("a.b:d", {}, jid="known")
+    assert meta_line(client, "full").startswith(b"Wa.b:c s 1 ")
+    assert meta_line(client, "known").startswith(b"w2 ")
+    assert client.redis.hlen(names) == 7, "no pair added past names_max"
+    [lease] = client.queue("s").pop(1, worker=W)
+    assert (lease.jid, lease.job.klass, lease.job.priority) == ("full", "a.b:c", 1)
+    got = client.get_job("j4")
+    assert got is not None and (got.queue, got.klass) == ("r", "a.b:c")

@@ -36,8 +36,14 @@
 -- shared setting compact-records is 1: a state letter (W waiting, S
 -- scheduled), then fields separated by one space:
 --
---   <W|S><k> <q> <o, hex> <put time ms, hex>[ r<r>][ m<m>][ p<p>][ d<d, hex>]
+--   <w|s><id, hex> <o, hex> <put time ms, hex>[ r<r>][ m<m>][ p<p>][ d<d, hex>]
 --     [ e<qt, hex>][ n<dm>]
+--
+-- id names its queue and klass in K.names, where each pair gets a number the
+-- first time a compact record needs it; once K.names holds names_max pairs,
+-- a new pair is written in full instead, with the letter in capitals:
+--
+--   <W|S><k> <q> <o, hex> <put time ms, hex>[ the same options]
 --
 -- r absent: the default retries; m absent: r; its history is its put alone
 -- ({"e":"put","t":<put time>}, rebuilt when read). Only a meta of nothing else
@@ -190,10 +196,58 @@ local function history_from_list(meta)
   return nil
 end
 
--- The compact meta (see the top): letters of the states it holds, and of
--- the fields it may carry besides k, q, s, o and h.
-local STATE_LETTER = { [WAITING] = 'W', [SCHEDULED] = 'S' }
-local LETTER_STATE = { W = WAITING, S = SCHEDULED }
+-- The compact meta (see the top): letters of the states it holds (for a
+-- named pair, and for a pair written in full), and of the fields it may
+-- carry besides k, q, s, o and h.
+local STATE_LETTER = { [WAITING] = 'w', [SCHEDULED] = 's' }
+local STATE_CAPITAL = { [WAITING] = 'W', [SCHEDULED] = 'S' }
+local LETTER_STATE = { w = WAITING, s = SCHEDULED, W = WAITING, S = SCHEDULED }
+
+-- The pairs of K.names this call looked up: ids[queue][klass] = id (false:
+-- none to be had), pairs[id] = {queue, klass} (false: not there).
+local pair_ids, pair_names, names_read = {}, {}, false
+per_call(function()
+  if names_read then
+    pair_ids, pair_names, names_read = {}, {}, false
+  end
+end)
+
+-- The id (hex) of the pair, given one if it has none and K.names has room;
+-- nil when it has none.
+local function pair_id(queue, klass)
+  local of_queue = pair_ids[queue]
+  if not of_queue then
+    of_queue, names_read = {}, true
+    pair_ids[queue] = of_queue
+  end
+  local id = of_queue[klass]
+  if id == nil then
+    local pair = queue .. ' ' .. klass
+    id = redis.call('HGET', K.names, '=' .. pair)
+    if not id and tonumber(redis.call('HGET', K.names, 'count') or '0') < LIMITS.names_max then
+      id = string.format('%x', redis.call('HINCRBY', K.names, 'count', 1))
+      redis.call('HSET', K.names, '=' .. pair, id, '#' .. id, pair)
+    end
+    of_queue[klass] = id or false
+    pair_names[id or ''] = id and { queue, klass } or nil
+  end
+  return id or nil
+end
+
+-- The queue and klass that id names; nil when K.names has no such pair.
+local function pair_of(id)
+  local pair = pair_names[id]
+  if pair == nil then
+    local text = redis.call('HGET', K.names, '#' .. id)
+    local queue, klass = string.match(text or '', '^(%S+) (%S+)$')
+    pair, names_read = queue and { queue, klass } or false, true
+    pair_names[id] = pair
+  end
+  if pair then
+    return pair[1], pair[2]
+  end
+  return nil
+end
 local COMPACT_FIELDS = { k = true, q = true, s = true, r = true, m = true, o = true, h = true,
   p = true, d = true, qt = true, dm = true }
 
@@ -230,7 +284,12 @@ local function compact_of(meta)
   if not (o and put) then
     return nil
   end
-  local line = letter .. k .. ' ' .. q .. ' ' .. o .. ' ' .. put
+  local id, line = pair_id(q, k), nil
+  if id then
+    line = letter .. id .. ' ' .. o .. ' ' .. put
+  else
+    line = STATE_CAPITAL[meta.s] .. k .. ' ' .. q .. ' ' .. o .. ' ' .. put
+  end
   local r, m, p, d, qt, dm = meta.r, meta.m, meta.p, meta.d, meta.qt, meta.dm
   if r ~= LIMITS.default_retries then
     r = whole(r)
@@ -290,9 +349,18 @@ local COMPACT_OPTIONS = {
 -- A compact meta line, decoded (meta.h the put event's text): meta; or nil
 -- and what is wrong.
 local function decode_compact(line)
-  local letter, k, q, o, t, rest = string.match(line, '^([WS])(%S+) (%S+) (%x+) (%x+)(.*)$')
-  if not letter then
-    return nil, 'meta is neither JSON nor compact'
+  local letter, id, o, t, rest = string.match(line, '^([ws])(%x+) (%x+) (%x+)(.*)$')
+  local k, q
+  if letter then
+    q, k = pair_of(id)
+    if not q then
+      return nil, 'meta names an unknown queue and klass (' .. id .. ')'
+    end
+  else
+    letter, k, q, o, t, rest = string.match(line, '^([WS])(%S+) (%S+) (%x+) (%x+)(.*)$')
+    if not letter then
+      return nil, 'meta is neither JSON nor compact'
+    end
   end
   t = tonumber(t, 16)
   local meta = { k = k, q = q, s = LETTER_STATE[letter], r = LIMITS.default_retries,
