@@ -244,3 +244,17 @@ def test_each_queue_and_klass_pair_gets_one_number_and_a_full_table_writes_names
     assert (lease.jid, lease.job.klass, lease.job.priority) == ("full", "a.b:c", 1)
     got = client.get_job("j4")
     assert got is not None and (got.queue, got.klass) == ("r", "a.b:c")
+
+
+def test_the_oldest_waiting_age_reads_a_compact_head(client: Client, clock: FrozenClock) -> None:
+    compact_on(client)
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="old")
+    clock.advance(2)
+    q.put("a.b:c", {}, jid="late", delay=1)
+    clock.advance(3)
+    q.put("a.b:c", {}, jid="new")  # promotes "late": eligible 3 s after it was put
+    assert [is_compact(client, j) for j in ("old", "late", "new")] == [True, True, True]
+    assert q.counts()["oldest_waiting_ms"] == 5000
+    q.pop(1, worker=W)
+    assert q.counts()["oldest_waiting_ms"] == 2000

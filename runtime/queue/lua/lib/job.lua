@@ -561,17 +561,22 @@ function Job.read(jid, for_reply)
   return meta, data
 end
 
--- The meta of a record, decoded leniently and checked for nothing; nil when the
--- record is gone or its meta does not decode. For reads that only look (the
--- script that takes the job checks the rest).
+-- The meta of a record, decoded leniently and checked for nothing (its
+-- history a list, as in the JSON); nil when the record is gone or its meta
+-- does not decode. For reads that only look (the script that takes the job
+-- checks the rest).
 function Job.glance(jid)
   local raw = redis.call('HGET', K.jobs, jid)
   local nl = raw and string.find(raw, '\n', 1, true)
   if not nl then
     return nil
   end
-  if string.byte(raw, 1) ~= 123 then -- not '{': the compact form
-    return (decode_compact(string.sub(raw, 1, nl - 1)))
+  if string.byte(raw, 1) ~= 123 then -- not '{': the compact form, its history a list
+    local meta = decode_compact(string.sub(raw, 1, nl - 1))
+    if meta then
+      meta.h = { { e = 'put', t = Job.put_ms(meta) } }
+    end
+    return meta
   end
   local ok, meta = Json.lenient(string.sub(raw, 1, nl - 1))
   return ok and type(meta) == 'table' and meta or nil
