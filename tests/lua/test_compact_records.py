@@ -258,3 +258,19 @@ def test_the_oldest_waiting_age_reads_a_compact_head(client: Client, clock: Froz
     assert q.counts()["oldest_waiting_ms"] == 5000
     q.pop(1, worker=W)
     assert q.counts()["oldest_waiting_ms"] == 2000
+
+
+def test_a_meta_naming_a_klass_with_a_blank_stays_json(client: Client, clock: FrozenClock) -> None:
+    """No checked put makes one, but a record written by other means may hold it:
+    its promotion (which keeps the history as it is) leaves it JSON."""
+    q = client.queue("q")
+    q.put("a.b:c", {}, jid="odd", delay=1)
+    line = meta_line(client, "odd").replace(b'"k":"a.b:c"', b'"k":"a.b:c d"')
+    client.redis.hset(client.keys.key("jobs"), "odd", line + b"\n{}")
+    compact_on(client)
+    clock.advance(2)
+    q.put("a.b:c", {}, jid="next")  # promotes "odd" first
+    assert json.loads(meta_line(client, "odd"))["s"] == "waiting"
+    assert is_compact(client, "next")
+    got = client.get_job("odd")
+    assert got is not None and got.klass == "a.b:c d"

@@ -206,6 +206,7 @@ local LETTER_STATE = { w = WAITING, s = SCHEDULED, W = WAITING, S = SCHEDULED }
 -- The pairs of K.names this call looked up: ids[queue][klass] = id (false:
 -- none to be had), pairs[id] = {queue, klass} (false: not there).
 local pair_ids, pair_names, names_read = {}, {}, false
+local FULL, BLANK = 'full', 'blank' -- pair_ids' marks: no room left; a name with a blank
 per_call(function()
   if names_read then
     pair_ids, pair_names, names_read = {}, {}, false
@@ -213,7 +214,8 @@ per_call(function()
 end)
 
 -- The id (hex) of the pair, given one if it has none and K.names has room;
--- nil when it has none.
+-- nil when it has none (the record names them in full), false when either
+-- name holds a blank (no compact form: not from a checked put).
 local function pair_id(queue, klass)
   local of_queue = pair_ids[queue]
   if not of_queue then
@@ -223,15 +225,28 @@ local function pair_id(queue, klass)
   local id = of_queue[klass]
   if id == nil then
     local pair = queue .. ' ' .. klass
-    id = redis.call('HGET', K.names, '=' .. pair)
-    if not id and tonumber(redis.call('HGET', K.names, 'count') or '0') < LIMITS.names_max then
-      id = string.format('%x', redis.call('HINCRBY', K.names, 'count', 1))
-      redis.call('HSET', K.names, '=' .. pair, id, '#' .. id, pair)
+    if string.find(queue, '%s') or string.find(klass, '%s') then
+      id = BLANK
+    else
+      id = redis.call('HGET', K.names, '=' .. pair)
+      if not id and tonumber(redis.call('HGET', K.names, 'count') or '0') < LIMITS.names_max then
+        id = string.format('%x', redis.call('HINCRBY', K.names, 'count', 1))
+        redis.call('HSET', K.names, '=' .. pair, id, '#' .. id, pair)
+      end
+      if id then
+        pair_names[id] = { queue, klass }
+      else
+        id = FULL
+      end
     end
-    of_queue[klass] = id or false
-    pair_names[id or ''] = id and { queue, klass } or nil
+    of_queue[klass] = id
   end
-  return id or nil
+  if id == FULL then
+    return nil
+  elseif id == BLANK then
+    return false
+  end
+  return id
 end
 
 -- The queue and klass that id names; nil when K.names has no such pair.
@@ -272,7 +287,7 @@ end
 local function compact_of(meta)
   local letter, k, q = STATE_LETTER[meta.s], meta.k, meta.q
   local t = letter and string.match(meta.h, '^{"e":"put","t":(%d+)}$')
-  if not t or string.find(k, '%s') or string.find(q, '%s') then
+  if not t then
     return nil
   end
   for name in pairs(meta) do
@@ -287,6 +302,8 @@ local function compact_of(meta)
   local id, line = pair_id(q, k), nil
   if id then
     line = letter .. id .. ' ' .. o .. ' ' .. put
+  elseif id == false then -- a pair of names with blanks (not from a checked put)
+    return nil
   else
     line = STATE_CAPITAL[meta.s] .. k .. ' ' .. q .. ' ' .. o .. ' ' .. put
   end
