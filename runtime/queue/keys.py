@@ -7,7 +7,8 @@ same templates are rendered into `lua/lib` functions by `lua_key_builders`.
 
 Key schema (the kind of each key in brackets):
 
-    jobs                     [hash]  jid -> job record: meta JSON, "\\n", data JSON
+    jobs                     [hash]  jid -> job record: meta (JSON, or compact: lua/lib/job.lua),
+                                     "\\n", data JSON
     config                   [hash]  shared setting -> value (see runtime.config.SHARED)
     names                    [hash]  the (queue, klass) pairs compact records name by
                                      number (lua/lib/job.lua): "=<queue> <klass>" -> id
