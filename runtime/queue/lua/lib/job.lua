@@ -33,7 +33,7 @@
 --   h events may carry: n a note, c a count and j jids (puts), b the job that put it
 --
 -- A queued job's meta may also be stored compact (Job.compact), when the
--- shared setting compact-records is 1: a state letter (W waiting, S
+-- shared setting compact-records is 1: a state letter (w waiting, s
 -- scheduled), then fields separated by one space:
 --
 --   <w|s><id, hex> <o, hex> <put time ms, hex>[ r<r>][ m<m>][ p<p>][ d<d, hex>]
@@ -44,6 +44,11 @@
 -- a new pair is written in full instead, with the letter in capitals:
 --
 --   <W|S><k> <q> <o, hex> <put time ms, hex>[ the same options]
+--
+-- A call looks each pair up in K.names once (pair_id, pair_of); nothing of
+-- it is remembered from one call to the next, since K.names may be replaced
+-- under a running server (a failover back and forth, a restore) and a number
+-- remembered from before could then name another pair.
 --
 -- r absent: the default retries; m absent: r; its history is its put alone
 -- ({"e":"put","t":<put time>}, rebuilt when read). Only a meta of nothing else
