@@ -29,6 +29,10 @@ the headline's drain of 20,000.
     .venv/bin/python -m bench.redis_cost 34aab4c HEAD --jobs 1000
     .venv/bin/python -m bench.redis_cost 34aab4c HEAD --jobs 1000 --batch 1
     .venv/bin/python -m bench.redis_cost 34aab4c HEAD --backlog 20000
+    .venv/bin/python -m bench.redis_cost main HEAD --config compact-records=1
+
+`--config NAME=VALUE` sets a shared setting in the probe's namespace before
+anything is counted, for each version that knows it (the report says which).
 """
 
 from __future__ import annotations
@@ -48,7 +52,9 @@ from typing import Any
 BATCH = 8  # jobs per pop and per completion by default, about a master's in a drain
 
 
-def probe(jobs: int, backlog: int = 0, batch: int = BATCH) -> dict[str, Any]:
+def probe(
+    jobs: int, backlog: int = 0, batch: int = BATCH, settings: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Runs inside a checkout (cwd): instructions per job, both calls and pops alone."""
     sys.path[0] = os.getcwd()  # the checkout's runtime, not this file's
     import runtime  # noqa: PLC0415 - imported from the checkout, after sys.path is set
@@ -92,6 +98,14 @@ def probe(jobs: int, backlog: int = 0, batch: int = BATCH) -> dict[str, Any]:
             time.sleep(0.1)
         client = Client.from_url(f"redis://127.0.0.1:{port}", namespace="cost")
         q = client.queue("bench")
+        applied = []
+        for setting in settings:  # only where the version knows the setting
+            name, _, value = setting.partition("=")
+            try:
+                client.admin.config_set(name, value)
+                applied.append(setting)
+            except Exception:  # noqa: BLE001 - an older version's own error type
+                pass
 
         def fill(n: int) -> None:
             for offset in range(0, n, 500):
@@ -167,6 +181,7 @@ def probe(jobs: int, backlog: int = 0, batch: int = BATCH) -> dict[str, Any]:
         "complete": both - pop,
         "both": both,
         "put": totals["put"],
+        "settings": applied,
     }
     if backlog:
         counts["drain"] = totals["drain"]
@@ -194,10 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="write the counts here as JSON")
     parser.add_argument("--batch", type=int, default=BATCH, help="jobs per pop and completion")
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a shared setting for both versions (skipped by one that does not know it)",
+    )
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
-        print(json.dumps(probe(args.jobs, args.backlog, args.batch)))
+        print(json.dumps(probe(args.jobs, args.backlog, args.batch, tuple(args.config))))
         return 0
     if not (args.old and args.new):
         raise SystemExit("python -m bench.redis_cost OLD NEW: two commits or checkouts")
@@ -222,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                     str(args.backlog),
                     "--batch",
                     str(args.batch),
+                    *(f"--config={setting}" for setting in args.config),
                 ],
                 1800 + args.backlog // 10,
             )
@@ -255,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         old = counts["old"]["both"] if old is None else old
         new = counts["new"]["both"] if new is None else new
         print(f"| {call} | {old / 1000:,.1f} | {new / 1000:,.1f} | {new / old:.3f} |")
+    for side in ("old", "new"):
+        if counts[side].get("settings"):
+            print(f"\n{side.upper()} ran with {', '.join(counts[side]['settings'])}")
     return 0
 
 

@@ -303,6 +303,15 @@ SHARED: dict[str, SharedSetting] = {
             integer=True,
         ),
         SharedSetting(
+            "compact-records",
+            0,
+            0,
+            1,
+            False,
+            "1: store queued jobs compact (only once every master reads them: README)",
+            integer=True,
+        ),
+        SharedSetting(
             "result-max-bytes",
             1 << 20,
             0,
@@ -379,6 +388,7 @@ LIMITS: dict[str, int] = {
     "priority_min": PRIORITY_MIN,
     "priority_max": PRIORITY_MAX,
     "default_retries": DEFAULT_RETRIES,
+    "names_max": 4096,  # (queue, klass) pairs a compact record may name by number
     "retries_max": 10_000,
     "jid_max": 128,
     "worker_max": 200,

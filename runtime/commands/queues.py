@@ -26,7 +26,7 @@ from runtime.commands.common import (
 from runtime.commands.jobs import progress_text
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
-from runtime.queue.job import Job
+from runtime.queue.job import RECORDS, Job
 from runtime.queue.ops import LISTED_STATES
 from runtime.queue.site import Site
 from runtime.units import duration
@@ -295,19 +295,48 @@ def forget(ctx: click.Context, queue: str) -> None:
     click.echo(f"forgot {queue}")
 
 
+def unable_to_read_compact(client: Client) -> list[str]:
+    """The running masters of the namespace whose release does not read compact
+    records: those whose info (worker_info.lua: sent at least every 10 minutes,
+    kept an hour) tells no `records`, or fewer."""
+    return [
+        worker
+        for worker, info in sorted(client.admin.workers().items())
+        if info.get("told") and (info.get("records") or 1) < RECORDS
+    ]
+
+
 @click.command("config")
 @click.argument("name", required=False)
 @click.argument("value", required=False)
 @click.option("--unset", is_flag=True, help="Remove NAME, back to its default.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Set compact-records 1 even though masters that cannot read them are registered.",
+)
 @click.pass_context
-def config_cmd(ctx: click.Context, name: str | None, value: str | None, unset: bool) -> None:
-    """Show settings, or set NAME to VALUE (e.g. heartbeat 30, emails-heartbeat 10)."""
+def config_cmd(
+    ctx: click.Context, name: str | None, value: str | None, unset: bool, force: bool
+) -> None:
+    """Show settings, or set NAME to VALUE (e.g. heartbeat 30, emails-heartbeat 10).
+    compact-records 1 is refused while a registered master runs a release that
+    cannot read compact records (README, Upgrading), unless --force."""
     client = client_of(ctx)
     if unset:
         if name is None:
             raise BadArgument("--unset needs a NAME")
         client.admin.config_unset(name)
     elif name is not None and value is not None:
+        if name == "compact-records" and config.shared_setting(name).parse(value) == 1:
+            unable = unable_to_read_compact(client)
+            if unable and not force:
+                raise BadArgument(
+                    "compact-records not set: masters of an earlier release, which cannot "
+                    f"read compact records, are running: {', '.join(unable)}; upgrade them "
+                    "first (one gone for good stops counting an hour after it last told "
+                    "who it is), or give --force"
+                )
         client.admin.config_set(name, value)
     values = client.admin.config_get()
     if name is not None:

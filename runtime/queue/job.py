@@ -15,6 +15,11 @@ from runtime.vocabulary import JobState
 
 STATES = tuple(JobState)
 
+# The record forms this release reads (lua/lib/job.lua), told by every master
+# it runs (worker_info.lua): 1 JSON metas, 2 also compact ones. A master that
+# tells none runs a release before compact records.
+RECORDS = 2
+
 
 def _when(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)

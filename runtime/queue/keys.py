@@ -7,8 +7,13 @@ same templates are rendered into `lua/lib` functions by `lua_key_builders`.
 
 Key schema (the kind of each key in brackets):
 
-    jobs                     [hash]  jid -> job record: meta JSON, "\\n", data JSON
+    jobs                     [hash]  jid -> job record: meta (JSON, or compact: lua/lib/job.lua),
+                                     "\\n", data JSON
     config                   [hash]  shared setting -> value (see runtime.config.SHARED)
+    names                    [hash]  the (queue, klass) pairs compact records name by
+                                     number (lua/lib/job.lua): "=<queue> <klass>" -> id
+                                     (hex), "#<id>" -> "<queue> <klass>", count -> the
+                                     last id; never shrinks (at most names_max pairs)
     queues                   [zset]  queue name -> first-use time (ms)
     q:<queue>                [hash]  paused, seq (order tickets), queued, throttled; totals
                                      (never reset by retention): total:completed,
@@ -75,6 +80,7 @@ from dataclasses import dataclass
 TEMPLATES: dict[str, str] = {
     "jobs": "jobs",
     "config": "config",
+    "names": "names",
     "queues": "queues",
     "queue": "q:{queue}",
     "prios": "q:{queue}:prios",

@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 from runtime import vocabulary
 from runtime.errors import CorruptReply, Error
 from runtime.queue import stats, wire
-from runtime.queue.job import Job
+from runtime.queue.job import RECORDS, Job
 from runtime.queue.keys import Keys
 from runtime.queue.leases import (
     CompleteRow,
@@ -599,7 +599,7 @@ def register_worker(
 ) -> Call[None]:  # fmt: skip
     """A master tells who it is (lua/worker_info.lua): where it runs, what it serves."""
     info = {"host": host, "pid": pid, "queues": list(queues), "concurrency": concurrency,
-            "started_ms": started_ms}  # fmt: skip
+            "started_ms": started_ms, "records": RECORDS}  # fmt: skip
     return _op("worker_info", worker, wire.dumps(info), decode=_none, repeatable=True)
 
 

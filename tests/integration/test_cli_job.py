@@ -146,3 +146,49 @@ def test_status_json_and_watch_show_the_running_jobs_plain_status_shows(
     ) == [("p1", "app:a", W, 1, 10, "first"), ("p2", "app:a", W, 5, None, None)]
     [line] = watched(plain_client, "--json", lines=1)
     assert json.loads(line) == json.loads(out), "a JSON redraw is what --json prints"
+
+
+def test_job_shows_a_compact_record_as_its_json_twin(cli: Invoke, plain_client: Client) -> None:
+    """A namespace holding both forms (compact-records turned on between two
+    puts): `runtime job` and `runtime jobs` show them alike."""
+    q = plain_client.queue("q")
+    q.put("app.jobs:crawl", {"url": "a"}, jid="as-json", priority=3, domain="d.e")
+    code, _, _ = cli("config", "compact-records", "1")
+    assert code == 0
+    q.put("app.jobs:crawl", {"url": "a"}, jid="compact", priority=3, domain="d.e")
+    raw = plain_client.redis.hget(plain_client.keys.key("jobs"), "compact")
+    assert isinstance(raw, bytes) and raw.startswith(b"w1 2 ")
+    shown = {}
+    for jid in ("as-json", "compact"):
+        code, out, _ = cli("job", jid, "--json")
+        assert code == 0
+        shown[jid] = json.loads(out)
+        shown[jid].pop("jid")
+        shown[jid]["history"] = [ev.split(", ", 2)[::2] for ev in shown[jid]["history"]]
+        assert shown[jid].pop("put_at_ms") > 0  # the real clock: put one after the other
+    assert shown["as-json"] == shown["compact"]
+    assert (shown["compact"]["state"], shown["compact"]["priority"]) == ("waiting", 3)
+    code, out, _ = cli("jobs", "q")
+    assert code == 0 and "as-json" in out and "compact" in out
+
+
+def test_compact_records_are_refused_while_a_master_of_an_earlier_release_runs(
+    cli: Invoke, plain_client: Client
+) -> None:
+    """A master of an earlier release tells no `records` (its worker_info.lua
+    stores what this one stores, without it); `config compact-records 1` names
+    it and sets nothing, unless --force."""
+    keys = plain_client.keys
+    old = {"host": "old", "pid": 7, "concurrency": 1, "queues": ["q"]}
+    plain_client.redis.set(keys.key("worker_info", worker="old-7"), json.dumps(old))
+    plain_client.redis.zadd(keys.key("workers"), {"old-7": 1})
+    plain_client.leases.register_worker("new-8", host="new", pid=8, queues=["q"], concurrency=1)
+    code, out, err = cli("config", "compact-records", "1")
+    assert code != 0 and "old-7" in err and "new-8" not in err, err
+    assert plain_client.admin.config_get()["compact-records"] == 0, "the default: not set"
+    plain_client.redis.delete(keys.key("worker_info", worker="old-7"))  # its hour is up
+    code, out, _ = cli("config", "compact-records", "1")
+    assert (code, out) == (0, "compact-records = 1\n")
+    plain_client.redis.set(keys.key("worker_info", worker="old-7"), json.dumps(old))
+    assert cli("config", "compact-records", "0")[0] == 0, "turning it off is never refused"
+    assert cli("config", "compact-records", "1", "--force")[0] == 0

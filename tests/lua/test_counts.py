@@ -137,6 +137,7 @@ def test_workers_show_what_a_master_told_and_what_it_holds(
         "queues": ["q", "r"],
         "concurrency": 4,
         "started_ms": clock.now_ms - 61_000,
+        "records": 2,  # reads JSON and compact records (runtime.queue.job.RECORDS)
         "told": True,
         "running": [
             {
@@ -156,6 +157,7 @@ def test_workers_show_what_a_master_told_and_what_it_holds(
         None,
     )
     assert guessed["told"] is False and guessed["running"][0]["elapsed_ms"] == 1000
+    assert guessed["records"] is None
 
 
 def test_a_pop_marks_its_worker_seen_at_most_once_a_second(

@@ -4,7 +4,9 @@
 --
 -- KEYS[1]  the namespace root
 -- ARGV     worker, info: JSON object {"host": text, "pid": n, "queues": [queue, ...],
---          "concurrency": n, "started_ms": n (optional)}
+--          "concurrency": n, "started_ms": n (optional), "records": n (optional:
+--          the record forms its release reads, runtime.queue.job.RECORDS; a
+--          master of a release before compact records tells none)}
 -- Reply    1
 -- Errors   BAD_ARG
 
@@ -23,8 +25,12 @@ local started_ms = Check.optional(info.started_ms)
 if started_ms ~= nil then
   Check.int('started_ms', started_ms, 0, 1e15)
 end
+local records = Check.optional(info.records)
+if records ~= nil then
+  Check.int('records', records, 1, 1000)
+end
 local stored = cjson.encode({ host = host, pid = pid, concurrency = concurrency,
-  started_ms = started_ms })
+  started_ms = started_ms, records = records })
 stored = string.sub(stored, 1, -2) .. ',"queues":' .. Json.array(queues) .. '}'
 redis.call('SET', K.worker_info(worker), stored, 'EX', INFO_TTL_S)
 redis.call('ZADD', K.workers, Clock.ms(Clock.now_us()), worker)

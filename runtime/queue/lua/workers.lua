@@ -4,13 +4,14 @@
 -- ARGV     (none)
 -- Reply    {"<worker>": {"seen_ms": n, "jobs": [jid, ...], "host": text|null,
 --          "pid": n|null, "queues": [queue, ...], "concurrency": n|null,
---          "started_ms": n|null, "told": bool, "running": [{"jid", "klass",
+--          "started_ms": n|null, "records": n|null, "told": bool, "running": [{"jid", "klass",
 --          "queue", "started_ms", "elapsed_ms"}, ...]}, ...}, at most
 --          workers_max, most recently seen first.
 --          told: the master sent its info (worker_info.lua). When it did not,
 --          host and pid come from a default "host-pid" worker id (null for
 --          another id), queues are those of the jobs it holds, concurrency is
---          null. running: the jobs it holds, oldest first; started_ms is when
+--          null. records: the record forms its release reads (null: a release
+--          before compact records). running: the jobs it holds, oldest first; started_ms is when
 --          it popped the job, elapsed_ms how long ago that was (Redis time).
 -- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   none
@@ -60,6 +61,7 @@ local function entry(worker, seen_ms)
     { 'queues', Json.array(info.queues or {}) },
     { 'concurrency', info.concurrency and int(info.concurrency) or 'null' },
     { 'started_ms', info.started_ms and int(info.started_ms) or 'null' },
+    { 'records', type(info.records) == 'number' and int(info.records) or 'null' },
     { 'told', told and 'true' or 'false' },
     { 'running', '[' .. table.concat(running, ',') .. ']' },
   })

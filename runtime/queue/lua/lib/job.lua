@@ -32,6 +32,33 @@
 --   wt someone waits for it to end until then (ms)    wn how many registered (lib/wait.lua)
 --   h events may carry: n a note, c a count and j jids (puts), b the job that put it
 --
+-- A queued job's meta may also be stored compact (Job.compact), when the
+-- shared setting compact-records is 1: a state letter (w waiting, s
+-- scheduled), then fields separated by one space:
+--
+--   <w|s><id, hex> <o, hex> <put time ms, hex>[ r<r>][ m<m>][ p<p>][ d<d, hex>]
+--     [ e<qt, hex>][ n<dm>]
+--
+-- id names its queue and klass in K.names, where each pair gets a number the
+-- first time a compact record needs it; once K.names holds names_max pairs,
+-- a new pair is written in full instead, with the letter in capitals:
+--
+--   <W|S><k> <q> <o, hex> <put time ms, hex>[ the same options]
+--
+-- A call looks each pair up in K.names once (pair_id, pair_of); nothing of
+-- it is remembered from one call to the next, since K.names may be replaced
+-- under a running server (a failover back and forth, a restore) and a number
+-- remembered from before could then name another pair.
+--
+-- r absent: the default retries; m absent: r; its history is its put alone
+-- ({"e":"put","t":<put time>}, rebuilt when read). Only a meta of nothing else
+-- is written so (a fresh waiting or scheduled job: most of a backlog); any
+-- other stays JSON. k, q and dm are tokens (no blanks), so a space ends each.
+-- This release reads both forms always; it writes the compact one only when
+-- told to, after every master sharing the server runs a release that reads it
+-- (README, "Upgrading"): a release before it fails such a record as
+-- runtime.CorruptJob.
+--
 -- Every read checks the record (Job.decode): one that does not decode, or that
 -- Python could not decode in a reply, is corrupt. Job.load fails it at once,
 -- as group runtime.CorruptJob (Place.corrupt), before the call writes anything
@@ -174,6 +201,210 @@ local function history_from_list(meta)
   return nil
 end
 
+-- The compact meta (see the top): letters of the states it holds (for a
+-- named pair, and for a pair written in full), and of the fields it may
+-- carry besides k, q, s, o and h.
+local STATE_LETTER = { [WAITING] = 'w', [SCHEDULED] = 's' }
+local STATE_CAPITAL = { [WAITING] = 'W', [SCHEDULED] = 'S' }
+local LETTER_STATE = { w = WAITING, s = SCHEDULED, W = WAITING, S = SCHEDULED }
+
+-- The pairs of K.names this call looked up: ids[queue][klass] = id (false:
+-- none to be had), pairs[id] = {queue, klass} (false: not there).
+local pair_ids, pair_names, names_read = {}, {}, false
+local FULL, BLANK = 'full', 'blank' -- pair_ids' marks: no room left; a name with a blank
+per_call(function()
+  if names_read then
+    pair_ids, pair_names, names_read = {}, {}, false
+  end
+end)
+
+-- The id (hex) of the pair, given one if it has none and K.names has room;
+-- nil when it has none (the record names them in full), false when either
+-- name holds a blank (no compact form: not from a checked put).
+local function pair_id(queue, klass)
+  local of_queue = pair_ids[queue]
+  if not of_queue then
+    of_queue, names_read = {}, true
+    pair_ids[queue] = of_queue
+  end
+  local id = of_queue[klass]
+  if id == nil then
+    local pair = queue .. ' ' .. klass
+    if string.find(queue, '%s') or string.find(klass, '%s') then
+      id = BLANK
+    else
+      id = redis.call('HGET', K.names, '=' .. pair)
+      if not id and tonumber(redis.call('HGET', K.names, 'count') or '0') < LIMITS.names_max then
+        id = string.format('%x', redis.call('HINCRBY', K.names, 'count', 1))
+        redis.call('HSET', K.names, '=' .. pair, id, '#' .. id, pair)
+      end
+      if id then
+        pair_names[id] = { queue, klass }
+      else
+        id = FULL
+      end
+    end
+    of_queue[klass] = id
+  end
+  if id == FULL then
+    return nil
+  elseif id == BLANK then
+    return false
+  end
+  return id
+end
+
+-- The queue and klass that id names; nil when K.names has no such pair.
+local function pair_of(id)
+  local pair = pair_names[id]
+  if pair == nil then
+    local text = redis.call('HGET', K.names, '#' .. id)
+    local queue, klass = string.match(text or '', '^(%S+) (%S+)$')
+    pair, names_read = queue and { queue, klass } or false, true
+    pair_names[id] = pair
+  end
+  if pair then
+    return pair[1], pair[2]
+  end
+  return nil
+end
+local COMPACT_FIELDS = { k = true, q = true, s = true, r = true, m = true, o = true, h = true,
+  p = true, d = true, qt = true, dm = true }
+
+-- A whole number as hex, or nil when it is not a whole number in [0, 2^53].
+local function hex(n)
+  if type(n) ~= 'number' or n < 0 or n % 1 ~= 0 or n > 9007199254740992 then
+    return nil
+  end
+  return string.format('%x', n)
+end
+
+-- A whole number as decimal text, or nil.
+local function whole(n)
+  if type(n) ~= 'number' or n % 1 ~= 0 or n < -9007199254740992 or n > 9007199254740992 then
+    return nil
+  end
+  return int(n)
+end
+
+-- The meta in the compact form, or nil when it holds more than that form
+-- says (it is then stored as JSON).
+local function compact_of(meta)
+  local letter, k, q = STATE_LETTER[meta.s], meta.k, meta.q
+  local t = letter and string.match(meta.h, '^{"e":"put","t":(%d+)}$')
+  if not t then
+    return nil
+  end
+  for name in pairs(meta) do
+    if not COMPACT_FIELDS[name] then
+      return nil
+    end
+  end
+  local o, put = hex(meta.o), hex(tonumber(t))
+  if not (o and put) then
+    return nil
+  end
+  local id, line = pair_id(q, k), nil
+  if id then
+    line = letter .. id .. ' ' .. o .. ' ' .. put
+  elseif id == false then -- a pair of names with blanks (not from a checked put)
+    return nil
+  else
+    line = STATE_CAPITAL[meta.s] .. k .. ' ' .. q .. ' ' .. o .. ' ' .. put
+  end
+  local r, m, p, d, qt, dm = meta.r, meta.m, meta.p, meta.d, meta.qt, meta.dm
+  if r ~= LIMITS.default_retries then
+    r = whole(r)
+    if not r then
+      return nil
+    end
+    line = line .. ' r' .. r
+  end
+  if m ~= meta.r then
+    m = whole(m)
+    if not m then
+      return nil
+    end
+    line = line .. ' m' .. m
+  end
+  if p then
+    p = whole(p)
+    if not p then
+      return nil
+    end
+    line = line .. ' p' .. p
+  end
+  if d then
+    d = hex(d)
+    if not d then
+      return nil
+    end
+    line = line .. ' d' .. d
+  end
+  if qt then
+    qt = hex(qt)
+    if not qt then
+      return nil
+    end
+    line = line .. ' e' .. qt
+  end
+  if dm then
+    if string.find(dm, '%s') then
+      return nil
+    end
+    line = line .. ' n' .. dm
+  end
+  return line
+end
+
+-- Sets one optional field of a compact meta from its letter and text;
+-- false when either is not what the form allows.
+local COMPACT_OPTIONS = {
+  r = function(meta, text) meta.r = tonumber(text, 10) return meta.r ~= nil end,
+  m = function(meta, text) meta.m = tonumber(text, 10) return meta.m ~= nil end,
+  p = function(meta, text) meta.p = tonumber(text, 10) return meta.p ~= nil end,
+  d = function(meta, text) meta.d = tonumber(text, 16) return meta.d ~= nil end,
+  e = function(meta, text) meta.qt = tonumber(text, 16) return meta.qt ~= nil end,
+  n = function(meta, text) meta.dm = text return true end,
+}
+
+-- A compact meta line, decoded (meta.h the put event's text): meta; or nil
+-- and what is wrong.
+local function decode_compact(line)
+  local letter, id, o, t, rest = string.match(line, '^([ws])(%x+) (%x+) (%x+)(.*)$')
+  local k, q
+  if letter then
+    q, k = pair_of(id)
+    if not q then
+      return nil, 'meta names an unknown queue and klass (' .. id .. ')'
+    end
+  else
+    letter, k, q, o, t, rest = string.match(line, '^([WS])(%S+) (%S+) (%x+) (%x+)(.*)$')
+    if not letter then
+      return nil, 'meta is neither JSON nor compact'
+    end
+  end
+  t = tonumber(t, 16)
+  local meta = { k = k, q = q, s = LETTER_STATE[letter], r = LIMITS.default_retries,
+    o = tonumber(o, 16), h = '{"e":"put","t":' .. int(t) .. '}', m = nil }
+  if rest ~= '' then
+    local seen, good = {}, true
+    local left = string.gsub(rest, ' (%l)(%S+)', function(name, text)
+      local set = COMPACT_OPTIONS[name]
+      if seen[name] or not set or not set(meta, text) then
+        good = false
+      end
+      seen[name] = true
+      return ''
+    end)
+    if left ~= '' or not good then
+      return nil, 'meta has a bad compact field'
+    end
+  end
+  meta.m = meta.m or meta.r
+  return meta
+end
+
 -- The meta part of a record (the text before its first newline), decoded,
 -- with meta.h the history's text: meta; or nil and what is wrong. A meta
 -- whose last field is its history (Job.encode) is split there first, and
@@ -182,6 +413,9 @@ end
 -- end of a list of objects followed by another field: a history that is not
 -- last (no other field holds a list of objects).
 local function decode_meta(line)
+  if string.byte(line, 1) ~= 123 then -- not '{': the compact form
+    return decode_compact(line)
+  end
   local at = string.find(line, ',"h":[', 1, true)
   if at and string.sub(line, -2) == ']}' and not string.find(line, '}],"', at, true) then
     local ok, meta = Json.strict(string.sub(line, 1, at - 1) .. '}')
@@ -276,11 +510,23 @@ end
 -- taken counts no more, so a drain's own saves push out no backlog); a
 -- script run by EVALSHA (Redis 6.2) remembers nothing from one call to the
 -- next.
+-- recent_bytes counts the entries in `recent` (each replaced, taken or
+-- forgotten gives its bytes back).
 local recent, previous, recent_bytes = {}, {}, 0
 
+-- The job is remembered no more.
+local function forget(jid)
+  local known = recent[jid]
+  if known then
+    recent_bytes = recent_bytes - 2 * #known[1]
+    recent[jid] = nil
+  end
+  previous[jid] = nil
+end
+
 local function remember(jid, raw, fields, h, data, replyable, meta)
+  forget(jid)
   if #raw > LIMITS.recent_record_max_bytes then
-    recent[jid], previous[jid] = nil, nil
     return
   end
   recent_bytes = recent_bytes + 2 * #raw
@@ -299,13 +545,12 @@ local function recall(jid, raw, for_reply)
   end
   local meta = known[6]
   if meta then -- taken: whoever reads it next decodes the record
-    if recent[jid] == known then
-      recent_bytes = recent_bytes - 2 * #raw
-    end
-    recent[jid], previous[jid] = nil, nil
-  else
+    forget(jid)
+  elseif string.byte(known[2], 1) == 123 then -- '{': JSON fields
     meta = cjson.decode(known[2])
     meta.h = known[3]
+  else
+    meta = decode_compact(known[2])
   end
   if known[5] then
     Json.vouch(meta)
@@ -338,14 +583,22 @@ function Job.read(jid, for_reply)
   return meta, data
 end
 
--- The meta of a record, decoded leniently and checked for nothing; nil when the
--- record is gone or its meta does not decode. For reads that only look (the
--- script that takes the job checks the rest).
+-- The meta of a record, decoded leniently and checked for nothing (its
+-- history a list, as in the JSON); nil when the record is gone or its meta
+-- does not decode. For reads that only look (the script that takes the job
+-- checks the rest).
 function Job.glance(jid)
   local raw = redis.call('HGET', K.jobs, jid)
   local nl = raw and string.find(raw, '\n', 1, true)
   if not nl then
     return nil
+  end
+  if string.byte(raw, 1) ~= 123 then -- not '{': the compact form, its history a list
+    local meta = decode_compact(string.sub(raw, 1, nl - 1))
+    if meta then
+      meta.h = { { e = 'put', t = Job.put_ms(meta) } }
+    end
+    return meta
   end
   local ok, meta = Json.lenient(string.sub(raw, 1, nl - 1))
   return ok and type(meta) == 'table' and meta or nil
@@ -411,20 +664,35 @@ function Job.may_drop()
 end
 
 -- Stores the record; returns the meta's stored text up to its history (see
--- fields_of), for a reply to reuse (Job.reply). `done`: the caller changes
--- the meta no more (the next read may take it). The record is made in one
--- piece: each string Lua makes is hashed whole.
+-- fields_of), for a reply to reuse (Job.reply), or nil when it was stored
+-- compact (Job.compact). `done`: the caller changes the meta no more (the
+-- next read may take it). The record is made in one piece: each string Lua
+-- makes is hashed whole.
 function Job.save(jid, meta, data, done)
+  local line = STATE_LETTER[meta.s] and Job.compact() and compact_of(meta)
+  if line then
+    local raw = line .. '\n' .. data
+    redis.call('HSET', K.jobs, jid, raw)
+    remember(jid, raw, line, meta.h, data, Json.vouched(meta) and Json.vouched(data),
+      done and meta or nil)
+    return nil
+  end
   local head, fields = fields_of(meta)
   local raw = head .. ',"h":[' .. meta.h .. ']}\n' .. data
   redis.call('HSET', K.jobs, jid, raw)
   if meta.s == COMPLETE or meta.s == FAILED then
-    recent[jid], previous[jid] = nil, nil
+    forget(jid)
   else
     remember(jid, raw, fields, meta.h, data, Json.vouched(meta) and Json.vouched(data),
       done and meta or nil)
   end
   return head
+end
+
+-- Whether this call stores queued jobs' metas compact (the shared setting
+-- compact-records: 1 once every master sharing the server reads them).
+function Job.compact()
+  return Config.get('compact-records') == 1
 end
 
 -- Events a tracked job publishes on K.events.
