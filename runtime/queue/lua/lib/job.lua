@@ -67,6 +67,7 @@
 -- elsewhere, from that index as they meet them.
 
 local Job = {}
+do -- this file's own locals end with it: a library's main chunk holds at most 200
 
 -- The optional fields whose type the scripts rely on.
 local TYPES = { p = 'number', g = 'table', a = 'number', o = 'number', d = 'number',
@@ -807,3 +808,4 @@ end
 function Job.cap_message(message)
   return Text.tail(message, LIMITS.message_max_bytes)
 end
+end -- of job.lua's own locals

@@ -37,6 +37,7 @@
 -- Job.corrupt); until then its ticket reads as 0, so its lane comes first.
 
 local Lanes = {}
+do -- this file's own locals end with it: a library's main chunk holds at most 200
 
 -- The queues this call (number readied_call) put a job into a ready lane of;
 -- shrunk_call: the last call that took a job out of a lane or throttled one.
@@ -473,3 +474,4 @@ function Lanes.peek(queue, count, due)
   end
   return out, from
 end
+end -- of lanes.lua's own locals

@@ -50,6 +50,7 @@
 -- once per index and call (a ZADD per job was a tenth of a completion's cost).
 
 local Stats = {}
+do -- this file's own locals end with it: a library's main chunk holds at most 200
 local call_us -- the time of the call's observations (a call has one)
 
 -- The bucket of a time: its unit and lower bound (the name is unit .. bound).
@@ -408,3 +409,4 @@ function Stats.counts(queue, now_us)
     { 'oldest_waiting_ms', int(waiting > 0 and oldest_waiting_ms(queue, Clock.ms(now_us)) or 0) },
   })
 end
+end -- of stats.lua's own locals
