@@ -67,6 +67,7 @@ local function unready(queue, prio, domain)
 end
 
 local function throttle(queue, prio, domain, free_at_us, jobs)
+  Due.lower(queue, math.ceil(free_at_us))
   redis.call('ZADD', K.throttled(queue), int(math.ceil(free_at_us)), lane_id(prio, domain))
   redis.call('HINCRBY', K.queue(queue), 'throttled', jobs)
 end
@@ -120,6 +121,7 @@ end
 function Lanes.throttle_domain(domain, free_at_us)
   each_lane_of(domain, function(queue, prio, _, jobs, score)
     if score then
+      Due.lower(queue, math.ceil(free_at_us))
       redis.call('ZADD', K.throttled(queue), int(math.ceil(free_at_us)), lane_id(prio, domain))
     else
       unready(queue, prio, domain)
@@ -136,6 +138,7 @@ function Lanes.rescore_domain(domain, now_us)
   local sooner, seen = {}, {}
   each_lane_of(domain, function(queue, prio, lane, jobs, score)
     if free_at and score then
+      Due.lower(queue, math.ceil(free_at))
       redis.call('ZADD', K.throttled(queue), int(math.ceil(free_at)), lane_id(prio, domain))
     elseif free_at then
       unready(queue, prio, domain)
