@@ -71,10 +71,13 @@ end
 -- score (nil: all empty).
 function Due.store(queue, due_us, now_us)
   local k = load(queue)
+  local due = due_us and math.floor(due_us) or NEVER
+  if k.due == due and k.chk and now_us < k.chk then
+    return -- kept already (a short pop of a quiet queue): the next recheck stays
+  end
   local chk = now_us + LIMITS.due_recheck_ms * 1000
-  k.due, k.chk = due_us or NEVER, chk
-  redis.call('HSET', K.queue(queue), 'due', due_us and int(math.floor(due_us)) or 'never',
-    'due_chk', int(chk))
+  k.due, k.chk = due, chk
+  redis.call('HSET', K.queue(queue), 'due', due_us and int(due) or 'never', 'due_chk', int(chk))
 end
 
 -- The queue's hash was deleted (queue_forget): nothing is known.
