@@ -411,6 +411,7 @@ LIMITS: dict[str, int] = {
     "promote_batch": 1000,
     "reclaim_batch": 100,
     "release_batch": 100,
+    "due_recheck_ms": 1000,  # a pop scans its queues' timed sets at least this often (due.lua)
     "prune_batch": 10,
     "retention_batch": 100,  # completed jobs one complete call may delete
     "retention_pop_batch": 10,  # completed jobs one pop may delete (when none complete)

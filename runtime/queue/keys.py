@@ -17,7 +17,8 @@ Key schema (the kind of each key in brackets):
     queues                   [zset]  queue name -> first-use time (ms)
     q:<queue>                [hash]  paused, seq (order tickets), queued, throttled; totals
                                      (never reset by retention): total:completed,
-                                     total:failed, total:retried (lua/lib/stats.lua)
+                                     total:failed, total:retried (lua/lib/stats.lua); due,
+                                     due_chk: when a pop must next scan (lua/lib/due.lua)
     q:<queue>:prios          [zset]  priorities that have ready lanes (score = priority)
     q:<queue>:ready:<prio>   [zset]  domains whose lane is ready (score = head's ticket)
     q:<queue>:lane:<prio>:<domain> [list] jids waiting, oldest first ('' = no domain)

@@ -172,6 +172,13 @@ class Outcomes:
         reports = len(self.complete) + len(self.retry) + len(self.fail) + len(self.release)
         return reports + len(self.progress) + len(self.puts)
 
+    def __bool__(self) -> bool:
+        """Whether there is anything to send: asked several times a loop pass, so
+        without counting (the truth of each part, no len() calls)."""
+        return bool(
+            self.complete or self.retry or self.fail or self.release or self.progress or self.puts
+        )
+
     def add_complete(
         self,
         jid: str,

@@ -67,6 +67,7 @@ LIBRARY = (
     "util",
     "config",
     "clock",
+    "due",
     "job",
     "attempt",
     "wait",

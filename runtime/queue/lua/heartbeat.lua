@@ -33,6 +33,6 @@ for i = 2, #ARGV, 2 do
   end
 end
 if #renewed > 0 then
-  redis.call('ZADD', K.workers, Clock.ms(now_us), worker)
+  Lease.seen(worker, Clock.ms(now_us)) -- at most once a second
 end
 return '{"renewed":' .. Json.array(renewed) .. ',"lost":' .. Json.array(lost) .. '}'

@@ -41,6 +41,7 @@ end
 redis.call('DEL', K.queue(queue), K.prios(queue), K.throttled(queue), K.scheduled(queue),
   K.running(queue), K.depends(queue), K.complete_index(queue), K.failed_index(queue),
   K.idle(queue), K.wake(queue), K.recurring(queue))
+Due.forget(queue)
 local today = math.floor(Clock.now_us() / 86400000000)
 for day = today - LIMITS.stats_days, today + 1 do
   redis.call('DEL', K.stats(queue, day))

@@ -98,6 +98,7 @@ end
 
 local function throttle(queue, prio, domain, free_at_us, jobs)
   shrunk()
+  Due.lower(queue, math.ceil(free_at_us))
   redis.call('ZADD', K.throttled(queue), int(math.ceil(free_at_us)), lane_id(prio, domain))
   redis.call('HINCRBY', K.queue(queue), 'throttled', jobs)
 end
@@ -153,6 +154,7 @@ function Lanes.throttle_domain(domain, free_at_us)
   shrunk()
   each_lane_of(domain, function(queue, prio, _, jobs, score)
     if score then
+      Due.lower(queue, math.ceil(free_at_us))
       redis.call('ZADD', K.throttled(queue), int(math.ceil(free_at_us)), lane_id(prio, domain))
     else
       unready(queue, prio, domain)
@@ -170,6 +172,7 @@ function Lanes.rescore_domain(domain, now_us)
   local sooner, seen = {}, {}
   each_lane_of(domain, function(queue, prio, lane, jobs, score)
     if free_at and score then
+      Due.lower(queue, math.ceil(free_at))
       redis.call('ZADD', K.throttled(queue), int(math.ceil(free_at)), lane_id(prio, domain))
     elseif free_at then
       unready(queue, prio, domain)

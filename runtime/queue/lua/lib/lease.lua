@@ -118,8 +118,8 @@ local Lease = {}
 -- more (SEEN_MS): a master popping jobs one by one paid a ZADD per pop. The
 -- times written are remembered by the library (FCALL), at most SEEN_MAX workers
 -- of one namespace; a script run by EVALSHA remembers nothing, so writes every
--- time. Heartbeats and a master's registration write theirs as before;
--- forgetting a worker (Lease.unseen) forgets its time here too.
+-- time. Heartbeats go the same way; a master's registration writes its time
+-- every time; forgetting a worker (Lease.unseen) forgets its time here too.
 local SEEN_MS, SEEN_MAX = 1000, 1024
 local seen_written, seen_n, seen_ns = {}, 0, nil
 
@@ -154,6 +154,7 @@ function Lease.grant(jid, meta, worker, seed, now_us, lease_s)
   meta.s, meta.w, meta.lr, meta.pt = RUNNING, worker, nil, Clock.ms(now_us)
   Attempt.restart(jid, meta)
   meta.l = string.sub(redis.sha1hex(seed .. jid .. int(meta.a)), 1, 24)
+  Due.lower(meta.q, expires_us)
   redis.call('ZADD', K.running(meta.q), int(expires_us), jid)
   redis.call('SADD', K.worker_jobs(worker), jid)
   return expires_us
@@ -218,6 +219,7 @@ end
 
 function Lease.renew(jid, meta, now_us)
   local expires_us = now_us + Config.get('heartbeat', meta.q) * 1000000
+  Due.lower(meta.q, expires_us) -- a shorter heartbeat than before renews to an earlier time
   redis.call('ZADD', K.running(meta.q), 'XX', int(expires_us), jid)
   return expires_us
 end

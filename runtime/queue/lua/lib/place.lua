@@ -170,6 +170,7 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend, put_ms)
     meta.s, meta.d = SCHEDULED, due_ms
     meta.o = redis.call('HINCRBY', K.queue(queue), 'sseq', 1) -- put order among equal dues
     local member = scheduled_member(jid, meta.o)
+    Due.lower(queue, due_ms * 1000)
     redis.call('ZADD', K.scheduled(queue), int(due_ms * 1000), member)
     if redis.call('ZRANGE', K.scheduled(queue), '0', '0')[1] == member then
       Place.nudge(queue) -- due before all others: an idle master must learn the new time

@@ -36,16 +36,20 @@ function Pop.run(p, now_us, retention_batch)
   Lease.seen(worker, now_ms) -- at most once a second
 
   local active, refill = {}, {}
+  local scanned = {} -- queue -> true: not quiet (lib/due.lua), its sets were looked at
   for _, queue in ipairs(queues) do
-    if redis.call('HGET', K.queue(queue), 'paused') ~= '1' then
-      for _, low in ipairs(Recur.spawn(queue, now_us)) do
-        refill[#refill + 1] = low
+    if not Due.paused(queue) then
+      if not Due.quiet(queue, now_us, now_us + ahead_us) then
+        scanned[queue] = true
+        for _, low in ipairs(Recur.spawn(queue, now_us)) do
+          refill[#refill + 1] = low
+        end
+        Place.reclaim(queue, now_us, LIMITS.reclaim_batch)
+        Place.promote(queue, now_us)
+        -- enough freed lanes to fill this pop; a backlog goes with the next pops
+        Lanes.release(queue, now_us, math.min(LIMITS.release_batch, LIMITS.pop_skips + 2 * count),
+          ahead_us)
       end
-      Place.reclaim(queue, now_us, LIMITS.reclaim_batch)
-      Place.promote(queue, now_us)
-      -- enough freed lanes to fill this pop; a backlog goes with the next pops
-      Lanes.release(queue, now_us, math.min(LIMITS.release_batch, LIMITS.pop_skips + 2 * count),
-        ahead_us)
       active[#active + 1] = queue
     end
   end
@@ -88,7 +92,9 @@ function Pop.run(p, now_us, retention_batch)
       if #out >= count then
         break
       end
-      Place.take_soon(queue, now_us, ahead_us, count - #out, take)
+      if scanned[queue] then
+        Place.take_soon(queue, now_us, ahead_us, count - #out, take)
+      end
     end
   end
 
@@ -97,12 +103,16 @@ function Pop.run(p, now_us, retention_batch)
 
   -- When something next comes due in the queue (us): a scheduled job (whole
   -- milliseconds), a throttled lane's domain, a lease expiry (for an expired
-  -- lease that post-outage grace holds: the end of its grace).
+  -- lease that post-outage grace holds: the end of its grace). It keeps the
+  -- earliest score of the four sets for the pops to come (lib/due.lua).
   local function next_due_us(queue)
-    local due
+    local due, earliest
     local keys = { K.scheduled(queue), K.throttled(queue), K.running(queue), K.recurring(queue) }
     for i, key in ipairs(keys) do
       local first = tonumber(redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+      if first and (not earliest or first < earliest) then
+        earliest = first
+      end
       if first and i == 1 then
         first = math.floor(first / 1000) * 1000
       elseif first and i == 3 and first <= now_us then
@@ -112,6 +122,7 @@ function Pop.run(p, now_us, retention_batch)
         due = first
       end
     end
+    Due.store(queue, earliest, now_us)
     return due
   end
 
@@ -122,6 +133,9 @@ function Pop.run(p, now_us, retention_batch)
     if count > 0 and #out >= count then
       if redis.call('EXISTS', K.prios(queue)) == 1 then
         Place.wake(queue)
+      end
+      if scanned[queue] then
+        next_due_us(queue) -- a full pop that was not quiet keeps the time anew
       end
     else
       local due = next_due_us(queue)

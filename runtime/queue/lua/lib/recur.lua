@@ -47,6 +47,7 @@ end
 function Recur.save(def)
   redis.call('HSET', K.recur, def.id, cjson.encode(def))
   if def.next then
+    Due.lower(def.q, def.next * 1000)
     redis.call('ZADD', K.recurring(def.q), int(def.next * 1000), def.id)
   else
     redis.call('ZREM', K.recurring(def.q), def.id)
