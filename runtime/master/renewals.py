@@ -65,6 +65,13 @@ class Renewals:
     def on_renewed(self, event: events.Renewed, now: float) -> bool:
         """True when the renewal ended an outage of Redis."""
         self.renewing = False
+        return self.on_confirmed(event, now)
+
+    def on_confirmed(self, event: events.Renewed, now: float) -> bool:
+        """A renewal's answer taken in: by `on_renewed` for the renewals this part
+        sends, and as it is for the confirming renewal of a handed job that the
+        blocking read made itself as it returned (master._wait; one of ours may be
+        out meanwhile). True when it ended an outage of Redis."""
         self.ledger.forget_due(self.lane)  # the leases' ends move
         back = self.link.succeeded(now, event.sent_at)
         held_by = self.ledger.held
