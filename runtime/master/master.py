@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -558,6 +559,7 @@ class Master:
                 self.worker_id,
             )
             self.notifier.ready(self.book.describe())
+            gc.freeze()  # what start-up made stays: a full collection never walks it again
             await self._loop()
         finally:
             self.notifier.stopping("stopping")
