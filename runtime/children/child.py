@@ -5,15 +5,15 @@ klass through the allow-list, call it, report, clean the sandbox.
 
 A reader thread takes the master's messages off the socket while a job runs, so a
 job that never yields cannot stop them; an idle child reads them on its main
-thread (the reader thread lets go of the socket meanwhile), so a job sent to it
-starts as its message is read, without a hand-off between threads. It keeps the
-lease deadline of every job the child holds (the running one, and the one or two
-the master sent ahead while jobs are short): `lease` messages move them,
-`withdraw` drops a job that has not started (answered by `skipped`), and when the
-running job's deadline passes (its master stopped renewing: frozen, or cut off
-from Redis) the child stops itself before the lease can expire in Redis. A job
-whose deadline passed while it waited is skipped, never started. Exit codes tell
-the master what happened (exits.ExitCode).
+thread (the reader thread, woken by an eventfd, lets go of the socket meanwhile),
+so a job sent to it starts as its message is read, without a hand-off between
+threads. It keeps the lease deadline of every job the child holds (the running
+one, and the one or two the master sent ahead while jobs are short): `lease`
+messages move them, `withdraw` drops a job that has not started (answered by
+`skipped`), and when the running job's deadline passes (its master stopped
+renewing: frozen, or cut off from Redis) the child stops itself before the lease
+can expire in Redis. A job whose deadline passed while it waited is skipped,
+never started. Exit codes tell the master what happened (exits.ExitCode).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class Child:
         self.reading = threading.Lock()  # held by the one thread reading the socket
         self.reader_turn = threading.Event()  # set: the reader thread reads (a job may run)
         self.reader_turn.set()
-        self.wake_r = self.wake_w = -1  # a pipe that tells the reader thread to let go
+        self.wake = -1  # an eventfd that tells the reader thread to let go (serve)
         self.send_lock = threading.Lock()
         self.lock = threading.Lock()  # guards the three below (reader and main thread)
         self.deadlines: dict[str, float] = {}  # jid -> lease deadline of each job held
@@ -136,10 +136,10 @@ class Child:
             with self.reading:
                 if not self.reader_turn.is_set():
                     continue
-                fds = [self.sock.fileno(), self.wake_r]
+                fds = [self.sock.fileno(), self.wake]
                 readable, _, _ = select.select(fds, [], [], self._wait_s())
-                if self.wake_r in readable:
-                    os.read(self.wake_r, 64)  # the main thread wants the socket
+                if self.wake in readable:
+                    os.eventfd_read(self.wake)  # the main thread wants the socket
                 if fds[0] in readable and not self._read():
                     return
 
@@ -169,8 +169,8 @@ class Child:
         except queue.Empty:
             pass
         self.reader_turn.clear()
-        if self.wake_w >= 0:  # the reader thread runs (serve)
-            os.write(self.wake_w, b"\0")
+        if self.wake >= 0:  # the reader thread runs (serve)
+            os.eventfd_write(self.wake, 1)
         with self.reading:
             try:
                 while self.inbox.empty():
@@ -208,7 +208,7 @@ class Child:
     # --- the loop ---------------------------------------------------------------
 
     def serve(self) -> int:
-        self.wake_r, self.wake_w = os.pipe()
+        self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         threading.Thread(target=self._read_loop, name="runtime-child-reader", daemon=True).start()
         while True:
             run = self._next()

@@ -211,7 +211,7 @@ def test_the_reader_thread_lets_go_of_the_socket_for_an_idle_child_and_takes_it_
     in_process: tuple[Child, socket.socket],
 ) -> None:
     child, master = in_process
-    child.wake_r, child.wake_w = os.pipe()
+    child.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
     reader = threading.Thread(target=child._read_loop, daemon=True)
     reader.start()
     try:
@@ -234,5 +234,4 @@ def test_the_reader_thread_lets_go_of_the_socket_for_an_idle_child_and_takes_it_
     finally:
         master.shutdown(socket.SHUT_RDWR)  # the reader thread reads the end and returns
         reader.join(5)
-        os.close(child.wake_r)
-        os.close(child.wake_w)
+        os.close(child.wake)
