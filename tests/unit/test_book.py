@@ -555,6 +555,22 @@ def test_the_read_s_confirmation_leaves_a_renewal_of_the_book_out() -> None:
     assert not rig.book.renewals.renewing
 
 
+def test_the_read_s_confirmation_ends_no_outage_the_book_s_calls_must_report() -> None:
+    rig = Rig()
+    rig.start()
+    assert only(rig.lease(wake_in_s=None), events.Wait), "a short pop: now it waits"
+    rig.book.intake.offset = rig.now - 500.0
+    # a call fails while the read is out: Redis is out of reach from then
+    rig.apply(events.RenewFailed({}, RedisCondition.CONNECTION, "reset", rig.now))
+    assert not rig.book.link.up
+    rig.now += 0.01
+    job = Leased(**{**leased("h").__dict__, "expires_us": int(501e6), "handed": True})
+    confirmed = events.Renewed({"h": "tok-h"}, frozenset(), rig.now)
+    rig.apply(events.WaitEnded(job, "own", True, confirmed=confirmed))
+    assert not rig.book.link.up, "the outage is told to Redis by the book's next call"
+    assert rig.where("h") is Where.BUFFERED, "renewed to a whole lease: it may start"
+
+
 def test_a_token_that_says_look_later_keeps_the_master_waiting_and_pops_then() -> None:
     rig = Rig()
     rig.start()
