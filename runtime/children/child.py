@@ -3,14 +3,17 @@
 Its loop reads as its steps: receive a job, check it may still start, import the
 klass through the allow-list, call it, report, clean the sandbox.
 
-A reader thread takes the master's messages off the socket, so a job that never
-yields cannot stop them. It keeps the lease deadline of every job the child holds
-(the running one, and the one or two the master sent ahead while jobs are short):
-`lease` messages move them, `withdraw` drops a job that has not started (answered
-by `skipped`), and when the running job's deadline passes (its master stopped
+A reader thread takes the master's messages off the socket while a job runs, so a
+job that never yields cannot stop them; an idle child reads them on its main
+thread (the reader thread, woken by an eventfd, lets go of the socket meanwhile),
+so a job sent to it starts as its message is read, without a hand-off between
+threads. It keeps the lease deadline of every job the child holds (the running
+one, and the one or two the master sent ahead while jobs are short): `lease`
+messages move them, `withdraw` drops a job that has not started (answered by
+`skipped`), and when the running job's deadline passes (its master stopped
 renewing: frozen, or cut off from Redis) the child stops itself before the lease
-can expire in Redis. A job whose deadline passed while it waited is skipped, never
-started. Exit codes tell the master what happened (exits.ExitCode).
+can expire in Redis. A job whose deadline passed while it waited is skipped,
+never started. Exit codes tell the master what happened (exits.ExitCode).
 """
 
 from __future__ import annotations
@@ -84,6 +87,11 @@ class Child:
         self.settings = settings
         self.shards = Shards.parse(settings.shards, settings.namespace) if settings.shards else None
         self.inbox: queue.SimpleQueue[protocol.Run | None] = queue.SimpleQueue()
+        self.frames = protocol.FrameBuffer()  # read off the socket by whoever holds `reading`
+        self.reading = threading.Lock()  # held by the one thread reading the socket
+        self.reader_turn = threading.Event()  # set: the reader thread reads (a job may run)
+        self.reader_turn.set()
+        self.wake = -1  # an eventfd that tells the reader thread to let go (serve)
         self.send_lock = threading.Lock()
         self.lock = threading.Lock()  # guards the three below (reader and main thread)
         self.deadlines: dict[str, float] = {}  # jid -> lease deadline of each job held
@@ -121,22 +129,57 @@ class Child:
         return wait
 
     def _read_loop(self) -> None:
-        """Reader thread: queue jobs, move deadlines, fence when a deadline passes."""
-        frames = protocol.FrameBuffer()
+        """Reader thread: queue jobs, move deadlines, fence when a deadline passes;
+        the socket left to the main thread while it waits for a job (`_next`)."""
         while True:
-            readable, _, _ = select.select([self.sock], [], [], self._wait_s())
-            if not readable:
-                continue
+            self.reader_turn.wait()
+            with self.reading:
+                if not self.reader_turn.is_set():
+                    continue
+                fds = [self.sock.fileno(), self.wake]
+                readable, _, _ = select.select(fds, [], [], self._wait_s())
+                if self.wake in readable:
+                    os.eventfd_read(self.wake)  # the main thread wants the socket
+                if fds[0] in readable and not self._read():
+                    return
+
+    def _read(self) -> bool:
+        """One read of the socket, its messages taken in (by the holder of `reading`);
+        False at its end (the master is gone: None queued, the loop stops)."""
+        try:
+            data = self.sock.recv(65536)
+            messages = self.frames.feed(data) if data else []
+        except (OSError, ProtocolError):
+            data, messages = b"", []
+        if not data:
+            self.inbox.put(None)
+            return False
+        for message in messages:
+            self._on_message(message)
+        return True
+
+    def _next(self) -> protocol.Run | None:
+        """The next job (None: stop). One already queued, else this thread reads the
+        socket itself until one comes, the reader thread told to let go meanwhile:
+        nothing runs, so there is no deadline to watch, and the job starts as its
+        message is read, not a thread hand-off later. The reader reads again from
+        the moment a job is taken."""
+        try:
+            return self.inbox.get_nowait()
+        except queue.Empty:
+            pass
+        self.reader_turn.clear()
+        if self.wake >= 0:  # the reader thread runs (serve)
+            os.eventfd_write(self.wake, 1)
+        with self.reading:
             try:
-                data = self.sock.recv(65536)
-                messages = frames.feed(data) if data else []
-            except (OSError, ProtocolError):
-                data, messages = b"", []
-            if not data:
-                self.inbox.put(None)
-                return
-            for message in messages:
-                self._on_message(message)
+                while self.inbox.empty():
+                    select.select([self.sock], [], [])
+                    if not self._read():
+                        break
+            finally:
+                self.reader_turn.set()
+        return self.inbox.get()
 
     def _on_message(self, message: protocol.Message) -> None:
         if isinstance(message, protocol.Run):
@@ -165,9 +208,10 @@ class Child:
     # --- the loop ---------------------------------------------------------------
 
     def serve(self) -> int:
+        self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         threading.Thread(target=self._read_loop, name="runtime-child-reader", daemon=True).start()
         while True:
-            run = self.inbox.get()
+            run = self._next()
             if run is None:
                 return ExitCode.STOPPED
             if self._begin(run):

@@ -157,7 +157,10 @@ class Book:
                 if lane.renewals.on_renewed(event, now):
                     lane.intake.want_work = True
             case events.WaitEnded():
-                self.lanes[event.lane].intake.on_wait_ended(event, now)
+                lane = self.lanes[event.lane]
+                lane.intake.on_wait_ended(event, now)
+                if event.confirmed is not None:  # renewed as it came: it may start now
+                    lane.renewals.on_confirmed(event.confirmed, now)
             case events.ChildExited():
                 self.flow.on_child_exited(event, now)
             case events.ExchangeFailed() | events.WaitFailed():

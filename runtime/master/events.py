@@ -123,13 +123,17 @@ class RenewFailed:
 @dataclass
 class WaitEnded:
     """The idle master's blocking read returned: a job handed to it, a wake-up
-    token (`key` it came from), or nothing (timeout)."""
+    token (`key` it came from), or nothing (timeout). A handed job comes with its
+    confirming renewal when the read made it at once and Redis answered it
+    (`confirmed`: the job starts, or its lease is gone); without, the book
+    renews it as any job handed to it and starts it on that answer."""
 
     handed: Leased | None = None
     key: str | None = None
     own: bool = False  # the key is this master's own list
     at_us: int | None = None  # a queue's token says: look then (Redis time), not now
     lane: int = 0
+    confirmed: Renewed | None = None  # the handed job's renewal, answered
 
 
 @dataclass

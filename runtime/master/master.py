@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -59,6 +60,7 @@ from runtime.master.status import Status
 from runtime.queue import ops
 from runtime.queue.aio import AsyncClient
 from runtime.queue.keys import Keys
+from runtime.queue.leases import Leased
 
 log = logging.getLogger(__name__)
 
@@ -323,11 +325,30 @@ class Master:
                     self.worker_id,
                 )
         at_us = None if own else ops.wake_at_us(value)
-        self.events.append(events.WaitEnded(handed, key, own, at_us, lane))
+        confirmed = None
+        if handed is not None:
+            try:
+                confirmed = await self._confirm(lane, handed)
+            except BaseException:  # the book renews it as any handed job (and fails the wait)
+                self.events.append(events.WaitEnded(handed, key, own, at_us, lane))
+                self._wake()
+                raise
+        self.events.append(events.WaitEnded(handed, key, own, at_us, lane, confirmed))
         if handed is not None and self.finished is not None:
             self._run_pass()  # a job for an idle child: it goes now, not a loop turn later
         else:
             self._wake()
+
+    async def _confirm(self, lane: int, handed: Leased) -> events.Renewed:
+        """The confirming renewal of a job handed to us, made by the blocking read
+        as it returns, before the book hears of the job: no pass, no task and no
+        loop turn before it goes (a handed job starts on its answer, so they all
+        stood between a put and its start). Only the handed job's lease: the
+        others are renewed on their own plan, and one renewal of the book may be
+        out meanwhile."""
+        leases = {handed.jid: handed.token}
+        done = await self.clients[lane].heartbeat(leases)
+        return events.Renewed(leases, frozenset(done.lost), done.sent_at, lane)
 
     def _wait_failed(self, lane: int) -> Callable[[BaseException], events.Event]:
         sent = time.monotonic()
@@ -538,6 +559,7 @@ class Master:
                 self.worker_id,
             )
             self.notifier.ready(self.book.describe())
+            gc.freeze()  # what start-up made stays: a full collection never walks it again
             await self._loop()
         finally:
             self.notifier.stopping("stopping")

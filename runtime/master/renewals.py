@@ -65,8 +65,17 @@ class Renewals:
     def on_renewed(self, event: events.Renewed, now: float) -> bool:
         """True when the renewal ended an outage of Redis."""
         self.renewing = False
-        self.ledger.forget_due(self.lane)  # the leases' ends move
         back = self.link.succeeded(now, event.sent_at)
+        self.on_confirmed(event, now)
+        return back
+
+    def on_confirmed(self, event: events.Renewed, now: float) -> None:
+        """A renewal's answer taken in: by `on_renewed` for the renewals this part
+        sends, and alone for the confirming renewal of a handed job that the
+        blocking read made itself as it returned (master._wait; one of ours may be
+        out meanwhile). That one says nothing of the link: it never carries an
+        outage (resumed.lua), so only the book's own calls end one."""
+        self.ledger.forget_due(self.lane)  # the leases' ends move
         held_by = self.ledger.held
         for jid, token in event.leases.items():
             held = held_by.get(jid)
@@ -82,7 +91,6 @@ class Renewals:
             elif held.slot is not None:
                 deadline = plan.stop_before(held.lease_until, held.renew_length_s())
                 self.actions.append(events.Post(held.slot, protocol.Lease(jid, deadline)))
-        return back
 
     def _lose(self, held: Held) -> None:
         """Redis says the lease is gone: the job is not ours any more."""

@@ -8,8 +8,9 @@ import os
 import select
 import socket
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,68 @@ def test_a_job_whose_lease_ran_out_before_its_turn_is_skipped_and_marked_ended(
     assert [p.split(b"\n", 1)[0] for p in parts[1:]] == [b"j1", b"j2", b"j3"], out
     assert b"to stdout one" in parts[0] and b"never" not in out
     assert b"to stdout three" in parts[2], "j3's output comes after j2's marker, before its own"
+
+
+# --- who reads the socket: the main thread while idle, the reader while a job runs ---
+
+
+@pytest.fixture
+def in_process(tmp_path: Path) -> Iterator[tuple[Child, socket.socket]]:
+    """A Child in this process (nothing forked, no sandbox) and the master's end."""
+    ours, theirs = socket.socketpair()
+    settings = Settings(index=0, modules=(J,), workdir=tmp_path / "work", worker="test-1")
+    yield Child(theirs, settings), ours
+    ours.close()
+    theirs.close()
+
+
+def _in_thread(fn: Callable[[], object], timeout_s: float = 5.0) -> object:
+    """fn() on a thread of its own; its result, or a failure if it does not return."""
+    got: list[object] = []
+    worker = threading.Thread(target=lambda: got.append(fn()), daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    assert got, f"{fn} did not return within {timeout_s} s"
+    return got[0]
+
+
+def test_an_idle_child_reads_its_next_job_off_the_socket_itself(
+    in_process: tuple[Child, socket.socket],
+) -> None:
+    """No reader thread runs here: the job is read by the thread that runs it."""
+    child, master = in_process
+    master.sendall(protocol.encode(run("j1", "talk", {"word": "one"})))
+    taken = _in_thread(child._next)
+    assert isinstance(taken, protocol.Run) and taken.jid == "j1"
+    assert "j1" in child.deadlines, "its deadline held from the moment it was read"
+    assert child.reader_turn.is_set(), "the reader thread reads again once a job is taken"
+
+
+def test_the_reader_thread_lets_go_of_the_socket_for_an_idle_child_and_takes_it_back(
+    in_process: tuple[Child, socket.socket],
+) -> None:
+    child, master = in_process
+    child.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    reader = threading.Thread(target=child._read_loop, daemon=True)
+    reader.start()
+    try:
+        time.sleep(0.05)  # the reader waits on the socket
+        master.sendall(protocol.encode(run("j1", "talk", {"word": "one"})))
+        master.sendall(protocol.encode(protocol.Withdraw("never-held")))
+        taken = _in_thread(child._next)
+        assert isinstance(taken, protocol.Run) and taken.jid == "j1"
+        later = time.monotonic() + 60
+        master.sendall(protocol.encode(protocol.Lease("j1", later)))  # while j1 "runs"
+        deadline = time.monotonic() + 5
+        while child.deadlines.get("j1") != later and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert child.deadlines["j1"] == later, "the reader thread reads again"
+        master.sendall(protocol.encode(run("j2", "talk", {"word": "two"})))
+        second = _in_thread(child._next)
+        assert isinstance(second, protocol.Run) and second.jid == "j2"
+        master.sendall(protocol.encode(protocol.Stop()))
+        assert _in_thread(child._next) is None, "told to stop while idle"
+    finally:
+        master.shutdown(socket.SHUT_RDWR)  # the reader thread reads the end and returns
+        reader.join(5)
+        os.close(child.wake)

@@ -9,8 +9,11 @@ import time
 from pathlib import Path
 
 from runtime import Client
+from runtime.queue.embedded import ServerProcess
 from tests.integration.conftest import StartMaster
 from tests.integration.test_worker_basics import wait_state
+from tests.support import redis_faults
+from tests.support.master import MasterProcess
 from tests.support.waiting import wait_for
 
 J = "tests.integration.jobs"
@@ -75,6 +78,36 @@ def test_a_frozen_master_never_starts_a_handed_job_whose_first_lease_ran_out(
         "popped",
         "completed",
     ]
+
+
+def test_a_handed_job_whose_confirmation_redis_refuses_never_starts_while_refused(
+    own: ServerProcess, workdir: Path
+) -> None:
+    """The master renews a handed job as its blocking read returns, before the book
+    hears of it; Redis refusing that renewal (OOM) must keep the job unstarted for
+    as long as it refuses, then it runs once."""
+    client = Client.from_url(own.url, namespace="confirm")
+    client.admin.config_set("q-heartbeat", 3)  # its first lease: 1 s
+    master = MasterProcess(own, "confirm", workdir, "q", "-c", "1").start()
+    path = workdir / "runs"
+    try:
+        wait_for(lambda: _idle(client) == 1, 10, what="the master to wait on q")
+        master.send(signal.SIGSTOP)  # the handed job waits in its socket
+        jid = client.queue("q").put(f"{J}:record", {"path": str(path)})
+        job = client.get_job(jid)
+        assert job is not None and job.state == "running", "handed to the master"
+        with redis_faults.out_of_memory(redis_faults.connect(own)):
+            master.send(signal.SIGCONT)
+            wait_for(lambda: "Redis unavailable (oom)" in master.log(), 10, what="a refusal")
+            time.sleep(1.5)  # past the first lease, still refused
+            refused_until = time.time()
+            assert not path.exists(), "started while Redis refused its renewal"
+        wait_state(client, jid, "complete", 30)
+    finally:
+        master.send(signal.SIGCONT)
+        master.close()
+    [line] = path.read_text().splitlines()
+    assert line.split()[0] == jid and float(line.split()[2]) >= refused_until, "ran once, after"
 
 
 # --- a master that dies while it waits (issue 22) ------------------------------------

@@ -443,13 +443,16 @@ def test_grow_and_shrink_change_the_children() -> None:
     assert rig.book.slots.by_index[2].state is SlotState.STOPPING
 
 
-def handed(rig: Rig, jid: str, expires_in_s: float = 1.0) -> None:
-    """The book waits, and a job is handed to it with a short first lease."""
+def handed(
+    rig: Rig, jid: str, expires_in_s: float = 1.0, confirmed: events.Renewed | None = None
+) -> None:
+    """The book waits, and a job is handed to it with a short first lease (with
+    `confirmed`: the renewal the blocking read made of it at once, answered)."""
     assert only(rig.lease(wake_in_s=None), events.Wait), "a short pop: now it waits"
     rig.book.intake.offset = rig.now - 500.0  # local monotonic - Redis seconds
     expires_us = int((500 + expires_in_s) * 1e6)
     job = Leased(**{**leased(jid).__dict__, "expires_us": expires_us, "handed": True})
-    rig.apply(events.WaitEnded(job, "own", True))
+    rig.apply(events.WaitEnded(job, "own", True, confirmed=confirmed))
 
 
 def test_a_job_handed_while_waiting_starts_once_a_renewal_confirms_it() -> None:
@@ -507,6 +510,65 @@ def test_a_handed_job_that_cannot_be_confirmed_is_never_started() -> None:
     rig.apply(events.Renewed(renew.leases, frozenset({"h"}), rig.now + 1.5))  # taken since
     assert runs(rig.step()) == [] and "h" not in rig.book.ledger.held
     assert not rig.book.reports.outcomes, "nothing reported: it is another master's now"
+
+
+def test_a_handed_job_confirmed_by_the_read_itself_starts_in_the_same_pass() -> None:
+    rig = Rig(concurrency=2)
+    rig.start()
+    sent_at = rig.now + 0.0002  # the renewal went after the read returned
+    handed(rig, "h", confirmed=events.Renewed({"h": "tok-h"}, frozenset(), sent_at))
+    held = rig.book.ledger.held["h"]
+    assert held.where is Where.BUFFERED and held.renewed, "confirmed: it may start"
+    assert held.lease_until == pytest.approx(sent_at + LEASE_S), "a whole lease, from its renewal"
+    actions = rig.step()
+    assert runs(actions) == [(0, "h")]
+    assert of(actions, events.Renew) == [], "no second confirmation"
+    assert only(actions, events.Exchange).pop == 1, "then a pop for the idle child"
+
+
+def test_a_handed_job_the_read_found_lost_is_never_started() -> None:
+    rig = Rig()
+    rig.start()
+    handed(rig, "h", confirmed=events.Renewed({"h": "tok-h"}, frozenset({"h"}), rig.now))
+    actions = rig.step()
+    assert runs(actions) == [] and of(actions, events.Renew) == []
+    assert "h" not in rig.book.ledger.held
+    assert not rig.book.reports.outcomes, "nothing reported: it is another master's now"
+
+
+def test_the_read_s_confirmation_leaves_a_renewal_of_the_book_out() -> None:
+    rig = Rig(concurrency=2)
+    rig.start()
+    [job] = runs(rig.lease(leased("a")))
+    assert job == (0, "a")
+    renew = only(rig.later(LEASE_S / 2), events.Renew)  # a's renewal is out
+    assert renew.leases == {"a": "tok-a"}
+    rig.book.intake.want_work = False  # a short pop came back: the master waits
+    rig.book.intake.waiting = True
+    rig.book.intake.offset = rig.now - 500.0
+    job_h = Leased(**{**leased("h").__dict__, "expires_us": int(501e6), "handed": True})
+    confirmed = events.Renewed({"h": "tok-h"}, frozenset(), rig.now)
+    rig.apply(events.WaitEnded(job_h, "own", True, confirmed=confirmed))
+    assert runs(rig.step()) == [(1, "h")]
+    assert rig.book.renewals.renewing, "a's renewal is still out: none goes beside it"
+    rig.apply(events.Renewed(renew.leases, frozenset(), rig.now))
+    assert not rig.book.renewals.renewing
+
+
+def test_the_read_s_confirmation_ends_no_outage_the_book_s_calls_must_report() -> None:
+    rig = Rig()
+    rig.start()
+    assert only(rig.lease(wake_in_s=None), events.Wait), "a short pop: now it waits"
+    rig.book.intake.offset = rig.now - 500.0
+    # a call fails while the read is out: Redis is out of reach from then
+    rig.apply(events.RenewFailed({}, RedisCondition.CONNECTION, "reset", rig.now))
+    assert not rig.book.link.up
+    rig.now += 0.01
+    job = Leased(**{**leased("h").__dict__, "expires_us": int(501e6), "handed": True})
+    confirmed = events.Renewed({"h": "tok-h"}, frozenset(), rig.now)
+    rig.apply(events.WaitEnded(job, "own", True, confirmed=confirmed))
+    assert not rig.book.link.up, "the outage is told to Redis by the book's next call"
+    assert rig.where("h") is Where.BUFFERED, "renewed to a whole lease: it may start"
 
 
 def test_a_token_that_says_look_later_keeps_the_master_waiting_and_pops_then() -> None:

@@ -199,11 +199,14 @@ class BookAndChildren(RuleBasedStateMachine):
         self._apply(events.Renewed(action.leases, frozenset(), sent_at))
 
     @precondition(lambda self: self.waiting)
-    @rule(handed=st.booleans())
-    def wait_ends(self, handed: bool) -> None:
+    @rule(handed=st.booleans(), confirmed=st.booleans())
+    def wait_ends(self, handed: bool, confirmed: bool) -> None:
         self.waiting = False
         if handed:
-            self._apply(events.WaitEnded(self._leased(handed=True), "own", True))
+            job = self._leased(handed=True)
+            renewed = events.Renewed({job.jid: job.token}, frozenset(), self.now)
+            answer = renewed if confirmed else None  # the read renewed it itself
+            self._apply(events.WaitEnded(job, "own", True, confirmed=answer))
         else:
             self._apply(events.WaitEnded())
 

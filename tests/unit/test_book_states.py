@@ -234,13 +234,22 @@ class BookMachine(RuleBasedStateMachine):
         self._apply(events.RenewFailed(action.leases, condition, "refused", sent_at))
 
     @precondition(lambda self: self.waiting)
-    @rule(what=st.sampled_from(["handed", "token", "look later", "nothing", "failed"]))
+    @rule(
+        what=st.sampled_from(
+            ["handed", "confirmed", "found lost", "token", "look later", "nothing", "failed"]
+        )
+    )
     def wait_ends(self, what: str) -> None:
         self.waiting = False
         if what == "failed":
             self._apply(events.WaitFailed(RedisCondition.CONNECTION, "reset", self.now))
         elif what == "handed":
             self._apply(events.WaitEnded(self._leased(3.0, 60.0, 1, handed=True), "own", True))
+        elif what in ("confirmed", "found lost"):  # the read renewed it itself (master._wait)
+            job = self._leased(3.0, 60.0, 1, handed=True)
+            lost = frozenset({job.jid}) if what == "found lost" else frozenset()
+            confirmed = events.Renewed({job.jid: job.token}, lost, self.now)
+            self._apply(events.WaitEnded(job, "own", True, confirmed=confirmed))
         elif what == "token":
             self._apply(events.WaitEnded(None, "wake:q", False))
         elif what == "look later":
