@@ -5,6 +5,7 @@ domain's budget then moves from its turn, so a busy domain runs at its rate."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from runtime import Client
@@ -127,3 +128,22 @@ def test_a_job_leased_ahead_and_given_back_unstarted_goes_first_again(client: Cl
     assert starts(pop(client, 0, "q")) == [("soon", None), ("now", None)]
     job = client.get_job("soon")
     assert job is not None and job.attempt == 1 and job.remaining == 5
+
+
+def test_a_job_leased_ahead_by_the_previous_release_goes_back_to_its_lane(
+    client: Client,
+) -> None:
+    """That release wrote no ticket for it: one is taken when it goes back."""
+    clock = FrozenClock(client.redis, client.keys)
+    client.admin.config_set("q-heartbeat", 2)
+    client.queue("q").put("app.jobs:run", {}, jid="soon", delay=0.003)
+    assert starts(pop(client, 5 * MS, "q")) == [("soon", 3 * MS)]
+    jobs = client.keys.key("jobs")
+    raw = client.redis.hget(jobs, "soon")
+    assert isinstance(raw, bytes)
+    meta, data = raw.decode().split("\n", 1)
+    old = json.loads(meta)
+    del old["o"]
+    client.redis.hset(jobs, "soon", json.dumps(old, separators=(",", ":")) + "\n" + data)
+    clock.advance(2.5)
+    assert starts(pop(client, 0, "q")) == [("soon", None)]

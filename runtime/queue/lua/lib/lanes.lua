@@ -159,6 +159,8 @@ function Lanes.push(queue, jid, meta, now_us, at_head)
   local lane = K.lane(queue, prio, domain)
   local n
   if at_head then
+    -- a job leased ahead by the previous release holds no ticket (place.lua)
+    meta.o = meta.o or redis.call('HINCRBY', K.queue(queue), 'seq', '1')
     n = redis.call('LPUSH', lane, jid)
   else
     meta.o = redis.call('HINCRBY', K.queue(queue), 'seq', '1')
