@@ -191,8 +191,10 @@ class Intake:
                 add(Held(leased, Where.TIMED, event.sent_at + leased.lease_s, start_at, lane=lane))
         if asked is not None and len(popped.jobs) < max(asked, 1):
             self.want_work = False
+            # on Redis's clock when the pop ran, no earlier than it was sent: counted
+            # from the reply, the next pop would be late by the round trip
             wake = popped.wake_in_s
-            self.wake_at = None if wake is None else now + max(0.0, wake - AHEAD_S * 0.6)
+            self.wake_at = None if wake is None else event.sent_at + max(0.0, wake - AHEAD_S * 0.6)
 
     def _take_handed(self, leased: Leased, now: float) -> None:
         """A job handed to this master: its lease runs out at expires_us on Redis's

@@ -5,9 +5,11 @@ domain's budget then moves from its turn, so a busy domain runs at its rate."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from runtime import Client
+from runtime.queue import ops
 from tests.support.clock import FrozenClock
 
 MS = 1000  # microseconds in a millisecond
@@ -96,3 +98,52 @@ def test_a_fast_domain_gets_every_turn_within_ahead_in_one_pop(client: Client) -
         ("f0", None),
         *((f"f{i}", i * MS) for i in range(1, 6)),
     ]
+
+
+def test_a_job_leased_ahead_whose_lease_ran_out_is_leased_again(client: Client) -> None:
+    """Taken straight from the scheduled set, it never had a ticket in its lane; it
+    goes back to the head of its lane all the same (it failed the pop that reclaimed
+    it, and was left running, held by no one)."""
+    clock = FrozenClock(client.redis, client.keys)
+    client.admin.config_set("q-heartbeat", 2)
+    q = client.queue("q")
+    q.put("app.jobs:run", {}, jid="soon", delay=0.003)
+    q.put("app.jobs:run", {}, jid="next", delay=1.0)
+    assert starts(pop(client, 5 * MS, "q", count=1)) == [("soon", 3 * MS)]
+    clock.advance(2.5)  # its master died: nobody renewed it
+    assert starts(pop(client, 0, "q")) == [("soon", None), ("next", None)]
+    job = client.get_job("soon")
+    assert job is not None and job.state == "running" and job.remaining == 4
+    assert [e.event for e in job.history] == ["put", "popped", "lease-lost", "popped"]
+
+
+def test_a_job_leased_ahead_and_given_back_unstarted_goes_first_again(client: Client) -> None:
+    FrozenClock(client.redis, client.keys)
+    q = client.queue("q")
+    q.put("app.jobs:run", {}, jid="soon", delay=0.003)
+    [leased] = pop(client, 5 * MS, "q")
+    q.put("app.jobs:run", {}, jid="now")
+    given = client.conn.call(ops.release("w", {"soon": leased["meta"]["l"]}))
+    assert given == {"soon": "waiting"}
+    assert starts(pop(client, 0, "q")) == [("soon", None), ("now", None)]
+    job = client.get_job("soon")
+    assert job is not None and job.attempt == 1 and job.remaining == 5
+
+
+def test_a_job_leased_ahead_by_the_previous_release_goes_back_to_its_lane(
+    client: Client,
+) -> None:
+    """That release wrote no ticket for it: one is taken when it goes back."""
+    clock = FrozenClock(client.redis, client.keys)
+    client.admin.config_set("q-heartbeat", 2)
+    client.queue("q").put("app.jobs:run", {}, jid="soon", delay=0.003)
+    assert starts(pop(client, 5 * MS, "q")) == [("soon", 3 * MS)]
+    jobs = client.keys.key("jobs")
+    raw = client.redis.hget(jobs, "soon")
+    assert isinstance(raw, bytes)
+    meta, data = raw.decode().split("\n", 1)
+    old = json.loads(meta)
+    del old["o"]
+    client.redis.hset(jobs, "soon", json.dumps(old, separators=(",", ":")) + "\n" + data)
+    clock.advance(2.5)
+    assert starts(pop(client, 0, "q")) == [("soon", None)]

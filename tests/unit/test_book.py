@@ -15,7 +15,7 @@ from runtime.config import WorkerSettings
 from runtime.errors import RedisCondition
 from runtime.master import events, plan, reasons
 from runtime.master.book import Book
-from runtime.master.held import FLUSH_AFTER_S, TICK_S, Mode, Where
+from runtime.master.held import AHEAD_S, FLUSH_AFTER_S, TICK_S, Mode, Where
 from runtime.master.slots import CRASHES_BEFORE_PAUSE, SlotState
 from runtime.queue.leases import Leased, Outcomes, Popped
 
@@ -271,6 +271,27 @@ def test_an_idle_master_whose_wait_failed_probes_until_redis_answers() -> None:
     assert probe.outage_ms > 0
     rig.apply(events.Exchanged(probe.outcomes, probe.pop, {}, Popped([], None), rig.now, rig.now))
     assert rig.book.link.up
+
+
+def test_a_short_pop_looks_again_when_its_due_time_comes_on_redis_clock_not_after_its_reply() -> (
+    None
+):
+    """wake_in_s counts from Redis's clock when the pop ran, which is no earlier than
+    when the pop was sent: the next pop goes that long after the send (a little
+    before, AHEAD_S), whenever the reply came in. Counted from the reply, a slow
+    one (a loaded host) would make the next pop, and the job due then, late by it."""
+    rig = Rig()
+    rig.start()
+    exchange = only(rig.step(), events.Exchange)
+    sent_at = rig.now
+    rig.now += 0.05  # the reply comes in 50 ms after the pop went
+    popped = Popped([], 1.0, [], None)
+    rig.apply(events.Exchanged(exchange.outcomes, exchange.pop, {}, popped, sent_at, rig.now))
+    assert only(rig.step(), events.Wait), "a short pop: now it waits"
+    rig.now = sent_at + 1.0 - AHEAD_S - 0.001
+    assert not of(rig.step(), events.Exchange), "not before its time"
+    rig.now = sent_at + 1.0 - AHEAD_S * 0.5
+    assert only(rig.step(), events.Exchange).pop, "a pop, when the job comes due"
 
 
 def test_while_redis_is_down_one_probe_at_a_time_carries_the_outage_and_success_ends_it() -> None:

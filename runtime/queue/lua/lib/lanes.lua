@@ -198,6 +198,8 @@ function Lanes.push(queue, jid, meta, now_us, at_head)
   local counters = K.queue(queue)
   local n
   if at_head then
+    -- a job leased ahead by the previous release holds no ticket (place.lua)
+    meta.o = meta.o or redis.call('HINCRBY', K.queue(queue), 'seq', '1')
     n = redis.call('LPUSH', lane, jid)
     redis.call('HINCRBY', counters, 'queued', '1')
   else

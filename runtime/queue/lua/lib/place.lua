@@ -117,7 +117,9 @@ end
 -- Scheduled jobs of the queue that come due within ahead_us, taken straight to
 -- the caller in (due, put) order: take(jid, meta, data, due_us) leases each, to
 -- start at its due time. Jobs with a domain wait for their promotion: their
--- start is the domain's to give. Returns how many were taken.
+-- start is the domain's to give. Each gets its lane's order ticket, as its
+-- promotion would have given it: a job given back or reclaimed goes to the head
+-- of its lane, which needs one. Returns how many were taken.
 function Place.take_soon(queue, now_us, ahead_us, room, take)
   local key = K.scheduled(queue)
   local found = redis.call('ZRANGEBYSCORE', key, '-inf', int(now_us + ahead_us), 'WITHSCORES',
@@ -134,7 +136,8 @@ function Place.take_soon(queue, now_us, ahead_us, room, take)
       redis.call('ZREM', key, member)
     elseif not meta.dm then
       redis.call('ZREM', key, member)
-      meta.d, meta.o, meta.qt = nil, nil, Clock.ms(tonumber(found[i + 1]))
+      meta.d, meta.qt = nil, Clock.ms(tonumber(found[i + 1]))
+      meta.o = redis.call('HINCRBY', K.queue(queue), 'seq', 1)
       take(jid, meta, data, tonumber(found[i + 1]))
       taken = taken + 1
     end
