@@ -9,9 +9,7 @@ local config_values, values_call = {}, nil -- read by call number values_call (C
 
 local function values()
   if values_call ~= CALL then
-    for name in pairs(config_values) do -- emptied in place: no table made per call
-      config_values[name] = nil
-    end
+    config_values = emptied(config_values)
     values_call = CALL
     local flat = redis.call('HGETALL', K.config)
     for i = 1, #flat, 2 do

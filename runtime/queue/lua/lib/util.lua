@@ -11,6 +11,19 @@
 -- check it) and strict JSON (Json.strict: no hex, nan or inf numbers, which
 -- cjson accepts by default), nested at most data_depth_max levels.
 
+-- A table of state kept for one call, made ready for the next: emptied in place
+-- (a table made per call costs the collector), or a new one when `big` (a call
+-- filled it with more than a few entries: clearing would cost more).
+local function emptied(t, big)
+  if big then
+    return {}
+  end
+  for key in pairs(t) do
+    t[key] = nil
+  end
+  return t
+end
+
 local E = {}
 
 function E.raise(code, msg)
@@ -332,13 +345,7 @@ local vouched, vouched_n, vouched_call = {}, 0, 0 -- of call number vouched_call
 
 function Json.vouch(value)
   if vouched_call ~= CALL then
-    if vouched_n > 32 then
-      vouched = {}
-    else
-      for key in pairs(vouched) do
-        vouched[key] = nil
-      end
-    end
+    vouched = emptied(vouched, vouched_n > 32)
     vouched_n, vouched_call = 0, CALL
   end
   if not vouched[value] then
@@ -419,13 +426,7 @@ local function int(n)
     return small_int(n)
   end
   if large_call ~= CALL then
-    if large_count > 32 then
-      large = {}
-    elseif large_count > 0 then
-      for key in pairs(large) do
-        large[key] = nil
-      end
-    end
+    large = emptied(large, large_count > 32)
     large_count, large_call = 0, CALL
   end
   local text = large[n]
