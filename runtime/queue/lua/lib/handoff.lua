@@ -56,7 +56,7 @@ end
 -- (JSON; anything else on the list, wake-up tokens included, is dropped).
 function Handoff.collect(worker)
   local key = K.worker_wake(worker)
-  local items = redis.call('LRANGE', key, 0, -1)
+  local items = redis.call('LRANGE', key, '0', '-1')
   if #items == 0 then
     return {}
   end
@@ -76,11 +76,11 @@ end
 -- (whoever looks learns the later times from its pop's wake_in_ms).
 function Handoff.token(queue, at_us)
   local key = K.wake(queue)
-  local held = redis.call('LINDEX', key, 0)
+  local held = redis.call('LINDEX', key, '0')
   if not held then
     redis.call('RPUSH', key, at_us and ('at:' .. int(at_us)) or '1')
   elseif not at_us and held ~= '1' then
-    redis.call('LSET', key, 0, '1')
+    redis.call('LSET', key, '0', '1')
   end
 end
 

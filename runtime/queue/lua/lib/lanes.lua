@@ -164,7 +164,7 @@ end
 -- lane of the domain (at most release_batch); empty ones are dropped.
 local function each_lane_of(domain, visit)
   local index = K.domain_lanes(domain)
-  for _, entry in ipairs(redis.call('ZRANGE', index, 0, LIMITS.release_batch - 1)) do
+  for _, entry in ipairs(redis.call('ZRANGE', index, '0', int(LIMITS.release_batch - 1))) do
     local prio, queue = split_id(entry)
     local lane = K.lane(queue, prio, domain)
     local jobs = redis.call('LLEN', lane)
@@ -263,8 +263,8 @@ function Lanes.remove(queue, jid, meta)
   shrunk()
   local prio, domain = meta.p or 0, meta.dm or ''
   local lane = K.lane(queue, prio, domain)
-  local was_head = redis.call('LINDEX', lane, 0) == jid
-  if redis.call('LREM', lane, 1, jid) == 0 then
+  local was_head = redis.call('LINDEX', lane, '0') == jid
+  if redis.call('LREM', lane, '1', jid) == 0 then
     return false
   end
   redis.call('HINCRBY', K.queue(queue), 'queued', -1)
@@ -475,7 +475,7 @@ function Lanes.peek(queue, count, due)
     local cursors = {}
     for _, domain in ipairs(redis.call('ZRANGE', K.ready(queue, prio), 0, count - 1)) do
       local lane = K.lane(queue, prio, domain)
-      local jid = redis.call('LINDEX', lane, 0)
+      local jid = redis.call('LINDEX', lane, '0')
       if jid then
         cursors[#cursors + 1] = { lane = lane, domain = domain, index = 0, jid = jid,
           ticket = ticket_of(jid) }
