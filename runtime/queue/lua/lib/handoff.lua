@@ -56,7 +56,7 @@ end
 -- (JSON; anything else on the list, wake-up tokens included, is dropped).
 function Handoff.collect(worker)
   local key = K.worker_wake(worker)
-  local items = redis.call('LRANGE', key, 0, -1)
+  local items = redis.call('LRANGE', key, '0', '-1')
   if #items == 0 then
     return {}
   end
@@ -74,13 +74,16 @@ end
 -- or with at_us 'at:<at_us>', look then (a handed job's first lease ends).
 -- Looking now wins over looking later, and an earlier time over a later one
 -- (whoever looks learns the later times from its pop's wake_in_ms).
-function Handoff.token(queue, at_us)
+-- `read`: the caller read the list's first item already (`held`, nil if none).
+function Handoff.token(queue, at_us, read, held)
   local key = K.wake(queue)
-  local held = redis.call('LINDEX', key, 0)
+  if not read then
+    held = redis.call('LINDEX', key, '0')
+  end
   if not held then
     redis.call('RPUSH', key, at_us and ('at:' .. int(at_us)) or '1')
   elseif not at_us and held ~= '1' then
-    redis.call('LSET', key, 0, '1')
+    redis.call('LSET', key, '0', '1')
   end
 end
 
@@ -156,17 +159,29 @@ at_end(function()
   end
   local now_us = Clock.now_us()
   for queue, why in pairs(woken) do
-    local left = true
-    -- a job of this call waits in a ready lane and no master waits: nothing to
-    -- hand, the token stays (a paused queue keeps it too)
-    if not (Lanes.surely_ready(queue) and redis.call('EXISTS', K.idle(queue)) == 0) then
+    local left, read, held = true, false, nil
+    if redis.call('EXISTS', K.idle(queue)) == 0 then
+      -- no master waits: nothing to hand, only the token to leave. A job of this
+      -- call waits in a ready lane: it is left. A token that says look now
+      -- already stays whatever the counters say; else they decide (a paused
+      -- queue keeps its token).
+      if not Lanes.surely_ready(queue) then
+        read, held = true, redis.call('LINDEX', K.wake(queue), '0')
+        if held ~= '1' then
+          local c = redis.call('HMGET', K.queue(queue), 'queued', 'throttled', 'paused')
+          if c[3] ~= '1' then
+            left = counted_ready(c[1], c[2])
+          end
+        end
+      end
+    else
       local c = redis.call('HMGET', K.queue(queue), 'queued', 'throttled', 'paused')
       if c[3] ~= '1' then
         left = offer(queue, now_us, counted_ready(c[1], c[2]))
       end
     end
     if left or why == 'always' then
-      Handoff.token(queue)
+      Handoff.token(queue, nil, read, held)
     end
   end
   Stats.flush()

@@ -236,7 +236,7 @@ local function pair_id(queue, klass)
     else
       id = redis.call('HGET', K.names, '=' .. pair)
       if not id and tonumber(redis.call('HGET', K.names, 'count') or '0') < LIMITS.names_max then
-        id = string.format('%x', redis.call('HINCRBY', K.names, 'count', 1))
+        id = string.format('%x', redis.call('HINCRBY', K.names, 'count', '1'))
         redis.call('HSET', K.names, '=' .. pair, id, '#' .. id, pair)
       end
       if id then

@@ -54,6 +54,33 @@ local function shrunk()
   shrunk_call = CALL
 end
 
+-- The queues whose K.prios this call (number prios_call) saw holding a member
+-- (read or ZADDed) with no ZREM of it since: the set surely exists, no EXISTS
+-- needed (a ZREM forgets the mark, whether or not the set is left empty).
+local prios_held, prios_call = {}, 0
+
+local function held(queue)
+  if prios_call ~= CALL then
+    prios_held, prios_call = emptied(prios_held), CALL
+  end
+  prios_held[queue] = true
+end
+
+local function unheld(queue)
+  if prios_call == CALL then
+    prios_held[queue] = nil
+  end
+end
+
+-- Whether the queue has a priority with ready lanes (K.prios exists); read only
+-- when this call has not seen it for itself.
+function Lanes.has_prios(queue)
+  if prios_call == CALL and prios_held[queue] then
+    return true
+  end
+  return redis.call('EXISTS', K.prios(queue)) == 1
+end
+
 -- Whether the queue surely has a ready job now: this call put one into a ready
 -- lane and nothing since (or before) in it took a job out or throttled a lane.
 function Lanes.surely_ready(queue)
@@ -86,6 +113,7 @@ end
 local function make_ready(queue, prio, domain, ticket)
   redis.call('ZADD', K.ready(queue, prio), ticket, domain)
   redis.call('ZADD', K.prios(queue), prio, prio)
+  held(queue)
 end
 
 local function unready(queue, prio, domain)
@@ -93,6 +121,7 @@ local function unready(queue, prio, domain)
   local ready = K.ready(queue, prio)
   if redis.call('ZREM', ready, domain) == 1 and redis.call('ZCARD', ready) == 0 then
     redis.call('ZREM', K.prios(queue), prio)
+    unheld(queue)
   end
 end
 
@@ -135,7 +164,7 @@ end
 -- lane of the domain (at most release_batch); empty ones are dropped.
 local function each_lane_of(domain, visit)
   local index = K.domain_lanes(domain)
-  for _, entry in ipairs(redis.call('ZRANGE', index, 0, LIMITS.release_batch - 1)) do
+  for _, entry in ipairs(redis.call('ZRANGE', index, '0', int(LIMITS.release_batch - 1))) do
     local prio, queue = split_id(entry)
     local lane = K.lane(queue, prio, domain)
     local jobs = redis.call('LLEN', lane)
@@ -234,8 +263,8 @@ function Lanes.remove(queue, jid, meta)
   shrunk()
   local prio, domain = meta.p or 0, meta.dm or ''
   local lane = K.lane(queue, prio, domain)
-  local was_head = redis.call('LINDEX', lane, 0) == jid
-  if redis.call('LREM', lane, 1, jid) == 0 then
+  local was_head = redis.call('LINDEX', lane, '0') == jid
+  if redis.call('LREM', lane, '1', jid) == 0 then
     return false
   end
   redis.call('HINCRBY', K.queue(queue), 'queued', -1)
@@ -307,6 +336,7 @@ function Lanes.release(queue, now_us, count, ahead_us)
   redis.call('HINCRBY', K.queue(queue), 'throttled', int(-freed))
   for prio in pairs(prios) do
     redis.call('ZADD', K.prios(queue), prio, prio)
+    held(queue)
   end
 end
 
@@ -346,10 +376,12 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
     if not prio then
       break
     end
+    held(queue)
     local ready = K.ready(queue, prio)
     local best = redis.call('ZRANGE', ready, '0', '1', 'WITHSCORES')
     if #best == 0 then
       redis.call('ZREM', K.prios(queue), prio) -- repair: a priority without lanes
+      unheld(queue)
     else
       local domain, bound = best[1], tonumber(best[4])
       local lane = K.lane(queue, prio, domain)
@@ -416,7 +448,7 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
     redis.call('HINCRBY', K.queue(queue), 'queued', int(-(taken + dropped)))
   end
   local short = taken < room and (skips >= LIMITS.pop_skips or spent)
-      and redis.call('EXISTS', K.prios(queue)) == 1
+      and Lanes.has_prios(queue)
   return taken, short
 end
 
@@ -443,7 +475,7 @@ function Lanes.peek(queue, count, due)
     local cursors = {}
     for _, domain in ipairs(redis.call('ZRANGE', K.ready(queue, prio), 0, count - 1)) do
       local lane = K.lane(queue, prio, domain)
-      local jid = redis.call('LINDEX', lane, 0)
+      local jid = redis.call('LINDEX', lane, '0')
       if jid then
         cursors[#cursors + 1] = { lane = lane, domain = domain, index = 0, jid = jid,
           ticket = ticket_of(jid) }

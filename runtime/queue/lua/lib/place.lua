@@ -209,7 +209,7 @@ function Place.fail_only(jid, meta, group, message, worker, now_us)
   Stats.enter(jid, meta, now_us)
   Job.event(jid, meta, now_ms, 'failed', { w = worker, g = group })
   redis.call('LPUSH', K.failed(group), jid)
-  redis.call('ZINCRBY', K.failed_groups, 1, group)
+  redis.call('ZINCRBY', K.failed_groups, '1', group)
   Wait.notify(jid, meta, FAILED, now_ms)
 end
 
@@ -236,7 +236,7 @@ function Place.remove(jid, meta, oldest_first)
   elseif state == FAILED then
     local group = meta.f.g
     redis.call('LREM', K.failed(group), oldest_first and -1 or 1, jid)
-    if redis.call('ZINCRBY', K.failed_groups, -1, group) + 0 <= 0 then
+    if redis.call('ZINCRBY', K.failed_groups, '-1', group) + 0 <= 0 then
       redis.call('ZREM', K.failed_groups, group)
     end
   elseif state == COMPLETE then
@@ -388,7 +388,7 @@ function Place.corrupt(jid, problem, raw, sound_meta, out)
     Stats.count(meta.q, 'failed', now_us)
   end
   redis.call('LPUSH', K.failed(GROUP.CORRUPT_JOB), jid)
-  redis.call('ZINCRBY', K.failed_groups, 1, GROUP.CORRUPT_JOB)
+  redis.call('ZINCRBY', K.failed_groups, '1', GROUP.CORRUPT_JOB)
   Wait.notify(jid, meta, FAILED, now_ms)
   Job.save(jid, meta, '{}')
   Place.cascade(jid, GROUP.CORRUPT_JOB, now_us) -- its data is lost: it can never complete

@@ -131,7 +131,7 @@ function Pop.run(p, now_us, retention_batch)
   local wake_at
   for _, queue in ipairs(active) do
     if count > 0 and #out >= count then
-      if redis.call('EXISTS', K.prios(queue)) == 1 then
+      if Lanes.has_prios(queue) then
         Place.wake(queue)
       end
       if scanned[queue] then

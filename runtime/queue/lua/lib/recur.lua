@@ -78,7 +78,7 @@ local function due_ticks(def, now_ms)
       redis.call('ZREMRANGEBYSCORE', key, '-inf', int(ticks[#ticks]))
     end
     -- out of ticks: come back after the newest known one, asking for more each time
-    def.next = tonumber(redis.call('ZRANGE', key, 0, 0)[1]) or (def.ticks_to + 1)
+    def.next = tonumber(redis.call('ZRANGE', key, '0', '0')[1]) or (def.ticks_to + 1)
   end
   return ticks
 end

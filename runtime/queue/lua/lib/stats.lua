@@ -374,7 +374,7 @@ local function oldest_waiting_ms(queue, now_ms)
     return a[1] < b[1]
   end)
   for _, lane in ipairs(lanes) do
-    local jid = redis.call('LINDEX', lane[2], 0)
+    local jid = redis.call('LINDEX', lane[2], '0')
     if jid then
       local at = eligible_ms(jid)
       return at and math.max(0, now_ms - at) or 0
