@@ -205,10 +205,11 @@ class Book:
             self._withdraw_stuck(now)
             if self.several:
                 self._drop_unconfirmed(now)
-        if not capacity.accepting():
+        accepting = capacity.accepting()  # neither call below changes it
+        if not accepting:
             self._stop_leasing(now)
         self.actions += self.slots.reconcile(capacity.target, capacity.mode is Mode.RUN, now)
-        if capacity.accepting():
+        if accepting:
             self.flow.hand_out(now)
         if self.several:  # the first to pop takes the room: each lane in its turn
             self.turn = (self.turn + 1) % len(lanes)

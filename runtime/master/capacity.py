@@ -34,6 +34,9 @@ class Capacity:
         self.jobs_seen, self.avg_run_s = 0, 0.0
         self.key: tuple[int, int, float] | None = None
         self.cached = (0, 0)
+        # `--prefetch 0 --pipeline 0`: (0, 0) whatever the jobs take (plan.py's
+        # functions give no more than the options allow), so never worked out again
+        self.fixed = worker.prefetch == 0 and worker.pipeline == 0
         self.pipelining = False
         self.pipelining_logged_at, self.pipelining_flips = -math.inf, 0
         self.asking = 0  # jobs the pops out now asked for, every namespace's
@@ -49,6 +52,8 @@ class Capacity:
     def _capacity(self) -> tuple[int, int]:
         """(pipeline depth, prefetch) for the jobs seen so far: computed again only
         when what they depend on changed (they are asked several times a job)."""
+        if self.fixed:
+            return self.cached
         key = (self.jobs_seen, self.target, self.avg_run_s)
         if key != self.key:
             self.key = key
