@@ -89,7 +89,7 @@ class Capacity:
 
     def _slots_free(self, now: float) -> int:
         depth = self.depth(now)
-        free = len(self.slots.idle())
+        free = self.slots.idle_count()
         if depth:
             free += sum(self.pipeline_room(s, depth) for s in self.slots.accepting())
         return free

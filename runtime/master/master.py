@@ -210,7 +210,13 @@ class Master:
                 if event is not None:
                     self.post(event)
 
-        task = asyncio.get_running_loop().create_task(owned(), name=name)
+        # while the loop runs, its own (get_running_loop makes a getpid syscall)
+        finished = self.finished
+        if finished is not None and not finished.done():
+            loop = finished.get_loop()
+        else:
+            loop = asyncio.get_running_loop()
+        task = loop.create_task(owned(), name=name)
         self.tasks[name] = task
         task.add_done_callback(lambda t: self._disown(name, t, wake=not reports))
 
@@ -468,10 +474,12 @@ class Master:
             finished.set_exception(err)
 
     def _next_pass_in(self, now: float, active: bool) -> float | None:
-        waits = [w for w in (self.book.next_wake(now), self.status.next_due(now)) if w is not None]
-        if not waits:
+        wait, due = self.book.next_wake(now), self.status.next_due(now)  # every pass: no
+        if wait is None or (due is not None and due < wait):  # list, min() or max()
+            wait = due
+        if wait is None:
             return None
-        return min(waits) if active else max(min(waits), MIN_PASS_S)
+        return wait if active or wait > MIN_PASS_S else MIN_PASS_S
 
     def _arm(self, timeout: float | None) -> None:
         """The timer for the next pass that no event asks for (kept if it is due in
