@@ -52,8 +52,6 @@ class Capacity:
     def _capacity(self) -> tuple[int, int]:
         """(pipeline depth, prefetch) for the jobs seen so far: computed again only
         when what they depend on changed (they are asked several times a job)."""
-        if self.fixed:
-            return self.cached
         key = (self.jobs_seen, self.target, self.avg_run_s)
         if key != self.key:
             self.key = key
@@ -64,6 +62,8 @@ class Capacity:
         return self.cached
 
     def depth(self, now: float) -> int:
+        if self.fixed:
+            return 0
         depth = self._capacity()[0]
         if bool(depth) != self.pipelining:
             self.pipelining = bool(depth)
@@ -81,7 +81,7 @@ class Capacity:
         return depth
 
     def prefetch(self) -> int:
-        return self._capacity()[1]
+        return 0 if self.fixed else self._capacity()[1]
 
     def pipeline_room(self, slot: Slot, depth: int) -> int:
         most = self.worker.max_jobs_per_child
