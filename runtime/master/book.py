@@ -205,10 +205,11 @@ class Book:
             self._withdraw_stuck(now)
             if self.several:
                 self._drop_unconfirmed(now)
-        if not capacity.accepting():
+        accepting = capacity.accepting()  # neither call below changes it
+        if not accepting:
             self._stop_leasing(now)
         self.actions += self.slots.reconcile(capacity.target, capacity.mode is Mode.RUN, now)
-        if capacity.accepting():
+        if accepting:
             self.flow.hand_out(now)
         if self.several:  # the first to pop takes the room: each lane in its turn
             self.turn = (self.turn + 1) % len(lanes)
@@ -228,7 +229,7 @@ class Book:
     def start_jobs(self, now: float) -> list[events.Action]:
         """Jobs waiting for a child go to the idle ones now (the loop sends them
         before anything else: one send a child); the actions of that alone."""
-        if self.ledger.buffer and self.capacity.accepting() and self.slots.idle():
+        if self.ledger.buffer and self.capacity.accepting() and self.slots.idle_count():
             self.flow.hand_out(now)
             return self.take_actions()
         return []
@@ -250,15 +251,20 @@ class Book:
             dues.append((ledger.held[ledger.timed[0]].start_at or now) - HANDOFF_EARLY_S)
         if capacity.mode is Mode.RUN and len(self.slots) < capacity.target:
             dues.append(self.slots.pause_until(now) or now)
-        if self.slots.busy() or capacity.mode is not Mode.RUN:
+        if capacity.mode is not Mode.RUN or self.slots.any_busy():
             dues.append(self.checked_at + TICK_S)
-        known = [d for d in dues if d is not None]  # every pass: no generator for min
-        return max(0.0, min(known) - now) if known else None
+        first: float | None = None  # every pass: compared in a loop, no list or min()
+        for due in dues:
+            if due is not None and (first is None or due < first):
+                first = due
+        if first is None:
+            return None
+        return first - now if first > now else 0.0
 
     def done(self, now: float) -> bool:
         """Stopping, and nothing left to do (or Redis has been out of reach too long
         to report what is left: said in the log)."""
-        if self.capacity.mode is Mode.RUN or self.slots.busy():
+        if self.capacity.mode is Mode.RUN or self.slots.any_busy():
             return False
         held = [0] * len(self.lanes)
         for h in self.ledger.held.values():

@@ -34,6 +34,9 @@ class Capacity:
         self.jobs_seen, self.avg_run_s = 0, 0.0
         self.key: tuple[int, int, float] | None = None
         self.cached = (0, 0)
+        # `--prefetch 0 --pipeline 0`: (0, 0) whatever the jobs take (plan.py's
+        # functions give no more than the options allow), so never worked out again
+        self.fixed = worker.prefetch == 0 and worker.pipeline == 0
         self.pipelining = False
         self.pipelining_logged_at, self.pipelining_flips = -math.inf, 0
         self.asking = 0  # jobs the pops out now asked for, every namespace's
@@ -59,6 +62,8 @@ class Capacity:
         return self.cached
 
     def depth(self, now: float) -> int:
+        if self.fixed:
+            return 0
         depth = self._capacity()[0]
         if bool(depth) != self.pipelining:
             self.pipelining = bool(depth)
@@ -76,7 +81,7 @@ class Capacity:
         return depth
 
     def prefetch(self) -> int:
-        return self._capacity()[1]
+        return 0 if self.fixed else self._capacity()[1]
 
     def pipeline_room(self, slot: Slot, depth: int) -> int:
         most = self.worker.max_jobs_per_child
@@ -84,7 +89,7 @@ class Capacity:
 
     def _slots_free(self, now: float) -> int:
         depth = self.depth(now)
-        free = len(self.slots.idle())
+        free = self.slots.idle_count()
         if depth:
             free += sum(self.pipeline_room(s, depth) for s in self.slots.accepting())
         return free

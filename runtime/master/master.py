@@ -119,6 +119,7 @@ class Master:
         self.counter = 0
         self.started_ms = round(time.time() * 1000)  # for `runtime workers`, not for schedules
         self.wait_s = IDLE_WAIT_S  # how long one blocking read for work may last
+        self.fitted_lease_s: float | None = None  # the lease _fit_timeout last fitted
         self.cancels_failed_at = [-CANCELS_PAUSE_S] * len(self.lanes)  # by lane
         self.watch_names = {  # the watching tasks' names, by lane
             what: [(lane, self._named(what, lane)) for lane in range(len(self.lanes))]
@@ -209,7 +210,13 @@ class Master:
                 if event is not None:
                     self.post(event)
 
-        task = asyncio.get_running_loop().create_task(owned(), name=name)
+        # while the loop runs, its own (get_running_loop makes a getpid syscall)
+        finished = self.finished
+        if finished is not None and not finished.done():
+            loop = finished.get_loop()
+        else:
+            loop = asyncio.get_running_loop()
+        task = loop.create_task(owned(), name=name)
         self.tasks[name] = task
         task.add_done_callback(lambda t: self._disown(name, t, wake=not reports))
 
@@ -252,7 +259,8 @@ class Master:
                 send(action.index, action.message)
             else:
                 rest.append(action)
-        self.processes.flush()
+        if self.processes.dirty:
+            self.processes.flush()
         for action in rest:
             doers[type(action)](action)
 
@@ -282,7 +290,10 @@ class Master:
             )
         )
         if done.popped is not None and done.popped.jobs:
-            self._fit_timeout(min(j.lease_s for j in done.popped.jobs))
+            jobs = done.popped.jobs
+            lease_s = jobs[0].lease_s if len(jobs) == 1 else min(j.lease_s for j in jobs)
+            if lease_s != self.fitted_lease_s:  # the same lease fits the same timeouts
+                self._fit_timeout(lease_s)
 
     def _exchange_failed(self, action: events.Exchange) -> Callable[[BaseException], events.Event]:
         sent = time.monotonic()
@@ -393,6 +404,7 @@ class Master:
         """A half-open connection must be noticed within a third of a lease: commands
         time out then, and an idle master's blocking read (a connection that may die
         silently) is renewed at least that often, or every IDLE_WAIT_S."""
+        self.fitted_lease_s = lease_s
         timeout_s = min(5.0, max(0.2, lease_s / 3))
         for client in self.clients:
             if timeout_s != client.command_timeout_s:
@@ -427,7 +439,8 @@ class Master:
             self.book.apply(events.Rss(self.processes.rss(wanted)), now)
         self.book.step(now)
         actions = self.book.take_actions()
-        self._carry_out(actions)
+        if actions:
+            self._carry_out(actions)
         self._watch_sizes()
         self._watch_cancels()
         self.status.show(self.book.describe, now)
@@ -461,10 +474,12 @@ class Master:
             finished.set_exception(err)
 
     def _next_pass_in(self, now: float, active: bool) -> float | None:
-        waits = [w for w in (self.book.next_wake(now), self.status.next_due(now)) if w is not None]
-        if not waits:
+        wait, due = self.book.next_wake(now), self.status.next_due(now)  # every pass: no
+        if wait is None or (due is not None and due < wait):  # list, min() or max()
+            wait = due
+        if wait is None:
             return None
-        return min(waits) if active else max(min(waits), MIN_PASS_S)
+        return wait if active or wait > MIN_PASS_S else MIN_PASS_S
 
     def _arm(self, timeout: float | None) -> None:
         """The timer for the next pass that no event asks for (kept if it is due in

@@ -62,6 +62,7 @@ class ChildHandle:
     partial_since: float | None = None  # monotonic: an incomplete frame began arriving
     broken: bool = False
     measure_rss: bool = False  # --max-memory-per-child: memory read as each job ends
+    writing: bool = False  # a writer waits for the socket (the outbox did not fit)
     loop: asyncio.AbstractEventLoop = field(init=False)  # the master's, from attach()
 
     def attach(self) -> None:
@@ -171,8 +172,10 @@ class ChildHandle:
         del self.outbox[:sent]
         if self.outbox:
             loop.add_writer(self.sock.fileno(), self.flush)
-        else:
+            self.writing = True
+        elif self.writing:  # nearly always sent whole: no writer to take off
             loop.remove_writer(self.sock.fileno())
+            self.writing = False
 
     def rss_bytes(self) -> int:
         try:

@@ -83,8 +83,23 @@ class Slots:
     def idle(self) -> list[Slot]:
         return [s for s in self.by_index.values() if s.state is SlotState.IDLE and not s.retire]
 
+    def idle_count(self) -> int:
+        """len(idle()), without the list (asked several times a pass: a loop)."""
+        count = 0
+        for s in self.by_index.values():
+            if s.state is SlotState.IDLE and not s.retire:
+                count += 1
+        return count
+
     def busy(self) -> list[Slot]:
         return [s for s in self.by_index.values() if s.running is not None]
+
+    def any_busy(self) -> bool:
+        """bool(busy()), without the list (asked every pass: a loop)."""
+        for s in self.by_index.values():  # noqa: SIM110 - no generator every pass
+            if s.running is not None:
+                return True
+        return False
 
     def accepting(self) -> list[Slot]:
         """Busy slots whose pipeline may take more jobs."""

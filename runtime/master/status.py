@@ -47,9 +47,11 @@ class Status:
 
     def next_due(self, now: float) -> float | None:
         """Seconds until a pass has something to send (None: nothing pending)."""
-        waits = [self.described_at + TITLE_EVERY_S - now] if self.stale else []
-        if self.title != self.sent:
-            waits.append(self.sent_at + STATUS_EVERY_S - now)
-        if self.ping_every_s:
-            waits.append(self.pinged_at + self.ping_every_s - now)
-        return max(0.0, min(waits)) if waits else None
+        due = self.described_at + TITLE_EVERY_S if self.stale else math.inf  # every pass:
+        if self.title != self.sent and self.sent_at + STATUS_EVERY_S < due:  # no list, min()
+            due = self.sent_at + STATUS_EVERY_S
+        if self.ping_every_s and self.pinged_at + self.ping_every_s < due:
+            due = self.pinged_at + self.ping_every_s
+        if due == math.inf:
+            return None
+        return due - now if due > now else 0.0

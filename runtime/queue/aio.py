@@ -156,7 +156,10 @@ class AsyncClient:
                 await self._put_back(pool, conn, ok)
 
     def _spares_of(self, pool: redis.asyncio.ConnectionPool) -> list[Any] | None:
-        return next((spare for of, spare in self.spares if of is pool), None)
+        for of, spare in self.spares:  # twice a call: no generator for next()
+            if of is pool:
+                return spare
+        return None
 
     async def _put_back(self, pool: redis.asyncio.ConnectionPool, conn: Any, ok: bool) -> None:
         """A connection after a call: kept aside (`_spare`) if the call went well (all

@@ -452,6 +452,28 @@ def test_prefetch_and_pipelining_follow_the_average_run_time() -> None:
     assert plan.pipeline_room(2, 0, 8, 10) == 1, "never past --max-jobs-per-child"
 
 
+def test_nothing_ahead_is_fixed_and_never_worked_out_again(monkeypatch: Any) -> None:
+    """`--prefetch 0 --pipeline 0`: (0, 0) whatever the jobs take, without asking
+    plan.py once a job (a master with nothing ahead passes once or twice a job)."""
+    fixed = Rig(concurrency=2, prefetch=0, pipeline=0).book.capacity
+    moving = Rig(concurrency=2, prefetch=0).book.capacity
+    for took_s in (0.0001, 0.0002, 0.0003, 0.0001):
+        for capacity in (fixed, moving):
+            capacity.finished(took_s)
+    calls: list[str] = []
+    real = plan.pipeline_depth
+
+    def counted(*args: Any) -> int:
+        calls.append("depth")
+        return real(*args)
+
+    monkeypatch.setattr(plan, "pipeline_depth", counted)
+    for _ in range(3):
+        assert fixed.depth(1000.0) == 0 and fixed.prefetch() == 0
+    assert calls == [], "nothing ahead, nothing to work out"
+    assert moving.depth(1000.0) == 2 and calls == ["depth"], "the default still follows jobs"
+
+
 def test_grow_and_shrink_change_the_children() -> None:
     rig = Rig(concurrency=2)
     rig.start()
