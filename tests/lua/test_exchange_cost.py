@@ -7,6 +7,8 @@ tried (handoff.lua)."""
 
 from __future__ import annotations
 
+import pytest
+
 from runtime import Client
 from runtime.queue import ops
 from runtime.queue.leases import Outcomes
@@ -61,20 +63,17 @@ def test_a_full_exchange_with_the_token_there_reads_no_counters(client: Client) 
     assert client.redis.lrange(client.keys.key("wake", queue="q"), 0, -1) == [b"1"]
 
 
-def test_a_later_token_becomes_look_now_when_work_is_left(client: Client) -> None:
+@pytest.mark.parametrize(
+    ("jobs", "left"),
+    [(4, b"1"), (2, b"at:1")],
+    ids=["becomes-look-now-when-work-is-left", "stays-when-no-work-is-left"],
+)
+def test_a_later_token_after_a_full_exchange(client: Client, jobs: int, left: bytes) -> None:
     q = client.queue("q")
-    for i in range(4):
+    for i in range(jobs):
         q.put("app.jobs:run", {"n": i})
     assert len(exchange_one(client, token="at:1")) == 1
-    assert client.redis.lrange(client.keys.key("wake", queue="q"), 0, -1) == [b"1"]
-
-
-def test_a_later_token_stays_when_no_work_is_left(client: Client) -> None:
-    q = client.queue("q")
-    for i in range(2):
-        q.put("app.jobs:run", {"n": i})
-    assert len(exchange_one(client, token="at:1")) == 1
-    assert client.redis.lrange(client.keys.key("wake", queue="q"), 0, -1) == [b"at:1"]
+    assert client.redis.lrange(client.keys.key("wake", queue="q"), 0, -1) == [left]
 
 
 def test_a_master_waiting_on_the_queue_is_handed_the_job_left(client: Client) -> None:
