@@ -33,6 +33,9 @@ the headline's drain of 20,000.
 
 `--config NAME=VALUE` sets a shared setting in the probe's namespace before
 anything is counted, for each version that knows it (the report says which).
+Without it each version runs at its defaults: from issue 28 on, that stores
+queued jobs compact (no master of an earlier release is registered in the
+probe's namespace); `--config compact-records=0` counts JSON records.
 """
 
 from __future__ import annotations

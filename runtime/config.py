@@ -304,11 +304,12 @@ SHARED: dict[str, SharedSetting] = {
         ),
         SharedSetting(
             "compact-records",
-            0,
-            0,
+            -1,
+            -1,
             1,
             False,
-            "1: store queued jobs compact (only once every master reads them: README)",
+            "queued jobs stored compact: 1 always, 0 never, -1 (unset) when every "
+            "registered master reads them (README, Upgrading)",
             integer=True,
         ),
         SharedSetting(

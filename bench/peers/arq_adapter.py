@@ -4,7 +4,8 @@ Concurrency 2 (--variant):
   procs (default)  two processes `arq bench.peers.arq_tasks.PROCS`, max_jobs=1 each;
   async            one process `arq bench.peers.arq_tasks.ASYNC`, max_jobs=2 (two jobs
                    as asyncio tasks on one event loop).
-All other worker settings are arq's defaults but poll_delay (see arq_tasks).
+All other worker settings are arq's defaults but poll_delay and logging (warnings and
+errors only: arq logs every job at INFO by default; see arq_tasks).
 
 How workers wait: they poll. Every poll_delay a worker reads up to
 max(5 * max_jobs, 100) due ids from the queue's sorted set (ZRANGEBYSCORE up to now)
@@ -51,7 +52,7 @@ def _workers(url: str, variant: str) -> common.Workers:
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}, expected one of {', '.join(VARIANTS)}")
     settings, processes = VARIANTS[variant]
-    argv = [common.bin_of("arq"), f"{TASKS}.{settings}"]
+    argv = [common.bin_of("arq"), f"{TASKS}.{settings}", "--custom-log-dict", f"{TASKS}.QUIET_LOG"]
     return common.Workers([argv] * processes, url)
 
 

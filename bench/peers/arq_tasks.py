@@ -3,7 +3,11 @@
 Jobs are coroutines taking arq's context dict; they count and stamp through one
 redis.asyncio client per worker process, made in the `on_startup` hook and closed in
 `on_shutdown`. Everything not set below is arq's default (pickle, keep_result 3600 s,
-job_timeout 300 s, max_tries 5, INFO logging of every job) except poll_delay: arq
+job_timeout 300 s, max_tries 5) except its logging and poll_delay. arq's CLI logs
+every job's start and end at INFO and has no quiet flag: the workers get
+`--custom-log-dict bench.peers.arq_tasks.QUIET_LOG`, arq's own handler at WARNING
+(a production worker's setting; runtime logs nothing for a job that succeeds).
+poll_delay: arq
 starts at most max_jobs jobs per poll of its queue and then sleeps poll_delay, so its
 default of 0.5 s caps concurrency 2 at 4 jobs/s; 10 ms lets it show its speed.
 """
@@ -21,6 +25,13 @@ from bench.peers import common
 
 Ctx = dict[str, Any]
 POLL_DELAY_S = 0.01  # arq's default is 0.5 s (see the module docstring)
+# arq's default logging config (arq.logs.default_log_config) at WARNING instead of INFO
+QUIET_LOG: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"arq.standard": {"level": "WARNING", "class": "logging.StreamHandler"}},
+    "loggers": {"arq": {"handlers": ["arq.standard"], "level": "WARNING"}},
+}
 
 
 async def startup(ctx: Ctx) -> None:

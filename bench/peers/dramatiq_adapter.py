@@ -6,12 +6,14 @@ thread running actors (plus its consumer threads). Dramatiq acks after completio
 a fetched message id sits in the worker's ack set until the actor returns (or its
 retry is enqueued), and is requeued if the worker's heartbeat stops. Everything
 else is Dramatiq's default: default middleware (Retries: 20 retries, backoff from
-15 s), queue prefetch 2 per worker process (threads * 2), worker_timeout 1 s. The
-"prefetch" variant sets Dramatiq's documented `dramatiq_queue_prefetch` to 64: with
-one thread and a prefetch of 2 the consumer sleeps (backing off up to
-worker_timeout) whenever its two messages are unacked, which caps the default at a
-few hundred short jobs per second. The "2x8" variant runs `--threads 8` (Dramatiq's
-default), so a prefetch of 16 per process: two processes of eight threads each.
+15 s), queue prefetch 2 per worker process (threads * 2), worker_timeout 1 s,
+logging at INFO (the CLI's default; Dramatiq logs a message only at DEBUG, so
+nothing per job). The "prefetch" variant sets Dramatiq's documented
+`dramatiq_queue_prefetch` to 64: with one thread and a prefetch of 2 the consumer
+sleeps (backing off up to worker_timeout) whenever its two messages are unacked,
+which caps the default at a few hundred short jobs per second. The "2x8" variant
+runs `--threads 8` (Dramatiq's default), so a prefetch of 16 per process: two
+processes of eight threads each.
 
 Measures:
 - enqueue_one: `noop.send(PAYLOAD)` per job (one Lua script call each).

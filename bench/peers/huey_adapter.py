@@ -1,11 +1,13 @@
-"""Huey: one consumer, `huey_consumer bench.peers.huey_tasks.huey -k process -w 2`, on a
+"""Huey: one consumer, `huey_consumer bench.peers.huey_tasks.huey -k process -w 2 -q`, on a
 RedisHuey (RedisStorage, its defaults: blocking BRPOP with a 1 s read timeout, pickle,
 results kept only for tasks that return something, which these do not).
 
 Concurrency 2 is the consumer's two worker processes (`-k process -w 2`), one task at a
 time each; the consumer also runs its scheduler (1 s interval, Huey's smallest) in a
-process of its own. Nothing else is tuned: with blocking reads the polling options
-(-d, -m, -b) never come into play.
+process of its own. `-q` (`--quiet`) logs warnings and errors only: by default the
+consumer logs two INFO lines per task (executing, executed in), which a production
+consumer turns off as runtime logs nothing for a job that succeeds. Nothing else is
+tuned: with blocking reads the polling options (-d, -m, -b) never come into play.
 
 Acks: no. A worker's BRPOP removes the message from the list before the task runs; a
 worker that dies mid-task loses it.
@@ -41,7 +43,7 @@ def _tasks() -> ModuleType:
 
 
 def _workers(url: str) -> common.Workers:
-    argv = [common.bin_of("huey_consumer"), f"{TASKS}.huey", "-k", "process", "-w", "2"]
+    argv = [common.bin_of("huey_consumer"), f"{TASKS}.huey", "-k", "process", "-w", "2", "-q"]
     return common.Workers([argv], url)
 
 

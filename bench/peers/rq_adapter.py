@@ -1,14 +1,15 @@
 """RQ: two `rq worker` processes on the queue, started as
 
-    rq worker --url URL bench                                          (variant "fork")
-    rq worker --url URL --worker-class rq.worker.SimpleWorker bench    (variant "simple")
+    rq worker --url URL --quiet bench                                        (variant "fork")
+    rq worker --url URL --quiet --worker-class rq.worker.SimpleWorker bench  (variant "simple")
 
 "fork" is RQ's default `Worker`, which forks a work horse per job; "simple" runs the
 jobs in the worker process itself. Concurrency 2 is these two worker processes, one job
 at a time each. For lateness both also get `--with-scheduler`: one wins the scheduler
 lock and runs RQ's scheduler process, which moves due jobs to the queue once a second
-(a fixed interval, no option for it). Nothing is tuned: default job, result and worker
-TTLs, INFO logging (to BENCH_LOG or /dev/null).
+(a fixed interval, no option for it). `--quiet` logs warnings and errors only (by
+default a worker logs INFO lines for every job it takes and ends). Nothing else is
+tuned: default job, result and worker TTLs.
 
 Acks: not after completion in the redelivery sense. Dequeueing moves the job id (BLMOVE)
 to an intermediate list and then into the StartedJobRegistry, where it stays until it
@@ -47,7 +48,8 @@ def _queue(url: str) -> Queue:
 
 
 def _workers(url: str, variant: str, scheduler: bool = False) -> common.Workers:
-    argv = [common.bin_of("rq"), "worker", "--url", url, *WORKER_OPTIONS[variant], common.QUEUE]
+    argv = [common.bin_of("rq"), "worker", "--url", url, "--quiet", *WORKER_OPTIONS[variant]]
+    argv.append(common.QUEUE)
     if scheduler:
         argv.append("--with-scheduler")
     return common.Workers([argv, argv], url)

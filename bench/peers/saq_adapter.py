@@ -6,7 +6,8 @@ Concurrency 2 (--variant):
                    signals itself: a `--workers` child is not stopped by its parent);
   async            one process `saq bench.peers.saq_tasks.concurrent`, concurrency=2
                    (two dequeue-and-run loops as asyncio tasks on one event loop).
-All other worker settings are saq's defaults (see saq_tasks).
+All other worker settings are saq's defaults (see saq_tasks), logging included: the CLI
+logs errors only unless given -v.
 
 How workers wait: each dequeue loop blocks in BLMOVE queued -> active (dequeue_timeout
 0: no timeout), so a queued job is taken as soon as it is pushed; no polling for ready

@@ -70,6 +70,7 @@ def routes() -> list[BaseRoute]:
         ("/stats", views.stats),
         ("/live.json", views.live_json),
         ("/metrics", views.metrics),
+        ("/favicon.ico", views.favicon),
     ]
     return [
         *(Route(path, endpoint, methods=["GET", "HEAD"]) for path, endpoint in pages),

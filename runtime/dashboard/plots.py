@@ -15,7 +15,10 @@ from runtime import units
 LINE_SIZE = (1000, 230)  # viewBox of a line chart: a page wide
 BAR_SIZE = (560, 220)  # of a bar chart: half a page
 BAR_MAX_W = 48.0  # a bar is no wider than this (a few buckets do not fill the width)
-LEFT, RIGHT, TOP, BOTTOM = 52, 12, 12, 24  # margins around the plotting area
+LEFT, RIGHT, TOP, BOTTOM = 64, 12, 12, 28  # margins around the plotting area
+# the width a bar's label may take: "250 ms" at the largest size the stylesheet
+# gives labels (15 units, on pages 900 to 1100 px wide)
+LABEL_W = 64.0
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,9 @@ def seconds_label(value_s: float) -> str:
     return "0" if value_s <= 0 else units.duration(value_s)
 
 
-def _frame(body: list[str], title: str, size: tuple[int, int]) -> Markup:
+def _frame(body: list[str], title: str, size: tuple[int, int], kind: str) -> Markup:
     head = (
-        f'<svg class="plot" viewBox="0 0 {size[0]} {size[1]}" role="img" '
+        f'<svg class="plot {kind}" viewBox="0 0 {size[0]} {size[1]}" role="img" '
         f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">'
         f"<title>{escape(title)}</title>"
     )
@@ -109,8 +112,8 @@ def line_chart(
     legend_x = LEFT + 10.0
     for s in series:
         body.append(_text(legend_x, TOP + 14, s.name, f"legend {s.css}", "start"))
-        legend_x += 16 + 7 * len(s.name)
-    return _frame(body, title, LINE_SIZE)
+        legend_x += 20 + 10 * len(s.name)  # the legend's text is up to 16 units
+    return _frame(body, title, LINE_SIZE, "lines")
 
 
 def bar_chart(buckets: Sequence[tuple[str, int]], title: str) -> Markup:
@@ -121,9 +124,9 @@ def bar_chart(buckets: Sequence[tuple[str, int]], title: str) -> Markup:
     body = _y_axis(top, "", BAR_SIZE)
     if not buckets:
         body.append(_text(full_w / 2, full_h / 2, "no data", "empty"))
-        return _frame(body, title, BAR_SIZE)
+        return _frame(body, title, BAR_SIZE, "bars")
     width = min(inner_w / len(buckets), BAR_MAX_W)
-    every = max(1, math.ceil(len(buckets) * 48 / inner_w))  # about 48 units per label
+    every = max(1, math.ceil(len(buckets) * LABEL_W / inner_w))
     for i, (label, count) in enumerate(buckets):
         h = inner_h * count / top
         x = LEFT + i * width
@@ -134,4 +137,4 @@ def bar_chart(buckets: Sequence[tuple[str, int]], title: str) -> Markup:
         )
         if i % every == 0:
             body.append(_text(x + width / 2, full_h - 6, label))
-    return _frame(body, title, BAR_SIZE)
+    return _frame(body, title, BAR_SIZE, "bars")

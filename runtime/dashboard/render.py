@@ -6,12 +6,14 @@ the one-time message an action leaves for the page it redirects to (a cookie).""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
 
 import jinja2
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
@@ -20,6 +22,8 @@ from runtime.units import duration
 
 HERE = Path(__file__).parent
 FLASH_COOKIE = "runtime_flash"
+RANDOM_JID = re.compile(r"[0-9a-f]{32}")  # runtime's own jids: uuid4().hex
+BREAK_AFTER = re.compile(r"(?<=[/:._-])")  # where a long name may wrap: after these
 
 
 def environment() -> jinja2.Environment:
@@ -39,7 +43,9 @@ def environment() -> jinja2.Environment:
         q=quote_part,
         preview=preview,
         folded=tracebacks.parts,
+        breakable=breakable,
     )
+    env.tests["random_jid"] = random_jid
     env.globals["query"] = query
     return env
 
@@ -77,6 +83,19 @@ def preview(data: Any) -> str:
     if isinstance(data, dict):
         text = text[1:-1]
     return text
+
+
+def random_jid(jid: str) -> bool:
+    """Whether `jid` is one runtime made (32 random hex digits): any part of it tells
+    jobs apart, so a list may cut it short. A jid of the caller's own or a
+    recurring job's ("<queue>/<klass>-<tick ms>") may differ from the next only
+    at its end, and is shown whole."""
+    return RANDOM_JID.fullmatch(jid) is not None
+
+
+def breakable(text: str) -> Markup:
+    """A long name that may wrap after each / : . _ or - (escaped; <wbr> between)."""
+    return Markup("<wbr>").join(escape(part) for part in BREAK_AFTER.split(str(text)))
 
 
 def quote_part(value: str) -> str:

@@ -12,10 +12,16 @@ from datetime import date, timedelta
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 
 from runtime.dashboard import jobreads, live, plots, reads
-from runtime.dashboard.render import page, query
+from runtime.dashboard.render import HERE, page, query
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
 from runtime.queue.site import Site
@@ -275,3 +281,12 @@ def metrics(request: Request) -> Response:
         return PlainTextResponse("metrics are not served here\n", status_code=503)
     exposition, content_type = request.app.state.metrics
     return Response(exposition(), media_type=content_type)
+
+
+def favicon(request: Request) -> Response:
+    """The tab's icon (static/favicon.ico), where browsers look for it by default."""
+    return FileResponse(
+        HERE / "static" / "favicon.ico",
+        media_type="image/vnd.microsoft.icon",
+        headers={"cache-control": "max-age=86400"},
+    )

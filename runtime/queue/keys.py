@@ -61,6 +61,9 @@ Key schema (the kind of each key in brackets):
     w:<worker>:jobs          [set]   jids leased by the worker
     w:<worker>:info          [string] what the master told of itself (JSON: host, pid,
                                      queues, concurrency, started_ms); expires (worker_info.lua)
+    record-forms             [string] the fewest record forms a registered master reads,
+                                     found by a put while compact-records is unset (kept
+                                     10 s; lua/lib/job.lua)
     deps:<jid>               [set]   jids this job waits on
     dependents:<jid>         [set]   jids waiting on this job
     domain-limits            [hash]  domain -> {"rate":..,"period":..,"burst":..}
@@ -117,6 +120,7 @@ TEMPLATES: dict[str, str] = {
     "workers": "workers",
     "worker_jobs": "w:{worker}:jobs",
     "worker_info": "w:{worker}:info",
+    "record_forms": "record-forms",
     "deps": "deps:{jid}",
     "dependents": "dependents:{jid}",
     "domain_limits": "domain-limits",

@@ -1,5 +1,5 @@
 """The dashboard shows a namespace holding both record forms (compact-records
-turned on between two puts: lib/job.lua) alike."""
+0, then 1 between two puts: lib/job.lua) alike."""
 
 from __future__ import annotations
 
@@ -16,9 +16,12 @@ pytest.importorskip("starlette", reason="the dashboard extra is not installed")
 def test_a_compact_job_and_its_json_twin_show_alike(dashboard: Dashboard) -> None:
     client = dashboard.client
     q = client.queue("twins")
+    client.admin.config_set("compact-records", "0")
     q.put("tests.integration.jobs:noop", {"mark": "json-one"}, jid="as-json", priority=2)
     client.admin.config_set("compact-records", "1")
     q.put("tests.integration.jobs:noop", {"mark": "compact-one"}, jid="compact", priority=2)
+    as_json = client.redis.hget(client.keys.key("jobs"), "as-json")
+    assert isinstance(as_json, bytes) and as_json.startswith(b"{")
     raw = client.redis.hget(client.keys.key("jobs"), "compact")
     assert isinstance(raw, bytes) and raw.startswith(b"w1 2 ")
     with httpx.Client(base_url=dashboard.url, timeout=10) as http:

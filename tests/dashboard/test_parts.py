@@ -141,11 +141,11 @@ def test_plots_are_svg_with_every_text_escaped() -> None:
         "a <title>",
         "/s",
     )
-    assert chart.startswith('<svg class="plot"')
+    assert chart.startswith('<svg class="plot lines"')
     assert "<b>" not in chart and "&lt;b&gt;" in chart and "a &lt;title&gt;" in chart
     assert "5/s" in chart  # the axis ends at the next nice number above the peak
     bars = plots.bar_chart([(plots.seconds_label(s), n) for s, n in ((0.005, 3), (1, 1))], "t")
-    assert bars.count('<rect class="bar"') == 2
+    assert bars.startswith('<svg class="plot bars"') and bars.count('<rect class="bar"') == 2
     assert ">5 ms<" in bars and ">1 s<" in bars
     assert "no data" in plots.bar_chart([], "t")
 

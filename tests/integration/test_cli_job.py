@@ -185,7 +185,7 @@ def test_compact_records_are_refused_while_a_master_of_an_earlier_release_runs(
     plain_client.leases.register_worker("new-8", host="new", pid=8, queues=["q"], concurrency=1)
     code, out, err = cli("config", "compact-records", "1")
     assert code != 0 and "old-7" in err and "new-8" not in err, err
-    assert plain_client.admin.config_get()["compact-records"] == 0, "the default: not set"
+    assert plain_client.admin.config_get()["compact-records"] == -1, "the default: not set"
     plain_client.redis.delete(keys.key("worker_info", worker="old-7"))  # its hour is up
     code, out, _ = cli("config", "compact-records", "1")
     assert (code, out) == (0, "compact-records = 1\n")

@@ -1,7 +1,7 @@
 """Compact records (lib/job.lua): a queued job's meta stored as a state letter
 and space-separated fields when the shared setting compact-records is 1. This
-release reads both forms always; with the setting 0 (the default) it writes
-JSON only, the form a release before it reads. Both forms in one namespace go
+release reads both forms always; with the setting 0 it writes JSON only, the
+form a release before it reads. Both forms in one namespace go
 through every step alike."""
 
 from __future__ import annotations
@@ -19,6 +19,13 @@ from tests.conftest import raw_record
 from tests.support.clock import FrozenClock
 
 W = "host-1"
+
+
+@pytest.fixture(autouse=True)
+def json_first(client: Client) -> None:
+    """Each test starts with the setting 0 (JSON) and turns it on where it says:
+    unset, it depends on the masters registered (test_compact_auto.py)."""
+    client.admin.config_set("compact-records", "0")
 
 
 def compact_on(client: Client) -> None:

@@ -21,6 +21,13 @@ from tests.support.clock import FrozenClock
 GROUP = "runtime.CorruptJob"
 
 
+@pytest.fixture(autouse=True)
+def json_records(client: Client) -> None:
+    """The kinds are made by editing a JSON meta's text, so queued jobs are
+    stored JSON here (a compact one corrupt: test_compact_records.py)."""
+    client.admin.config_set("compact-records", "0")
+
+
 @dataclass(frozen=True)
 class Kind:
     """A way a stored record can be corrupt: the bytes written over a job's

@@ -14,7 +14,13 @@ import pytest
 from runtime import BadArgument, Client, LeaseLost, WrongState
 from runtime.errors import Error
 from tests.conftest import record
-from tests.lua.test_corrupt import GROUP, RECORD_KINDS, corrupt, queued
+from tests.lua.test_corrupt import (  # json_records: autouse, JSON metas to corrupt
+    GROUP,
+    RECORD_KINDS,
+    corrupt,
+    json_records,  # noqa: F401
+    queued,
+)
 from tests.support.clock import FrozenClock
 
 # Each script that loads a record by jid, and what it answers for a corrupt

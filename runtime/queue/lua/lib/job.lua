@@ -32,9 +32,10 @@
 --   wt someone waits for it to end until then (ms)    wn how many registered (lib/wait.lua)
 --   h events may carry: n a note, c a count and j jids (puts), b the job that put it
 --
--- A queued job's meta may also be stored compact (Job.compact), when the
--- shared setting compact-records is 1: a state letter (w waiting, s
--- scheduled), then fields separated by one space:
+-- A queued job's meta may also be stored compact (Job.compact: the shared
+-- setting compact-records at 1, or unset while every registered master reads
+-- compact records): a state letter (w waiting, s scheduled), then fields
+-- separated by one space:
 --
 --   <w|s><id, hex> <o, hex> <put time ms, hex>[ r<r>][ m<m>][ p<p>][ d<d, hex>]
 --     [ e<qt, hex>][ n<dm>]
@@ -55,9 +56,8 @@
 -- is written so (a fresh waiting or scheduled job: most of a backlog); any
 -- other stays JSON. k, q and dm are tokens (no blanks), so a space ends each.
 -- This release reads both forms always; it writes the compact one only when
--- told to, after every master sharing the server runs a release that reads it
--- (README, "Upgrading"): a release before it fails such a record as
--- runtime.CorruptJob.
+-- told to, or while no master of a release before it is registered (README,
+-- "Upgrading"): such a release fails a compact record as runtime.CorruptJob.
 --
 -- Every read checks the record (Job.decode): one that does not decode, or that
 -- Python could not decode in a reply, is corrupt. Job.load fails it at once,
@@ -690,10 +690,58 @@ function Job.save(jid, meta, data, done)
   return head
 end
 
--- Whether this call stores queued jobs' metas compact (the shared setting
--- compact-records: 1 once every master sharing the server reads them).
+-- The record forms a master of this release reads: 1 JSON metas, 2 compact
+-- ones too (runtime.queue.job.RECORDS).
+local READS_COMPACT = 2
+-- How long a call's finding of the registered masters' forms serves later calls.
+local FORMS_KEPT_MS = 10000
+-- Masters that told who they are within this long count (worker_info.lua keeps it).
+local TOLD_WITHIN_MS = 3600 * 1000
+
+-- The fewest record forms a registered master reads (READS_COMPACT with none
+-- registered): the masters seen within TOLD_WITHIN_MS that told their info,
+-- at most workers_max of them; one that tells no `records` runs a release
+-- before compact records. Kept in K.record_forms for FORMS_KEPT_MS, so a put
+-- reads one key: a master of an earlier release registering is seen within
+-- that long (README, "Upgrading").
+local function fewest_forms()
+  local kept = redis.call('GET', K.record_forms)
+  if kept then
+    return tonumber(kept)
+  end
+  local since = Clock.ms(Clock.now_us()) - TOLD_WITHIN_MS
+  local ids = redis.call('ZREVRANGEBYSCORE', K.workers, '+inf', since, 'LIMIT', 0,
+    LIMITS.workers_max)
+  local fewest = READS_COMPACT
+  for _, id in ipairs(ids) do -- GET, not MGET: the ACL of docs/redis.md grants no MGET
+    local ok, info = Json.lenient(redis.call('GET', K.worker_info(id)) or '')
+    if ok and type(info) == 'table' then
+      fewest = math.min(fewest, type(info.records) == 'number' and info.records or 1)
+      if fewest < READS_COMPACT then
+        break
+      end
+    end
+  end
+  redis.call('SET', K.record_forms, fewest, 'PX', FORMS_KEPT_MS)
+  return fewest
+end
+
+local compact_now, compact_call = false, nil -- found by call number compact_call
+
+-- Whether this call stores queued jobs' metas compact: the shared setting
+-- compact-records when it is 0 or 1; unset (-1, auto), when every registered
+-- master reads compact records (fewest_forms). Found once per call.
 function Job.compact()
-  return Config.get('compact-records') == 1
+  if compact_call ~= CALL then
+    local setting = Config.get('compact-records')
+    if setting == 0 or setting == 1 then
+      compact_now = setting == 1
+    else
+      compact_now = fewest_forms() >= READS_COMPACT
+    end
+    compact_call = CALL
+  end
+  return compact_now
 end
 
 -- Events a tracked job publishes on K.events.
