@@ -183,7 +183,9 @@ def test_the_reading_verbs_new_json_is_what_their_text_says(
     assert isinstance(tagged, dict) and [j["jid"] for j in tagged["jobs"]] == ["f1"]
     tracked = json_of("tracked")
     assert isinstance(tracked, list) and [j["jid"] for j in tracked] == ["f1"]
-    [recurrence] = json_of("recur", "list")  # type: ignore[misc]
+    recurrences = json_of("recur", "list")
+    assert isinstance(recurrences, list) and len(recurrences) == 1
+    recurrence = recurrences[0]
     assert (recurrence["id"], recurrence["every"], recurrence["data"]) == ("tick", 60, {"n": 1})
     assert json_of("limit") == {"example.com": {"rate": 10, "period": 1, "burst": 2}}
     settings = json_of("config")
