@@ -71,8 +71,10 @@ def unfail(
         return
     if group is None:
         raise BadArgument("give a GROUP (runtime failed lists them), or --all")
-    if not client.failed().get(group):
-        raise click.exceptions.Exit(fail(f"no failed jobs in {group}"))
+    groups = client.failed()
+    if not groups.get(group):
+        known = known_text(groups, "failure groups")
+        raise click.exceptions.Exit(fail(f"no failed jobs in {group} ({known})"))
     if queue is None:
         moved = client.admin.unfail_own(group, count)
         click.echo(f"moved {moved} jobs back to their queues")

@@ -240,8 +240,9 @@ def queue_group() -> None:
 def forget(ctx: click.Context, queue: str) -> None:
     """Forget QUEUE if it is empty: it leaves the list of queues, with its totals,
     statistics and pause (complete jobs stay until retention deletes them)."""
-    if not client_of(ctx).admin.queue_forget(queue):
-        raise click.exceptions.Exit(fail(f"no queue {queue}"))
+    client = client_of(ctx)
+    if not client.admin.queue_forget(queue):
+        raise unknown_queues([queue], client.queues())
     click.echo(f"forgot {queue}")
 
 

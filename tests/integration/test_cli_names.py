@@ -193,3 +193,19 @@ def test_the_reading_verbs_new_json_is_what_their_text_says(
     assert json_of("config", "q-heartbeat", "30") == {"q-heartbeat": 30}
     assert json_of("config", "jobs-history") == {"jobs-history": 604800}
     assert cli("limit", "x.org", "--json")[0] == 2, "--json lists: it takes no DOMAIN"
+
+
+def test_unfail_and_forget_of_unknown_names_list_the_known_ones(
+    cli: Invoke, plain_client: Client
+) -> None:
+    plain_client.queue("emails").put("a.b:c", {})
+    assert cli("queue", "forget", "emials") == (
+        1,
+        "",
+        "runtime: error: no queue emials (known queues: emails)\n",
+    )
+    assert cli("unfail", "ValueError") == (
+        1,
+        "",
+        "runtime: error: no failed jobs in ValueError (no failure groups yet)\n",
+    )
