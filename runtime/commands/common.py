@@ -77,9 +77,17 @@ def check_jid(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return value
 
 
+UNSHOWN = frozenset({"token"})  # the lease's credential: never in what a verb prints
+
+
 def job_json(job: Job) -> dict[str, Any]:
-    """A job as JSON-ready values (its fields), as every verb's --json prints one."""
-    return {f.name: _plain(getattr(job, f.name)) for f in dataclasses.fields(job)}
+    """A job as JSON-ready values (its fields but the lease token), as every
+    verb's --json prints one."""
+    return {
+        f.name: _plain(getattr(job, f.name))
+        for f in dataclasses.fields(job)
+        if f.name not in UNSHOWN
+    }
 
 
 def _plain(value: Any) -> Any:

@@ -183,6 +183,7 @@ def test_the_reading_verbs_new_json_is_what_their_text_says(
     assert isinstance(tagged, dict) and [j["jid"] for j in tagged["jobs"]] == ["f1"]
     tracked = json_of("tracked")
     assert isinstance(tracked, list) and [j["jid"] for j in tracked] == ["f1"]
+    assert "token" not in tracked[0], "a lease's credential is never printed"
     recurrences = json_of("recur", "list")
     assert isinstance(recurrences, list) and len(recurrences) == 1
     recurrence = recurrences[0]
