@@ -9,14 +9,15 @@ nor Lua spells a state or a group as a quoted literal anywhere else;
 tests/unit/test_vocabulary.py greps for them.
 
 The members are `StrEnum`s: they compare, hash and serialize as the very strings
-of SPEC.md, so `job.state == "waiting"` and the keys of `counts()` stay what
-users know.
+docs/semantics.md names (*States*, *Counts*, *Failure groups*), so
+`job.state == "waiting"` and the keys of `counts()` stay what users know.
 
 Not here: `message_status` answers (queued, locked ...) are another vocabulary,
-that of a message queue (SPEC 2b), and share no word with these. Neither do the
-history events (put, popped, failed ...), the kinds of a lease report
-(complete, retry, fail, release) or the operations' names, though some are
-spelled like a state: those are named where they are defined.
+that of a message queue (docs/semantics.md, *Message status*), and share no
+word with these. Neither do the history events (put, popped, failed ...), the
+kinds of a lease report (complete, retry, fail, release) or the operations'
+names, though some are spelled like a state: those are named where they are
+defined.
 
 A pure module: it imports nothing from runtime.
 """
@@ -27,7 +28,7 @@ from enum import StrEnum
 
 
 class JobState(StrEnum):
-    """A job's state (SPEC 2). A stored job is in one of them except THROTTLED,
+    """A job's state (docs/semantics.md, *States*). A stored job is in one of them except THROTTLED,
     which a reader sees for a waiting job whose domain is over its limit."""
 
     SCHEDULED = "scheduled"
@@ -57,8 +58,8 @@ LISTED_STATES = (
 
 
 class Count(StrEnum):
-    """The keys of a queue's counts (`counts()`, SPEC 3), in the order they are
-    shown: the states, and STALLED (running jobs whose lease has expired and that
+    """The keys of a queue's counts (`counts()`, docs/semantics.md, *Counts*), in
+    the order they are shown: the states, and STALLED (running jobs whose lease has expired and that
     no pop has taken back yet; counted apart from RUNNING, not a state)."""
 
     WAITING = JobState.WAITING.value
@@ -72,10 +73,11 @@ class Count(StrEnum):
 
 
 class FailureGroup(StrEnum):
-    """The groups runtime files a job's failed attempt under (SPEC 3), besides the
-    class paths of the exceptions jobs raise. An attempt that ends in a
-    group of the last block is not a failure: its job goes back to its queue
-    or is gone, and the group only names why in the master's log."""
+    """The groups runtime files a job's failed attempt under (docs/semantics.md,
+    *Failure groups*), besides the class paths of the exceptions jobs raise. An
+    attempt that ends in a group of the last block is not a failure: its job
+    goes back to its queue or is gone, and the group only names why in the
+    master's log."""
 
     FAIL = "runtime.Fail"  # the job raised Fail without a group of its own
     CHILD_CRASHED = "runtime.ChildCrashed"

@@ -265,8 +265,9 @@ class Child:
             self.functions[run.klass] = fn
         except KlassNotAllowed as err:
             return self._failed(run, FailureGroup.KLASS_NOT_ALLOWED, str(err), retry=False)
-        except KlassNotFound as err:
-            return self._failed(run, FailureGroup.KLASS_NOT_FOUND, _format(err), error=err)
+        except KlassNotFound as err:  # retried: a rolling deploy may not have reached this host
+            message = f"{_format(err)}not importable on host {socket.gethostname()}: {err}"
+            return self._failed(run, FailureGroup.KLASS_NOT_FOUND, message, error=err)
         self.context = context = JobContext(
             jid=run.jid,
             klass=run.klass,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import sys
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +15,7 @@ import click
 from runtime import config
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
+from runtime.queue.job import Job
 from runtime.queue.shards import Shards
 from runtime.queue.site import Site
 
@@ -74,6 +77,27 @@ def check_jid(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return value
 
 
+UNSHOWN = frozenset({"token"})  # the lease's credential: never in what a verb prints
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    """A job as JSON-ready values (its fields but the lease token), as every
+    verb's --json prints one."""
+    return {
+        f.name: _plain(getattr(job, f.name))
+        for f in dataclasses.fields(job)
+        if f.name not in UNSHOWN
+    }
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
 def emit(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
 
@@ -109,6 +133,28 @@ def parse_data(text: str | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BadArgument(f'{where} must be a JSON object, like \'{{"to": "a@b.c"}}\'')
     return data
+
+
+KNOWN_SHOWN = 12  # names listed beside one that is not known
+
+
+def known_text(known: Iterable[str], kind: str = "queues") -> str:
+    """ "known queues: a, b, c ... and 3 more" (sorted, at most KNOWN_SHOWN), or
+    "no queues yet"."""
+    names = sorted(known)
+    if not names:
+        return f"no {kind} yet"
+    more = f" ... and {len(names) - KNOWN_SHOWN} more" if len(names) > KNOWN_SHOWN else ""
+    return f"known {kind}: {', '.join(names[:KNOWN_SHOWN])}{more}"
+
+
+def unknown_queues(names: Sequence[str], known: Iterable[str]) -> click.exceptions.Exit:
+    """Exit 1 with one line naming the queues never used (or forgotten), and the
+    known ones: a read of a typo must not answer zeros."""
+    listed = ", ".join(names)
+    return click.exceptions.Exit(
+        fail(f"no queue{'s' * (len(names) > 1)} {listed} ({known_text(known)})")
+    )
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> int:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import click
 
 from runtime.commands.common import client_of, site_of, stop_on_signals
-from runtime.errors import BadArgument, ConfigError
+from runtime.errors import BadArgument, ConfigError, Error
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,9 @@ def dashboard(
     basic_auth: str | None,
     allowed: Sequence[str],
 ) -> None:
-    """Serve the web dashboard and /metrics (127.0.0.1:8008 by default)."""
+    """Serve the web dashboard and /metrics (127.0.0.1:8008 by default). It starts
+    while Redis is down: pages say so (503) and /metrics runtime_redis_up 0
+    until Redis answers."""
     try:
         import uvicorn  # noqa: PLC0415 - the dashboard extra is optional
 
@@ -97,7 +99,11 @@ def dashboard(
         raise BadArgument(str(err)) from None
     prefix = normal_prefix(url_prefix)
     client = client_of(ctx)
-    client.conn.now_ms()  # Redis answers before anything is served (else the one-line error)
+    try:
+        client.conn.now_ms()
+    except Error as err:  # served anyway: each page says Redis is out of reach (503)
+        reason = str(err).splitlines()[0].rstrip(".") if str(err) else type(err).__name__
+        log.warning("%s; serving pages that say so until Redis answers", reason)
     loopback = is_loopback(host)
     options = Options(
         url_prefix=prefix,

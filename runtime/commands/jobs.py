@@ -9,7 +9,16 @@ from typing import Any
 import click
 
 from runtime import config
-from runtime.commands.common import check_jid, client_of, emit, fail, parse_data, when
+from runtime.commands.common import (
+    check_jid,
+    client_of,
+    emit,
+    fail,
+    job_json,
+    known_text,
+    parse_data,
+    when,
+)
 from runtime.queue.client import Client
 from runtime.queue.job import HistoryEvent, Job
 from runtime.vocabulary import JobState
@@ -42,25 +51,29 @@ def put(
     unique_key: str | None,
     jid: str | None,
 ) -> None:
-    """Put a job: QUEUE KLASS [DATA as JSON, @file or -]."""
+    """Put a job: QUEUE KLASS [DATA as JSON, @file or -]. A queue's first job
+    adds it to the known queues (a note on stderr says so: a typo shows)."""
     payload = parse_data(data)
-    jid = (
-        client_of(ctx)
-        .queue(queue)
-        .put(
-            klass,
-            payload,
-            priority=priority,
-            delay=delay,
-            tags=tags,
-            retries=retries,
-            depends=depends,
-            domain=domain,
-            unique_key=unique_key,
-            jid=jid,
-        )
+    client = client_of(ctx)
+    new = not client.admin.queue_known(queue)
+    jid = client.queue(queue).put(
+        klass,
+        payload,
+        priority=priority,
+        delay=delay,
+        tags=tags,
+        retries=retries,
+        depends=depends,
+        domain=domain,
+        unique_key=unique_key,
+        jid=jid,
     )
     click.echo(jid)
+    if new:
+        others = [name for name in client.queues() if name != queue]
+        click.echo(
+            f"runtime: note: queue {queue} is new; {known_text(others, 'other queues')}", err=True
+        )
 
 
 RELATED_SHOWN = 20  # dependencies and dependents listed by `runtime job`
@@ -271,10 +284,14 @@ def _rows(jobs: Sequence[Job]) -> None:
 @click.argument("name")
 @click.option("--start", type=click.IntRange(0), default=0)
 @click.option("--count", type=click.IntRange(1, 1000), default=25)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: total and jobs.")
 @click.pass_context
-def tagged(ctx: click.Context, name: str, start: int, count: int) -> None:
+def tagged(ctx: click.Context, name: str, start: int, count: int, as_json: bool) -> None:
     """Jobs carrying a tag, newest first."""
     total, jobs = client_of(ctx).scheduling.tagged(name, start, count)
+    if as_json:
+        emit({"total": total, "jobs": [job_json(j) for j in jobs]})
+        return
     click.echo(f"{total} jobs tagged {name}")
     _rows(jobs)
 
@@ -294,10 +311,15 @@ def track(ctx: click.Context, jid: str, off: bool) -> None:
 
 
 @click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: a list of jobs.")
 @click.pass_context
-def tracked(ctx: click.Context) -> None:
+def tracked(ctx: click.Context, as_json: bool) -> None:
     """Tracked jobs."""
-    _rows(client_of(ctx).scheduling.tracked())
+    found = client_of(ctx).scheduling.tracked()
+    if as_json:
+        emit([job_json(j) for j in found])
+        return
+    _rows(found)
 
 
 @click.command()

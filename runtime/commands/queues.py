@@ -1,5 +1,5 @@
-"""Verbs about queues: status, jobs, pause, resume, queue forget, failed, unfail,
-config, stats, limit."""
+"""Verbs about queues: status, jobs, pause, resume, queue forget, config, stats,
+limit."""
 
 from __future__ import annotations
 
@@ -19,14 +19,18 @@ from runtime.commands.common import (
     counts_of,
     emit,
     fail,
+    job_json,
+    known_text,
     number_text,
     stop_on_signals,
+    unknown_queues,
     when,
 )
 from runtime.commands.jobs import progress_text
 from runtime.errors import BadArgument
+from runtime.queue import wire
 from runtime.queue.client import Client
-from runtime.queue.job import RECORDS, Job
+from runtime.queue.job import RECORDS
 from runtime.queue.ops import LISTED_STATES
 from runtime.queue.site import Site
 from runtime.units import duration
@@ -55,6 +59,7 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: fl
     running jobs that told their progress (a sharded site's: summed over its
     namespaces)."""
     client = counts_of(ctx)
+    _refuse_unknown(client, queues)
     if watch_s is None:
         _show_status(status_of(client, queues), as_json)
         return
@@ -71,6 +76,19 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: fl
             time.sleep(watch_s)
     except KeyboardInterrupt:
         return
+
+
+def _refuse_unknown(client: Client | Site, queues: Sequence[str]) -> None:
+    """Exit 1 naming the queues given that were never used (or were forgotten),
+    with the known ones: a typo must not read as an empty queue."""
+    if not queues:
+        return
+    for name in queues:
+        wire.check_queue(name)  # a malformed name is a bad argument (exit 2) first
+    known = client.queues()
+    unknown = [name for name in queues if name not in known]
+    if unknown:
+        raise unknown_queues(unknown, known)
 
 
 def status_of(client: Client | Site, queues: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -134,19 +152,6 @@ _WHEN: dict[str, tuple[str, Any]] = {
 }
 
 
-def job_json(job: Job) -> dict[str, Any]:
-    """A job as JSON-ready values (its fields)."""
-    return {f.name: _plain(getattr(job, f.name)) for f in dataclasses.fields(job)}
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
 @click.command("jobs")
 @click.argument("queue")
 # plain strings: click takes an enum's member names for its choices
@@ -170,8 +175,12 @@ def _plain(value: Any) -> Any:
 def jobs_cmd(
     ctx: click.Context, queue: str, state: str, limit: int, start: int, oldest: bool, as_json: bool
 ) -> None:
-    """Jobs of QUEUE in one state, newest first (waiting: the reverse of pop order)."""
-    total, found = client_of(ctx).admin.jobs(queue, state, start, limit, oldest_first=oldest)
+    """Jobs of QUEUE in one state, newest first (waiting: the reverse of pop order);
+    exits 1 if QUEUE was never used."""
+    client = client_of(ctx)
+    total, found = client.admin.jobs(queue, state, start, limit, oldest_first=oldest)
+    if not total and not client.admin.queue_known(queue):
+        raise unknown_queues([queue], client.queues())
     if as_json:
         emit({"total": total, "jobs": [job_json(j) for j in found]})
         return
@@ -188,82 +197,23 @@ def jobs_cmd(
         click.echo(line)
 
 
-@click.command()
-@click.argument("group", required=False)
-@click.option("--start", type=int, default=0)
-@click.option("--count", type=int, default=25)
-@click.pass_context
-def failed(ctx: click.Context, group: str | None, start: int, count: int) -> None:
-    """Failure groups with their counts, or the jobs of GROUP."""
-    client = client_of(ctx)
-    if group is None:
-        groups = client.failed()
-        if not groups:
-            click.echo("no failed jobs")
-        for name, n in sorted(groups.items(), key=lambda kv: -kv[1]):
-            click.echo(f"{n:>8}  {name}")
-        return
-    total, jobs = client.admin.failed_jobs(group, start, count)
-    click.echo(f"{total} failed in {group}")
-    for j in jobs:
-        last = (j.failure.message.strip().splitlines() or [""])[-1] if j.failure else ""
-        click.echo(f"{j.jid}  {j.queue}  {j.klass}  {last}")
-
-
-@click.command()
-@click.argument("group", required=False)
-@click.argument("queue", required=False)
-@click.option(
-    "--count",
-    type=click.IntRange(1, config.LIMITS["unfail_max"]),
-    default=25,
-    show_default=True,
-    help="Most jobs to move (without --all).",
-)
-@click.option(
-    "--all", "every", is_flag=True, help="Every failed job of GROUP (of every group without GROUP)."
-)
-@click.pass_context
-def unfail(
-    ctx: click.Context, group: str | None, queue: str | None, count: int, every: bool
-) -> None:
-    """Move failed jobs of GROUP back to QUEUE (default: each job's own queue),
-    oldest first."""
-    client = client_of(ctx)
-    if every:
-        if queue is not None:
-            raise BadArgument("--all moves jobs back to their own queues: give no QUEUE")
-        moved = client.admin.unfail_all(group)
-        click.echo(f"moved {moved} jobs back to their queues")
-        return
-    if group is None:
-        raise BadArgument("give a GROUP (runtime failed lists them), or --all")
-    if not client.failed().get(group):
-        raise click.exceptions.Exit(fail(f"no failed jobs in {group}"))
-    if queue is None:
-        moved = client.admin.unfail_own(group, count)
-        click.echo(f"moved {moved} jobs back to their queues")
-    else:
-        moved = client.unfail(group, queue, count)
-        click.echo(f"moved {moved} jobs to {queue}")
-
-
-def _warn_unknown(client: Client, queue: str) -> None:
+def _known(client: Client, queue: str, hint: str = "") -> None:
+    """Exit 1 (naming the known queues, and `hint`) unless QUEUE was ever used."""
     if not client.admin.queue_known(queue):
-        click.echo(
-            f"runtime: warning: queue {queue} has never been used "
-            f"(runtime queue forget {queue} removes it)",
-            err=True,
-        )
+        raise click.exceptions.Exit(fail(f"no queue {queue} ({known_text(client.queues())}){hint}"))
 
 
 @click.command()
 @click.argument("queue")
+@click.option(
+    "--create", is_flag=True, help="Pause QUEUE even if it was never used (before its first job)."
+)
 @click.pass_context
-def pause(ctx: click.Context, queue: str) -> None:
-    """Stop masters from leasing jobs of QUEUE."""
+def pause(ctx: click.Context, queue: str, create: bool) -> None:
+    """Stop masters from leasing jobs of QUEUE (exit 1 if it was never used, unless --create)."""
     client = client_of(ctx)
-    _warn_unknown(client, queue)
+    if not create:
+        _known(client, queue, "; --create pauses it before its first job")
     client.queue(queue).pause()
     click.echo(f"paused {queue}")
 
@@ -272,9 +222,9 @@ def pause(ctx: click.Context, queue: str) -> None:
 @click.argument("queue")
 @click.pass_context
 def resume(ctx: click.Context, queue: str) -> None:
-    """Let masters lease jobs of QUEUE again."""
+    """Let masters lease jobs of QUEUE again (exit 1 if it was never used)."""
     client = client_of(ctx)
-    _warn_unknown(client, queue)
+    _known(client, queue)
     client.queue(queue).resume()
     click.echo(f"resumed {queue}")
 
@@ -290,8 +240,9 @@ def queue_group() -> None:
 def forget(ctx: click.Context, queue: str) -> None:
     """Forget QUEUE if it is empty: it leaves the list of queues, with its totals,
     statistics and pause (complete jobs stay until retention deletes them)."""
-    if not client_of(ctx).admin.queue_forget(queue):
-        raise click.exceptions.Exit(fail(f"no queue {queue}"))
+    client = client_of(ctx)
+    if not client.admin.queue_forget(queue):
+        raise unknown_queues([queue], client.queues())
     click.echo(f"forgot {queue}")
 
 
@@ -315,9 +266,15 @@ def unable_to_read_compact(client: Client) -> list[str]:
     is_flag=True,
     help="Set compact-records 1 even though masters that cannot read them are registered.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {name: value}.")
 @click.pass_context
 def config_cmd(
-    ctx: click.Context, name: str | None, value: str | None, unset: bool, force: bool
+    ctx: click.Context,
+    name: str | None,
+    value: str | None,
+    unset: bool,
+    force: bool,
+    as_json: bool,
 ) -> None:
     """Show settings, or set NAME to VALUE (e.g. heartbeat 30, emails-heartbeat 10).
     compact-records 1 is refused while a registered master runs a release that
@@ -341,8 +298,12 @@ def config_cmd(
     values = client.admin.config_get()
     if name is not None:
         config.shared_setting(name)
-        default = config.shared_setting(name).default
-        click.echo(f"{name} = {number_text(values.get(name, default))}")
+        values = {name: values.get(name, config.shared_setting(name).default)}
+    if as_json:
+        emit({key: _number(v) for key, v in values.items()})
+        return
+    if name is not None:
+        click.echo(f"{name} = {number_text(values[name])}")
         return
     for key in sorted(values):
         help_ = config.SHARED[key].help if key in config.SHARED else "(per-queue override)"
@@ -356,8 +317,12 @@ def config_cmd(
 @click.pass_context
 def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -> None:
     """Wait and run times of a queue's jobs (percentiles, histogram with millisecond
-    buckets below a second), with failures, failed and retries."""
-    found = client_of(ctx).admin.stats(queue, day.date() if day else None)
+    buckets below a second), with failures, failed and retries; exits 1 if QUEUE
+    was never used."""
+    client = client_of(ctx)
+    found = client.admin.stats(queue, day.date() if day else None)
+    if not client.admin.queue_known(queue):
+        raise unknown_queues([queue], client.queues())
     if as_json:
         emit(dataclasses.asdict(found))
         return
@@ -385,15 +350,27 @@ def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -
 @click.argument("rate", required=False)
 @click.option("--burst", type=click.IntRange(0), help="Extra starts allowed at once.")
 @click.option("--clear", is_flag=True, help="Remove DOMAIN's own limit.")
+@click.option("--json", "as_json", is_flag=True, help="List the limits as JSON (no DOMAIN).")
 @click.pass_context
 def limit(
-    ctx: click.Context, domain: str | None, rate: str | None, burst: int | None, clear: bool
+    ctx: click.Context,
+    domain: str | None,
+    rate: str | None,
+    burst: int | None,
+    clear: bool,
+    as_json: bool,
 ) -> None:
     """Limit DOMAIN to RATE job starts, as N/SECONDS (e.g. 10/1, 100/60); no
     arguments: list the limits."""
     client = client_of(ctx)
+    if as_json and domain is not None:
+        raise BadArgument("--json lists the limits: give no DOMAIN")
     if domain is None:
-        for name, lim in sorted(client.scheduling.domain_limits().items()):
+        limits = client.scheduling.domain_limits()
+        if as_json:
+            emit(limits)
+            return
+        for name, lim in sorted(limits.items()):
             click.echo(f"{name}  {lim['rate']:g}/{lim['period']:g}s burst {lim['burst']}")
         return
     if clear:
@@ -411,4 +388,9 @@ def limit(
     click.echo(f"{domain}: {rate} (burst {burst or 0})")
 
 
-COMMANDS = [status, jobs_cmd, pause, resume, queue_group, failed, unfail, config_cmd, stats, limit]
+def _number(value: float) -> int | float:
+    """A setting as JSON: whole numbers as integers (1048576, not 1048576.0)."""
+    return int(value) if float(value).is_integer() else float(value)
+
+
+COMMANDS = [status, jobs_cmd, pause, resume, queue_group, config_cmd, stats, limit]

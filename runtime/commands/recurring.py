@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import click
 
 from runtime import config
-from runtime.commands.common import client_of, fail, parse_data, when
+from runtime.commands.common import client_of, emit, fail, parse_data, when
 from runtime.errors import BadArgument
 from runtime.queue.recur import POLICIES
 
@@ -79,10 +80,14 @@ def add(
 
 
 @recur.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: a list of recurrences.")
 @click.pass_context
-def list_(ctx: click.Context) -> None:
+def list_(ctx: click.Context, as_json: bool) -> None:
     """Recurrences, with their next tick and how many jobs each spawned."""
     found = client_of(ctx).scheduling.recurrences()
+    if as_json:
+        emit([dataclasses.asdict(r) for r in found])
+        return
     if not found:
         click.echo("no recurring jobs")
     for r in found:

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from typing import assert_never
 
 from runtime import config
-from runtime.errors import Condition
+from runtime.errors import Condition, RedisCondition
 from runtime.master import events, plan, reasons
 from runtime.master.capacity import Capacity
 from runtime.master.held import (
@@ -375,6 +375,8 @@ class Book:
 
     def _redis_failed(self, lane: Lane, condition: Condition, detail: str, now: float) -> None:
         lane.link.failed(now, condition, detail, self.ledger.shortest_lease())
+        if condition == RedisCondition.OOM:  # a full Redis frees what it may, then we wait
+            self.actions.append(events.Trim(lane.index))
 
     def _maybe_register(self, lane: Lane, now: float) -> None:
         """Who this master is goes to Redis (each namespace's) at start, when its

@@ -246,6 +246,14 @@ class Register:
 
 
 @dataclass
+class Trim:
+    """Redis is full (oom): delete what retention lets go (completed jobs past
+    jobs-history or jobs-history-count) before waiting for room."""
+
+    lane: int = 0
+
+
+@dataclass
 class ReportFailure:
     """A final failure the master saw (a crash, a limit): to Sentry."""
 
@@ -284,4 +292,5 @@ Action = (
     | Extend
     | ReportFailure
     | Register
+    | Trim
 )

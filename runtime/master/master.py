@@ -50,7 +50,7 @@ from runtime.errors import (
     RedisCondition,
     RedisTransient,
 )
-from runtime.master import events
+from runtime.master import events, full
 from runtime.master.book import Book
 from runtime.master.held import AHEAD_S
 from runtime.master.notify import Notifier
@@ -151,6 +151,7 @@ class Master:
             ),
             events.ReplaceServer: lambda a: self._own("replace", self._replace()),
             events.Extend: lambda a: self._extend(a.low, a.lane),
+            events.Trim: lambda a: self._trim(a.lane),
             events.Register: lambda a: self._own(
                 self._named("register", a.lane), self._register(a.concurrency, a.lane)
             ),
@@ -399,6 +400,12 @@ class Master:
                 log.warning("could not extend recurrence id=%s: %s", low["id"], err)
 
         self._own(name, extend())
+
+    def _trim(self, lane: int) -> None:
+        """Redis is full: retention trimmed (full.trim), one task a lane at a time."""
+        name = self._named("trim", lane)
+        if name not in self.tasks:
+            self._own(name, full.trim(self.clients[lane], self.worker_id))
 
     def _fit_timeout(self, lease_s: float) -> None:
         """A half-open connection must be noticed within a third of a lease: commands

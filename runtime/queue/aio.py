@@ -308,6 +308,11 @@ class AsyncClient:
         """Adds the next ticks of a cron recurrence (computed here: the scripts cannot)."""
         return await self._one(ops.recur_ticks(id, cron, recur.cron_ticks(cron, tz, after_ms)))
 
+    async def trim_retention(self, batch: int) -> int:
+        """Deletes up to `batch` completed jobs past retention; how many. It runs
+        while Redis is full (allow-oom), where pops and completions are refused."""
+        return await self._one(ops.retention(batch))
+
     async def counts(self, queues: list[str]) -> dict[str, dict[str, Any]]:
         return await self._one(ops.counts(queues))
 

@@ -12,6 +12,9 @@ runtime.errors, so nothing outside runtime/queue/ sees a redis-py exception:
 * `RedisUnavailable`: credentials refused, a right missing (ACL), a server that
   does not speak Redis. It does not pass by waiting.
 * the class of a script's error code (`LUA_ERROR_CODES`): the operation refused.
+* `ConfigError`: the URL names what is not there: a db the server does not
+  have ("DB index is out of range"), or sentinels at a server that is not one
+  (it answers "unknown command 'SENTINEL'"). Exit 2, as any configuration error.
 * `RedisCommandError`: anything else the server refused.
 
 `redact` hides every form of password a Redis URL can carry; every message
@@ -24,9 +27,11 @@ import re
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import redis
+import redis.sentinel
 
 from runtime.errors import (
     LUA_ERROR_CODES,
+    ConfigError,
     Error,
     RedisCommandError,
     RedisCondition,
@@ -61,6 +66,9 @@ _DENIED_IN_SCRIPTS = ("can't run this command", "no permissions to")
 # replica: READONLY) fails with the command's error inside its own; it wrote
 # nothing (Redis lets a script that has written go on): as that reply
 _REFUSED_IN_SCRIPTS = re.compile(r"@user_script: ?\d+: -(OOM|READONLY)\b")
+# what a server says when the URL names what it does not have (see `misconfigured`)
+_NO_SUCH_DB = "DB index is out of range"
+_NOT_A_SENTINEL = "unknown command 'SENTINEL'"
 # uvloop's words for a write on a transport already closed (the peer reset it):
 # "unable to perform operation on <TCPTransport closed=True ...>; the handler is closed"
 _CLOSED_HANDLER = "the handler is closed"
@@ -171,6 +179,13 @@ def classify(err: BaseException, url: str, operation: str | None = None) -> Erro
 
 def _link(err: BaseException, where: str, detail: str) -> RedisTransient | None:
     """A connection refused, reset, closed or silent: transient."""
+    if isinstance(err, redis.sentinel.MasterNotFoundError):  # its text holds a whole repr
+        service = detail.split(" : ", 1)[0].removeprefix("No master found for ")
+        return RedisTransient(
+            RedisCondition.CONNECTION,
+            f"cannot reach Redis at {where}: no sentinel there named a primary for "
+            f"service {service} (sentinels down or unreachable, or the service misnamed)",
+        )
     if isinstance(err, redis.exceptions.ConnectionError | ConnectionError):
         condition = RedisCondition.CONNECTION
     elif isinstance(err, redis.exceptions.TimeoutError | TimeoutError):
@@ -213,6 +228,23 @@ def _by_code(code: str, detail: str, where: str, url: str, operation: str | None
         return RedisTransient(condition, f"Redis at {where} is unavailable ({condition}): {detail}")
     if any(sign in detail for sign in _DENIED_IN_SCRIPTS):
         return denied("NOPERM", detail, where, url)
+    return misconfigured(detail, where, url)
+
+
+def misconfigured(detail: str, where: str, url: str) -> ConfigError | None:
+    """A URL naming what the server does not have: a configuration error (exit 2)
+    with a line saying what to change, not a refused command."""
+    if _NO_SUCH_DB in detail:
+        return ConfigError(
+            f"Redis at {where} has no such db ({detail}): use a db below its "
+            "`databases` setting (16 unless changed), e.g. /0"
+        )
+    if _NOT_A_SENTINEL in detail and url.lower().startswith("redis+sentinel://"):
+        return ConfigError(
+            f"{where} is not a Sentinel: the server there answers as a plain Redis "
+            f"({detail.strip()}); name the sentinels' host:port (26379 by default), "
+            "or use redis://host:port for one server"
+        )
     return None
 
 

@@ -58,6 +58,17 @@ class Target:
         return f"redis://{auth}{host}:{port}/0"
 
 
+# every form a Redis URL may take, as the message refusing any other lists them
+PLAIN_SCHEMES = ("redis", "rediss", "unix")
+FORMS = (
+    "redis://[user:pass@]host[:port][/db]",
+    "rediss://... (TLS)",
+    "unix:///path/to/redis.sock[?db=N]",
+    "redis+sentinel://host:port[,host:port...]/service[/db]",
+    "redis+cluster://host:port[,host:port...]",
+)
+
+
 def kind_of(url: str) -> Kind:
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == SENTINEL_SCHEME:
@@ -68,9 +79,16 @@ def kind_of(url: str) -> Kind:
 
 
 def parse(url: str) -> Target:
-    """The Target a URL names; ConfigError (the URL redacted) if it is malformed."""
+    """The Target a URL names; ConfigError (the URL redacted) if it is malformed
+    or of a scheme none of FORMS has."""
     kind = kind_of(url)
     if kind == "server":
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        if scheme not in PLAIN_SCHEMES:
+            said = f"scheme {scheme + '://'!r}" if scheme else "no scheme"
+            raise ConfigError(
+                f"bad Redis URL {redact(url)}: {said}; the forms are " + ", ".join(FORMS)
+            )
         return Target(url, kind)
     try:
         return _parse(url, kind)

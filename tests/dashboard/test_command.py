@@ -20,6 +20,7 @@ import pytest
 from runtime import Client
 from runtime.cli import run
 from tests.support.master import REPO
+from tests.support.topologies import Node, free_port, short_dir
 
 httpx: Any = pytest.importorskip("httpx", reason="httpx is not installed")
 pytest.importorskip("starlette", reason="the dashboard extra is not installed")
@@ -112,3 +113,37 @@ def test_it_serves_the_embedded_redis_with_no_configuration_and_prints_its_url(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_it_starts_while_redis_is_down_and_shows_the_outage_until_redis_answers() -> None:
+    port = free_port()
+    env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{port}/0", "RUNTIME_NAMESPACE": "down"}
+    argv = [sys.executable, "-m", "runtime", "dashboard", "--port", "0"]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    directory = short_dir("dash-down")
+    node = Node(shutil.which("redis-server") or "/usr/bin/redis-server", directory, port)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        warning = proc.stderr.readline()
+        assert f"cannot reach Redis at redis://127.0.0.1:{port}/0" in warning, warning
+        assert "serving pages that say so until Redis answers" in warning
+        url = proc.stdout.readline().split()[2]
+        page = httpx.get(url, timeout=10)
+        assert page.status_code == 503 and "cannot reach Redis" in page.text
+        scrape = httpx.get(url + "metrics", timeout=10)
+        assert scrape.status_code == 200 and "runtime_redis_up 0" in scrape.text
+        node.start()
+        page = httpx.get(url, timeout=10)
+        assert page.status_code == 200 and "<h1>Overview</h1>" in page.text
+        assert "runtime_redis_up 1" in httpx.get(url + "metrics", timeout=10).text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            node.stop()
+            shutil.rmtree(directory, ignore_errors=True)

@@ -164,10 +164,11 @@ def test_unfail_of_one_group_without_a_queue_sends_jobs_home(
 
 def test_queue_forget_and_pause_of_an_unknown_queue(cli: Invoke, plain_client: Client) -> None:
     code, out, err = cli("pause", "typo")
-    assert code == 0 and out.strip() == "paused typo"
-    assert err.strip() == ("runtime: warning: queue typo has never been used "
-                           "(runtime queue forget typo removes it)")  # fmt: skip
-    assert cli("pause", "typo")[2] == "", "a queue that exists is paused without a warning"
+    assert (code, out) == (1, "") and "typo" not in plain_client.queues()
+    assert err == ("runtime: error: no queue typo (no queues yet); --create pauses it "
+                   "before its first job\n")  # fmt: skip
+    assert cli("pause", "--create", "typo") == (0, "paused typo\n", "")
+    assert cli("pause", "typo") == (0, "paused typo\n", ""), "a known queue pauses as asked"
     code, out, _ = cli("queue", "forget", "typo")
     assert code == 0 and out.strip() == "forgot typo"
     assert "typo" not in plain_client.queues()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,22 @@ def test_a_klass_reaching_past_the_module_s_own_callables_fails_at_once(
         assert group == "runtime.KlassNotAllowed" and "klass not allowed" in message
         job = plain_client.get_job(jid)
         assert job is not None and job.remaining == job.retries, "failed at once, no retry"
+
+
+def test_a_klass_not_found_is_retried_and_its_history_names_the_host(
+    start_master: StartMaster, plain_client: Client
+) -> None:
+    """A job whose callable is missing on this host (a rolling deploy that has not
+    reached it yet) is retried, and each attempt's history says where it failed."""
+    start_master("q", "-c", "1", modules=MODULES)
+    jid = plain_client.queue("q").put(f"{J}:added_in_the_next_release", {}, retries=1)
+    group, message = failure(plain_client, jid)
+    said = f"not importable on host {socket.gethostname()}: klass not found: {J}:"
+    assert group == "runtime.KlassNotFound" and message.splitlines()[-1].startswith(said)
+    job = plain_client.get_job(jid)
+    assert job is not None
+    ended = [(e.event, (e.note or "")[: len(said)]) for e in job.history if e.group]
+    assert ended == [("retried", said), ("failed", said)], job.history
 
 
 def test_an_import_error_in_a_job_module_names_its_file_and_line(

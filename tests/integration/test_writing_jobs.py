@@ -152,6 +152,12 @@ def test_fail_fails_at_once_and_never_retry_errors_spend_no_retries(
     never = ended(plain_client, q.put(f"{J}:lookup", {}, retries=5))
     assert never.state == "failed" and never.attempt == 1
     assert never.failure is not None and never.failure.group == "builtins.KeyError"
+    # what docs/writing-jobs.md prints for a JobFailed: the exception's line, for
+    # Fail and for any other exception alike (never "Traceback (most recent ...")
+    for job in (failed, never):
+        assert job.failure is not None
+        last = job.failure.message.strip().splitlines()[-1]
+        assert last.startswith(("runtime.errors.Fail: address", "KeyError: ")), last
 
 
 def test_progress_is_stored_on_the_job(start_master: StartMaster, plain_client: Client) -> None:

@@ -43,6 +43,28 @@ def test_retry_with_an_explicit_delay_schedules_the_job(client: Client, clock: F
     assert (again.jid, again.job.attempt, again.job.remaining) == ("j1", 2, 1)
 
 
+def test_a_klass_not_importable_is_retried_and_its_history_names_the_host(
+    client: Client, clock: FrozenClock
+) -> None:
+    client.queue("q").put("app.jobs:new", {}, jid="j1", retries=1)
+    said = "not importable on host web-2: klass not found: app.jobs:new: app.jobs has no 'new'"
+    message = f"Traceback (most recent call last):\n  ...\nKlassNotFound: ...\n{said}\n"
+    assert pop_one(client).retry("runtime.KlassNotFound", message, delay=1) == "scheduled"
+    clock.advance(1)
+    pop_one(client).fail("runtime.KlassNotFound", message)
+    meta, _ = record(client, "j1")  # type: ignore[misc]
+    assert [(e["e"], e.get("n")) for e in meta["h"][-4:]] == [
+        ("popped", None),
+        ("retried", said),
+        ("popped", None),
+        ("failed", said),
+    ]
+    client.queue("q").put("a.b:c", {}, jid="j2", retries=1)
+    pop_one(client).retry("builtins.KeyError", f"Traceback\n{said}", delay=1)
+    [*_, retried] = record(client, "j2")[0]["h"]  # type: ignore[index]
+    assert "n" not in retried, "other groups' messages stay out of the history"
+
+
 def test_backoff_grows_exponentially_with_jitter_between_min_and_max(
     client: Client, clock: FrozenClock
 ) -> None:

@@ -310,6 +310,18 @@ def test_while_redis_is_down_one_probe_at_a_time_carries_the_outage_and_success_
     assert rig.book.link.up
 
 
+@pytest.mark.parametrize("condition", [RedisCondition.OOM, RedisCondition.BUSY])
+def test_a_full_redis_is_asked_to_trim_retention_before_the_master_waits(
+    condition: RedisCondition,
+) -> None:
+    rig = Rig()
+    rig.start()
+    exchange = only(rig.step(), events.Exchange)
+    rig.apply(events.ExchangeFailed(exchange.outcomes, condition, str(condition), rig.now))
+    trims = of(rig.step(), events.Trim)
+    assert trims == ([events.Trim(0)] if condition is RedisCondition.OOM else [])
+
+
 def test_backoff_doubles_to_its_cap_with_jitter_and_shrinks_with_the_shortest_lease() -> None:
     rng = random.Random(3)
     waits = [plan.backoff_s(n, None, rng) for n in range(12)]

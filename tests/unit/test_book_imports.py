@@ -1,5 +1,5 @@
 """The master's book is pure by import too: loading it loads nothing that talks to
-Redis or runs an event loop (STYLE.md, "A ledger with invariants")."""
+Redis or runs an event loop (docs/design.md, "A pure book")."""
 
 from __future__ import annotations
 

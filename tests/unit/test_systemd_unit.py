@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,19 @@ def test_systemd_analyze_verify_is_clean_on_the_unit_as_shipped(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr
     assert "runtime-worker@emails.service" not in done.stderr, done.stderr
+
+
+def test_the_unit_s_documentation_is_a_page_pip_installs_in_the_venv() -> None:
+    """Documentation= names a docs page under <venv>/share/doc/runtime-worker/,
+    where the package's data-files put README.md and docs/*.md (a wheel's
+    .data/data/share/doc/...; pip installs it under the venv's prefix)."""
+    d = directives()
+    venv = f"{d['WorkingDirectory']}/.venv"
+    prefix = f"file://{venv}/share/doc/runtime-worker/"
+    assert d["Documentation"].startswith(prefix), d["Documentation"]
+    page = d["Documentation"].removeprefix(prefix)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    shipped = project["tool"]["setuptools"]["data-files"]["share/doc/runtime-worker"]
+    files = {p.name for pattern in shipped for p in REPO.glob(pattern)}
+    assert page in files and (REPO / "docs" / page).is_file()
+    assert {"README.md", "running-workers.md", "operating.md"} <= files

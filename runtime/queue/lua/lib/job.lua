@@ -851,6 +851,17 @@ function Job.reply(jid, meta, data, extra, head, tail)
   return text .. (tail or '') .. '}'
 end
 
+-- A history note for a failed attempt: for a klass not found, the message's
+-- last line ("not importable on host X: ..."), so the history tells which
+-- host could not import it (a rolling deploy); nil for every other group.
+function Job.failure_note(group, message)
+  if group ~= GROUP.KLASS_NOT_FOUND or type(message) ~= 'string' then
+    return nil
+  end
+  local last = string.match(message, '([^\n]+)\n*$')
+  return last and Text.head(last, LIMITS.note_max_bytes) or nil
+end
+
 -- Cuts a failure message to the cap, keeping its tail (where a traceback ends);
 -- bytes that are not UTF-8 are escaped first.
 function Job.cap_message(message)

@@ -207,7 +207,8 @@ function Place.fail_only(jid, meta, group, message, worker, now_us)
   meta.s, meta.o = FAILED, nil
   meta.f = { g = group, m = Job.cap_message(message), t = now_ms, w = worker }
   Stats.enter(jid, meta, now_us)
-  Job.event(jid, meta, now_ms, 'failed', { w = worker, g = group })
+  Job.event(jid, meta, now_ms, 'failed',
+    { w = worker, g = group, n = Job.failure_note(group, message) })
   redis.call('LPUSH', K.failed(group), jid)
   redis.call('ZINCRBY', K.failed_groups, '1', group)
   Wait.notify(jid, meta, FAILED, now_ms)

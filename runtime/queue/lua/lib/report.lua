@@ -197,7 +197,8 @@ local function retry(worker, now_us, jid, token, group, message, delay_arg, outp
   Stats.count(meta.q, 'retries', now_us)
   meta.m = meta.m - 1
   meta.f = { g = group, m = Job.cap_message(message), t = now_ms, w = worker }
-  Job.event(jid, meta, now_ms, 'retried', { w = worker, g = group, dl = delay_ms })
+  Job.event(jid, meta, now_ms, 'retried',
+    { w = worker, g = group, dl = delay_ms, n = Job.failure_note(group, message) })
   Place.enqueue(jid, meta, data, now_ms + delay_ms, now_us, false)
   return meta.s
 end
