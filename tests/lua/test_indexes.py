@@ -162,6 +162,7 @@ def test_every_job_is_in_the_one_index_its_record_names_after_every_step(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 @settings(max_examples=2000, **SETTINGS)  # type: ignore[arg-type]
 @given(ops=st.lists(GRAPH_OPS, min_size=1, max_size=80))
 def test_every_job_is_in_the_one_index_its_record_names_over_long_histories(
