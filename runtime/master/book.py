@@ -105,7 +105,7 @@ class Book:
         self.slots = Slots()
         served = list(lanes or [("", worker.queues)])
         self.ledger = Ledger(self.slots, len(served))
-        self.capacity = Capacity(worker, worker_id, self.slots, self.ledger)
+        self.capacity = Capacity(worker, worker_id, self.slots, self.ledger, len(served))
         rng = rng or random.Random()
         self.lanes = [
             Lane(
@@ -334,8 +334,8 @@ class Book:
             reports = lane.reports
             assert reports.since is not None or not reports.outcomes, "reports, no since"
             assert lane.intake.exchanging == (reports.sending is not None), "sending"
-            assert lane.intake.asking >= 0, "asking"
-        assert self.capacity.asking == sum(lane.intake.asking for lane in self.lanes), "asking"
+            assert self.capacity.asking[lane.index] >= 0, "asking"
+        assert len(self.capacity.asking) == len(self.lanes), "asking"
 
     # --- the mode --------------------------------------------------------------------
 
@@ -365,7 +365,7 @@ class Book:
         """Not accepting (paused, stopping): pipelined jobs are asked back, jobs leased
         ahead go back to Redis, and no job is handed to us any more."""
         for slot in self.slots.busy():
-            self.flow.withdraw(slot, everything=True)
+            self.flow.withdraw(slot, now)
         held_by = self.ledger.held
         ledger = self.ledger
         for jid in [*ledger.confirming, *ledger.buffer, *ledger.timed]:
@@ -399,10 +399,10 @@ class Book:
             elif held.terminated_at is None and now - held.last_sign > held.leased.timeout_s:
                 why = f"timed out after {held.leased.timeout_s:g} s"
                 kill(slot, reasons.Ending(FailureGroup.TIMEOUT, why), signal.SIGTERM)
-                held.terminated_at = now
+                self.ledger.terminated(held, now)
             elif held.terminated_at is not None and now - held.terminated_at > grace_s:
                 if held.killed_at is None and slot.kill is not None:
-                    held.killed_at = now
+                    self.ledger.killed(held, now)
                     why = f"killed by signal 9, still running {grace_s:g} s after SIGTERM"
                     slot.kill = reasons.Ending(slot.kill.group, f"{slot.kill.reason}; {why}")
                 self.actions.append(events.Kill(slot.index, signal.SIGKILL))
@@ -427,11 +427,11 @@ class Book:
                     held.leased.queue,
                     lanes[held.lane].link.worker_id,
                 )
-                self.ledger.move(jid, None)
+                self.ledger.move(jid, None, now=now)
 
     def _withdraw_stuck(self, now: float) -> None:
         """Pipelined jobs waiting behind a long-running one go to another child."""
         for slot in self.slots.busy():
             running = self.ledger.held[slot.running or ""]
-            if slot.queued and now - running.sent_at > WITHDRAW_AFTER_S:
-                self.flow.withdraw(slot, everything=False)
+            if slot.queued and running.running_for(now) > WITHDRAW_AFTER_S:
+                self.flow.withdraw(slot, now)

@@ -3,8 +3,9 @@ paused), how many children it wants, and how far ahead it leases and pipelines
 for the run times seen so far (plan.py's arithmetic, cached). Pure.
 
 The children are shared by every namespace the master serves: their room is one,
-and `asking` counts the jobs the pops out now asked for (a namespace's pop leaves
-room for the others only for what the others did not ask for already)."""
+and `asking` keeps, by namespace, the jobs its pop out now asked for (a
+namespace's pop leaves room for the others only for what the others did not ask
+for already: `others_asking`). Kept here once; each Intake reads its own."""
 
 from __future__ import annotations
 
@@ -24,7 +25,12 @@ PIPELINING_LOG_EVERY_S = 60.0  # pipelining can flip often under changing load: 
 
 class Capacity:
     def __init__(
-        self, worker: config.WorkerSettings, worker_id: str, slots: Slots, ledger: Ledger
+        self,
+        worker: config.WorkerSettings,
+        worker_id: str,
+        slots: Slots,
+        ledger: Ledger,
+        lanes: int = 1,
     ) -> None:
         self.worker, self.worker_id = worker, worker_id
         self.slots, self.ledger = slots, ledger
@@ -39,7 +45,14 @@ class Capacity:
         self.fixed = worker.prefetch == 0 and worker.pipeline == 0
         self.pipelining = False
         self.pipelining_logged_at, self.pipelining_flips = -math.inf, 0
-        self.asking = 0  # jobs the pops out now asked for, every namespace's
+        self.asking = [0] * lanes  # by lane: the jobs its pop out now asked for
+
+    def others_asking(self, lane: int) -> int:
+        """The jobs the other namespaces' pops out now asked for."""
+        asking = self.asking
+        if len(asking) == 1:
+            return 0
+        return sum(asking) - asking[lane]
 
     def accepting(self) -> bool:
         return self.mode is Mode.RUN and not self.paused

@@ -26,6 +26,7 @@ class Where(enum.Enum):
     BUFFERED = "buffered"
     TIMED = "timed"
     PIPELINED = "pipelined"
+    WITHDRAWING = "withdrawing"  # pipelined, and asked back: the child skips it or runs it
     RUNNING = "running"
     REPORTING = "reporting"
 
@@ -38,7 +39,10 @@ class Mode(enum.Enum):
 
 @dataclass
 class Held:
-    """One job this master holds."""
+    """One job this master holds: where it is, its flags and its times. Written by
+    the ledger alone (ledger.py): `move` changes its place and stamps the times a
+    place brings (RUNNING: `sent_at`, `last_sign`); the ledger's other methods set
+    its flags and the rest of its times. Everyone else reads it."""
 
     leased: Leased
     where: Where
@@ -46,11 +50,10 @@ class Held:
     start_at: float | None = None  # leased before its turn: it starts then
     renewed: bool = False  # its lease was renewed at least once
     slot: int | None = None  # the child holding it (pipelined, running)
-    sent_at: float = 0.0  # running: when it started
+    sent_at: float | None = None  # running: when it started (stamped by the move)
     last_sign: float = 0.0  # running: start, or the child's latest heartbeat
     terminated_at: float | None = None  # SIGTERM sent (timeout)
     killed_at: float | None = None  # SIGKILL sent: SIGTERM was ignored for the kill grace
-    withdrawing: bool = False  # pipelined, and asked back
     lost: bool = False  # Redis said its lease is gone
     cancelled: bool = False  # cancelled while held: nothing of it is reported
     lane: int = 0  # the namespace it came from, where it is renewed and reported (book.py)
@@ -59,6 +62,11 @@ class Held:
     @property
     def jid(self) -> str:
         return self.leased.jid
+
+    def running_for(self, now: float) -> float:
+        """How long it has run (0 for a job not started: `sent_at` is stamped by the
+        move to RUNNING, which the ledger's invariants check)."""
+        return 0.0 if self.sent_at is None else now - self.sent_at
 
     def start_before(self) -> float:
         """The latest time it may start (plan.start_before)."""

@@ -6,7 +6,7 @@ Pure, like the book: plain values in, actions out.
 A master serving several namespaces has one Intake for each (its `lane`, with
 that namespace's queues, link and reports); the jobs it takes remember their
 lane. The children's room is shared: a pop asks for the room the other lanes'
-pops out now did not ask for (Capacity.asking).
+pops out now did not ask for (Capacity.asking, by lane).
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ class Intake:
         self.reports, self.actions = reports, actions
         self.lane = lane
         self.queues = list(worker.queues if queues is None else queues)
-        self.asking = 0  # the jobs the pop out now asked for (in capacity.asking too)
         self.exchanging = self.waiting = False
         self.want_work = True  # the last pop was full, or something woke us since
         self.wake_at: float | None = None  # pop again then (something comes due)
@@ -62,7 +61,7 @@ class Intake:
         if self.exchanging or self._confirming():
             return None  # a handed job's confirming renewal goes alone: its answer starts it
         accepting = self.capacity.accepting()
-        taken = self.capacity.asking - self.asking  # asked for by the other lanes' pops
+        taken = self.capacity.others_asking(self.lane)  # asked for by the other lanes' pops
         wants_jobs = accepting and self.want_work and self.capacity.urgent_room(now, taken) > 0
         if wants_jobs or (not accepting and self.registered):  # a pop (or an unregistering one)
             return now
@@ -79,7 +78,7 @@ class Intake:
         if due is None or due > now or not self.link.may_call(now):
             return
         accepting = self.capacity.accepting()
-        room = self.capacity.room(now, self.capacity.asking - self.asking) if accepting else 0
+        room = self.capacity.room(now, self.capacity.others_asking(self.lane)) if accepting else 0
         # no room and nothing to unregister: the reports go alone (a pop of 0 costs
         # Redis a call and would stop the urgent pops until something wakes us)
         count: int | None = room if room or self.registered else None
@@ -92,8 +91,7 @@ class Intake:
         self.link.sending()
         outcomes = self.reports.take() if self._reports_ride(count, now) else self.reports.hold()
         if count:
-            self.asking = count
-            self.capacity.asking += count
+            self.capacity.asking[self.lane] = count
         self.actions.append(events.Exchange(outcomes, count, self._rotated(), outage_ms, self.lane))
 
     def _reports_ride(self, count: int | None, now: float) -> bool:
@@ -119,9 +117,7 @@ class Intake:
     def _answered(self) -> None:
         """The exchange out came back (or failed): its pop asks for nothing more."""
         self.exchanging = False
-        if self.asking:
-            self.capacity.asking -= self.asking
-            self.asking = 0
+        self.capacity.asking[self.lane] = 0
 
     def on_exchanged(self, event: events.Exchanged, now: float) -> None:
         self._answered()
@@ -139,7 +135,7 @@ class Intake:
             if jid in unsent:
                 continue
             if held is not None and held.where is reporting:  # its report landed
-                move(jid, None)
+                move(jid, None, now=now)
                 if held.cancelled:
                     reports.cancelled.add(jid)
         for jid, state in event.states.items():
@@ -218,7 +214,7 @@ class Intake:
             self.capacity.accepting()
             and self.link.up
             and not self.want_work
-            and self.capacity.room(now, self.capacity.asking - self.asking) > 0
+            and self.capacity.room(now, self.capacity.others_asking(self.lane)) > 0
         )
         if want and not self.waiting:
             self.waiting = True
@@ -236,7 +232,7 @@ class Intake:
         elif (
             event.key is not None
             and not event.own
-            and self.capacity.room(now, self.capacity.asking - self.asking) == 0
+            and self.capacity.room(now, self.capacity.others_asking(self.lane)) == 0
         ):
             self.actions.append(events.GiveBack(event.key, self.lane))  # to other masters
         elif event.at_us is not None and self.offset is not None:

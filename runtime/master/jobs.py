@@ -66,7 +66,7 @@ class JobFlow:
         if depth and self.ledger.buffer:
             held_by = ledger.held
             for slot in self.slots.accepting():
-                if now - held_by[slot.running].sent_at > WITHDRAW_AFTER_S:  # type: ignore[index]
+                if held_by[slot.running].running_for(now) > WITHDRAW_AFTER_S:  # type: ignore[index]
                     continue  # stuck on a long job: a job sent behind it would be withdrawn
                 for _ in range(self.capacity.pipeline_room(slot, depth)):  # less by one a job
                     held = self._next_pending(now)
@@ -87,7 +87,7 @@ class JobFlow:
         while due < len(timed) and (held[timed[due]].start_at or 0.0) - HANDOFF_EARLY_S <= now:
             due += 1
         for jid in reversed(timed[:due]):  # in their order, ahead of the buffer
-            self.ledger.move(jid, Where.BUFFERED, front=True)
+            self.ledger.move(jid, Where.BUFFERED, now=now, front=True)
 
     def _next_pending(self, now: float) -> Held | None:
         """The next job leased ahead with enough of its lease left to run. One whose
@@ -120,11 +120,8 @@ class JobFlow:
 
     def _send(self, slot: Slot, held: Held, now: float, running: bool) -> None:
         leased = held.leased
-        if running:
-            self.ledger.move(leased.jid, Where.RUNNING, slot.index)
-            held.sent_at = held.last_sign = now
-        else:
-            self.ledger.move(leased.jid, Where.PIPELINED, slot.index)
+        where = Where.RUNNING if running else Where.PIPELINED
+        self.ledger.move(leased.jid, where, slot.index, now=now)
         deadline = plan.stop_before(held.lease_until, held.renew_length_s())
         self.actions.append(
             events.Post(
@@ -144,13 +141,16 @@ class JobFlow:
             )
         )
 
-    def withdraw(self, slot: Slot, everything: bool) -> None:
+    def withdraw(self, slot: Slot, now: float) -> None:
         """Asks back the jobs pipelined behind the slot's running one."""
-        for jid in slot.queued:
-            held = self.ledger.held[jid]
-            if not held.withdrawing:
-                held.withdrawing = True
-                self.actions.append(events.Post(slot.index, protocol.Withdraw(jid)))
+        for jid in list(slot.queued):
+            self._ask_back(self.ledger.held[jid], now)
+
+    def _ask_back(self, held: Held, now: float) -> None:
+        """A pipelined job is asked back (once): the child skips it, or has started it."""
+        if held.where is Where.PIPELINED and held.slot is not None:
+            self.ledger.move(held.jid, Where.WITHDRAWING, held.slot, now=now)
+            self.actions.append(events.Post(held.slot, protocol.Withdraw(held.jid)))
 
     # --- what children say -----------------------------------------------------------
 
@@ -189,7 +189,7 @@ class JobFlow:
             self._finished(slot, held, now)
         elif isinstance(message, protocol.Ready):
             if slot.state is SlotState.STARTING:
-                slot.state = SlotState.IDLE
+                slot.state = SlotState.READY
             log.info(
                 "child ready index=%d pid=%d forked by pid=%d threads=%d loop=%s worker=%s",
                 slot.index,
@@ -206,7 +206,7 @@ class JobFlow:
         elif slot.running is None or getattr(message, "jid", None) != slot.running:
             self._unexpected(message, event.pid)
         elif isinstance(message, protocol.Heartbeat):
-            self.ledger.held[slot.running].last_sign = now
+            self.ledger.signed(self.ledger.held[slot.running], now)
 
     def _unexpected(self, message: protocol.Message, pid: int) -> None:
         log.warning("unexpected %s from child pid=%d worker=%s", message.kind, pid, self.worker_id)
@@ -237,19 +237,18 @@ class JobFlow:
         if held is None or held.cancelled:
             return
         log.info("cancelled jid=%s queue=%s worker=%s", held.jid, held.leased.queue, self.worker_id)
-        held.cancelled = held.lost = True
-        self.let_go(held, reasons.CANCELLED)
+        self.ledger.cancel(held)
+        self.let_go(held, reasons.CANCELLED, now)
 
-    def let_go(self, held: Held, ending: reasons.Ending) -> None:
+    def let_go(self, held: Held, ending: reasons.Ending, now: float) -> None:
         """A job that is not ours any more (lease lost, cancelled): dropped if no child
         has it, its child killed (for `ending`) if running, asked back if pipelined."""
         if held.where in (Where.CONFIRMING, Where.BUFFERED, Where.TIMED):
-            self.ledger.move(held.jid, None)
+            self.ledger.move(held.jid, None, now=now)
         elif held.where is Where.RUNNING and held.slot is not None:
             self.kill(self.slots.by_index[held.slot], ending)
-        elif held.where is Where.PIPELINED and held.slot is not None and not held.withdrawing:
-            held.withdrawing = True
-            self.actions.append(events.Post(held.slot, protocol.Withdraw(held.jid)))
+        else:
+            self._ask_back(held, now)
 
     def kill(self, slot: Slot, ending: reasons.Ending, sig: int = signal.SIGKILL) -> None:
         """Kills a slot's child, remembering why (the first reason wins)."""
@@ -259,7 +258,7 @@ class JobFlow:
 
     def _finished(self, slot: Slot, held: Held, now: float) -> None:
         """The child reported its running job's outcome: its next one starts."""
-        self.capacity.finished(now - held.sent_at)
+        self.capacity.finished(held.running_for(now))
         slot.jobs_done += 1
         w = self.worker
         if (w.max_jobs_per_child and slot.jobs_done >= w.max_jobs_per_child) or (
@@ -272,8 +271,7 @@ class JobFlow:
         """The slot's running job left: its next pipelined job runs (the child starts
         it now), or the slot is idle (and stops, if it retires)."""
         if slot.queued:
-            held = self.ledger.move(slot.queued[0], Where.RUNNING, slot.index)
-            held.sent_at = held.last_sign = now
+            self.ledger.move(slot.queued[0], Where.RUNNING, slot.index, now=now)
         elif slot.retire:
             self.actions += self.slots.stop(slot)
 
@@ -288,11 +286,10 @@ class JobFlow:
     def _give_back(self, held: Held, now: float) -> None:
         """A job that never started: to another child if its lease holds and we still
         lease, else back to Redis."""
-        held.withdrawing = False
         if held.lost:
-            self.ledger.move(held.jid, None)
+            self.ledger.move(held.jid, None, now=now)
         elif self.capacity.accepting() and now < held.start_before():
-            self.ledger.move(held.jid, Where.BUFFERED, front=True)
+            self.ledger.move(held.jid, Where.BUFFERED, now=now, front=True)
         else:
             self.release(held, now)
 
@@ -332,7 +329,7 @@ class JobFlow:
                 log.warning(
                     "job stopped, its lease was lost jid=%s worker=%s", held.jid, self.worker_id
                 )
-            self.ledger.move(held.jid, None)
+            self.ledger.move(held.jid, None, now=now)
             return
         if ending.fate is reasons.Fate.RELEASED:
             if ending is not reasons.SHUTDOWN:
@@ -393,7 +390,5 @@ class JobFlow:
     def _report(self, held: Held, now: float) -> None:
         """The job's outcome goes to Redis with the next exchange; the ledger keeps
         the job (its lease renewed) until Redis took it."""
-        self.ledger.move(held.leased.jid, Where.REPORTING)
-        reports = self.lanes[held.lane]
-        if reports.since is None:  # the oldest report sets when the batch leaves
-            reports.since = now
+        self.ledger.move(held.leased.jid, Where.REPORTING, now=now)
+        self.lanes[held.lane].noted(now)  # the oldest report sets when the batch leaves

@@ -7,15 +7,20 @@
     TIMED      leased before its turn          `timed`, by start time
     PIPELINED  sent to a child, behind its     the slot's `queued`, in order
                running job
+    WITHDRAWING pipelined, asked back          the slot's `queued`, where it was
     RUNNING    its child runs it               the slot's `running`
     REPORTING  outcome collected, not yet taken by Redis (no structure)
 
 A job's place is written in its record (`where`, `slot`) and in the one
 structure of that place, and only `move` changes either: the record and the
-structure never disagree. The ledger also keeps the bound on when the first
-lease needs renewing (`renew_due`), lowered as jobs come in: one for each
-namespace the master serves (its lanes: a lane's leases are renewed together,
-in its namespace).
+structure never disagree. The record's flags and times are the ledger's to write
+too: `move` stamps what a place brings (RUNNING: when it started), `lose`,
+`cancel`, `renewed`, `signed`, `terminated` and `killed` the rest. A slot is busy
+exactly while the ledger files a running job in it (slots.py derives it).
+
+The ledger also keeps the bound on when the first lease needs renewing
+(`renew_due`), lowered as jobs come in: one for each namespace the master serves
+(its lanes: a lane's leases are renewed together, in its namespace).
 
 `invariants()` checks all of that; the tests run it after every event (it walks
 every job: never on the loop's path). Pure: no I/O, no clock.
@@ -28,9 +33,10 @@ from collections import deque
 
 from runtime.master import plan
 from runtime.master.held import Held, Where
-from runtime.master.slots import Slots, SlotState
+from runtime.master.slots import Slots
 
 UNKNOWN = object()  # the renewal bound, not worked out yet
+QUEUED = (Where.PIPELINED, Where.WITHDRAWING)  # the places in a slot's `queued`
 
 
 class Ledger:
@@ -63,23 +69,32 @@ class Ledger:
             self.renew_due[held.lane] = due
 
     def move(  # noqa: PLR0912 - one call a move: it is made several times a job
-        self, jid: str, where: Where | None, slot: int | None = None, *, front: bool = False
+        self,
+        jid: str,
+        where: Where | None,
+        slot: int | None = None,
+        *,
+        now: float,
+        front: bool = False,
     ) -> Held:
-        """Moves a held job to `where` (None: it is not held any more) and returns
-        its record. PIPELINED and RUNNING take the child's `slot`; BUFFERED goes to
-        the back, or the `front`. A slot whose running job leaves is idle until
-        its next job moves in."""
+        """Moves a held job to `where` (None: it is not held any more) at `now` and
+        returns its record. PIPELINED, WITHDRAWING and RUNNING take the child's
+        `slot`; BUFFERED goes to the back, or the `front`. A move between PIPELINED
+        and WITHDRAWING keeps the job's turn in its slot. RUNNING stamps when it
+        started. A slot whose running job leaves is idle until its next job moves in."""
         held = self.held[jid]
         was = held.where
+        if was in QUEUED and where in QUEUED and slot == held.slot:
+            held.where = where  # asked back (or not): its turn in the pipeline is kept
+            return held
         if was is Where.RUNNING:
-            left = self.slots.by_index[held.slot]  # type: ignore[index]
-            left.running, left.state = None, SlotState.IDLE
+            self.slots.by_index[held.slot].running = None  # type: ignore[index]
         elif was is Where.BUFFERED:
             if self.buffer[0] == jid:
                 self.buffer.popleft()
             else:
                 self.buffer.remove(jid)
-        elif was is Where.PIPELINED:
+        elif was in QUEUED:
             queued = self.slots.by_index[held.slot].queued  # type: ignore[index]
             if queued[0] == jid:
                 queued.popleft()
@@ -94,11 +109,11 @@ class Ledger:
             return held
         held.where, held.slot = where, slot
         if where is Where.RUNNING:
-            into = self.slots.by_index[slot]  # type: ignore[index]
-            into.running, into.state = jid, SlotState.BUSY
+            self.slots.by_index[slot].running = jid  # type: ignore[index]
+            held.sent_at = held.last_sign = now
         elif where is Where.REPORTING:
             held.slot = None
-        elif where is Where.PIPELINED:
+        elif where in QUEUED:
             self.slots.by_index[slot].queued.append(jid)  # type: ignore[index]
         elif where is Where.BUFFERED:
             held.slot = None
@@ -113,6 +128,32 @@ class Ledger:
             held.slot = None
             self.confirming.append(jid)
         return held
+
+    # --- the record's flags and times ------------------------------------------------
+
+    def lose(self, held: Held) -> None:
+        """Redis says its lease is gone: nothing of it is renewed any more."""
+        held.lost = True
+
+    def cancel(self, held: Held) -> None:
+        """Cancelled while held: its lease is gone and nothing of it is reported."""
+        held.cancelled = held.lost = True
+
+    def renewed(self, held: Held, until: float) -> None:
+        """Its lease was renewed: it holds until `until` (monotonic)."""
+        held.lease_until, held.renewed = until, True
+
+    def signed(self, held: Held, now: float) -> None:
+        """Its child says it is alive (a heartbeat)."""
+        held.last_sign = now
+
+    def terminated(self, held: Held, now: float) -> None:
+        """SIGTERM went to its child (its timeout)."""
+        held.terminated_at = now
+
+    def killed(self, held: Held, now: float) -> None:
+        """SIGKILL went to its child: SIGTERM was ignored for the kill grace."""
+        held.killed_at = now
 
     def _time(self, jid: str) -> None:
         """Into `timed`, after the jobs that start no later."""
@@ -148,35 +189,31 @@ class Ledger:
         says so, the slots agree, and the renewal bound covers every lease we hold."""
         counts = {where: 0 for where in Where}
         for jid, held in self.held.items():
-            assert held.jid == jid, f"{jid} is filed under another jid ({held.jid})"
+            self._check_record(jid, held)
             counts[held.where] += 1
-            if held.where in (Where.RUNNING, Where.PIPELINED):
-                assert held.slot in self.slots.by_index, f"{jid} is on a slot that is gone"
-            else:
-                assert held.slot is None, f"{jid} is {held.where.value} on slot {held.slot}"
-            if held.where in (Where.CONFIRMING, Where.BUFFERED, Where.TIMED):
-                assert not held.lost, f"{jid} is {held.where.value} with its lease lost"
-                assert not held.withdrawing, f"{jid} is {held.where.value} and withdrawing"
         self._check_places(Where.BUFFERED, list(self.buffer), counts)
         self._check_places(Where.TIMED, self.timed, counts)
         self._check_places(Where.CONFIRMING, self.confirming, counts)
         starts = [self.held[jid].start_at for jid in self.timed]
         assert None not in starts, "a timed job without a start time"
         assert starts == sorted(starts), f"timed out of order: {starts}"  # type: ignore[type-var]
-        running, queued = [], []
+        running: list[str] = []
+        queued: list[str] = []
         for index, slot in self.slots.by_index.items():
             assert slot.index == index, f"slot {slot.index} filed under {index}"
-            assert (slot.running is not None) == (slot.state is SlotState.BUSY), (
-                f"slot {index} is {slot.state.value} running {slot.running}"
-            )
             if slot.running is not None:
                 running.append(slot.running)
                 assert self.held[slot.running].slot == index, f"{slot.running} not on {index}"
             for jid in slot.queued:
                 queued.append(jid)
+                assert jid in self.held, f"{jid} is queued on {index} but not held"
                 assert self.held[jid].slot == index, f"{jid} queued on {index}, filed elsewhere"
         self._check_places(Where.RUNNING, running, counts)
-        self._check_places(Where.PIPELINED, queued, counts)
+        for where in QUEUED:
+            self._check_places(where, [j for j in queued if self.held[j].where is where], counts)
+        assert len(queued) == sum(counts[where] for where in QUEUED), (
+            f"slots queue {queued}, records say {[counts[w] for w in QUEUED]}"
+        )
         for held in self.held.values():
             assert 0 <= held.lane < len(self.renew_due), f"{held.jid} of no lane ({held.lane})"
         for lane, due in enumerate(self.renew_due):
@@ -188,6 +225,24 @@ class Ledger:
             assert due is None or not ours or due <= min(ours), (
                 f"renewal due at {due}, after a lease of lane {lane} needs it ({min(ours)})"
             )
+
+    def _check_record(self, jid: str, held: Held) -> None:
+        """One record: filed under its jid, on a slot exactly where a slot holds it,
+        its flags and times those of its place."""
+        assert held.jid == jid, f"{jid} is filed under another jid ({held.jid})"
+        if held.where is Where.RUNNING or held.where in QUEUED:
+            assert held.slot in self.slots.by_index, f"{jid} is on a slot that is gone"
+        else:
+            assert held.slot is None, f"{jid} is {held.where.value} on slot {held.slot}"
+        if held.where in (Where.CONFIRMING, Where.BUFFERED, Where.TIMED):
+            assert not held.lost, f"{jid} is {held.where.value} with its lease lost"
+        if held.where is Where.RUNNING:
+            assert held.sent_at is not None, f"{jid} is running, with no start stamped"
+            assert held.last_sign >= held.sent_at, f"{jid}: a sign before its start"
+        if held.cancelled:
+            assert held.lost, f"{jid} is cancelled with its lease held"
+        if held.killed_at is not None:
+            assert held.terminated_at is not None, f"{jid} killed, never terminated"
 
     def _check_places(self, where: Where, jids: list[str], counts: dict[Where, int]) -> None:
         assert len(set(jids)) == len(jids), f"a job twice in {where.value}: {jids}"

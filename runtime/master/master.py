@@ -39,7 +39,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, assert_never
 
 from runtime import config, sentry
 from runtime.errors import (
@@ -126,40 +126,6 @@ class Master:
             for what in ("sizes", "cancels")
         }
         self.unexpected: dict[str, tuple[float, int]] = {}  # task name -> (last logged, since)
-        self.doers: dict[type, Callable[[Any], None]] = {
-            events.Post: lambda a: self.processes.send(a.index, a.message),
-            events.Exchange: lambda a: self._own(
-                self._named("exchange", a.lane),
-                self._exchange(a),
-                self._exchange_failed(a),
-                reports=True,
-            ),
-            events.Renew: lambda a: self._own(
-                self._named("renew", a.lane), self._renew(a), self._renew_failed(a), reports=True
-            ),
-            events.Kill: lambda a: self.processes.kill(a.index, a.signal),
-            events.Spawn: lambda a: self._own(self._unique("spawn"), self.processes.spawn(a.index)),
-            events.Wait: lambda a: self._own(
-                self._named("wait", a.lane),
-                self._wait(a.lane),
-                self._wait_failed(a.lane),
-                reports=True,
-            ),
-            events.StopWaiting: lambda a: self._cancel(self._named("wait", a.lane)),
-            events.GiveBack: lambda a: self._own(
-                self._unique("give-back"), self.clients[a.lane].give_back(a.key)
-            ),
-            events.ReplaceServer: lambda a: self._own("replace", self._replace()),
-            events.Extend: lambda a: self._extend(a.low, a.lane),
-            events.Trim: lambda a: self._trim(a.lane),
-            events.Register: lambda a: self._own(
-                self._named("register", a.lane), self._register(a.concurrency, a.lane)
-            ),
-            # never waits for Sentry: leases must go on
-            events.ReportFailure: lambda a: sentry.report(
-                group=a.group, message=a.message, tags=a.tags, flush_s=None
-            ),
-        }
         # the loop: a pass runs as a callback, soon after an event comes (one pass for
         # every event of the same turn of the event loop; some events may wait a
         # little for company: `post`'s within_s) or when the timer is due
@@ -254,7 +220,7 @@ class Master:
     def _carry_out(self, actions: list[events.Action]) -> None:
         """Messages to children go first (a job for a child waits for nothing else),
         then the rest in order (Redis calls start as tasks)."""
-        send, doers, rest = self.processes.send, self.doers, []
+        send, rest = self.processes.send, []
         for action in actions:
             if type(action) is events.Post:
                 send(action.index, action.message)
@@ -263,7 +229,48 @@ class Master:
         if self.processes.dirty:
             self.processes.flush()
         for action in rest:
-            doers[type(action)](action)
+            self._do(action)
+
+    def _do(self, action: events.Action) -> None:  # noqa: PLR0912 - a case an action
+        """Carries out one action (mypy checks that every kind has its case)."""
+        match action:
+            case events.Post():
+                self.processes.send(action.index, action.message)
+            case events.Exchange():
+                name = self._named("exchange", action.lane)
+                fallback = self._exchange_failed(action)
+                self._own(name, self._exchange(action), fallback, reports=True)
+            case events.Renew():
+                name = self._named("renew", action.lane)
+                self._own(name, self._renew(action), self._renew_failed(action), reports=True)
+            case events.Kill():
+                self.processes.kill(action.index, action.signal)
+            case events.Spawn():
+                self._own(self._unique("spawn"), self.processes.spawn(action.index))
+            case events.Wait():
+                lane = action.lane
+                name = self._named("wait", lane)
+                self._own(name, self._wait(lane), self._wait_failed(lane), reports=True)
+            case events.StopWaiting():
+                self._cancel(self._named("wait", action.lane))
+            case events.GiveBack():
+                giving = self.clients[action.lane].give_back(action.key)
+                self._own(self._unique("give-back"), giving)
+            case events.ReplaceServer():
+                self._own("replace", self._replace())
+            case events.Extend():
+                self._extend(action.low, action.lane)
+            case events.Trim():
+                self._trim(action.lane)
+            case events.Register():
+                name = self._named("register", action.lane)
+                self._own(name, self._register(action.concurrency, action.lane))
+            case events.ReportFailure():  # never waits for Sentry: leases must go on
+                sentry.report(
+                    group=action.group, message=action.message, tags=action.tags, flush_s=None
+                )
+            case _:
+                assert_never(action)
 
     def _cancel(self, name: str) -> None:
         if (task := self.tasks.get(name)) is not None:

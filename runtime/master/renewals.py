@@ -26,7 +26,7 @@ class Renewals:
         ledger: Ledger,
         link: Link,
         actions: list[events.Action],
-        let_go: Callable[[Held, reasons.Ending], None],
+        let_go: Callable[[Held, reasons.Ending, float], None],
         lane: int = 0,
     ) -> None:
         self.worker_id, self.lane = worker_id, lane
@@ -82,19 +82,18 @@ class Renewals:
             if held is None or held.leased.token != token or held.where is Where.REPORTING:
                 continue
             if jid in event.lost:
-                self._lose(held)
+                self._lose(held, now)
                 continue
-            held.lease_until = event.sent_at + held.leased.lease_s
-            held.renewed = True
+            self.ledger.renewed(held, event.sent_at + held.leased.lease_s)
             if held.where is Where.CONFIRMING:  # a handed job, confirmed: it may start
-                self.ledger.move(jid, Where.BUFFERED, front=True)
+                self.ledger.move(jid, Where.BUFFERED, now=now, front=True)
             elif held.slot is not None:
                 deadline = plan.stop_before(held.lease_until, held.renew_length_s())
                 self.actions.append(events.Post(held.slot, protocol.Lease(jid, deadline)))
 
-    def _lose(self, held: Held) -> None:
+    def _lose(self, held: Held, now: float) -> None:
         """Redis says the lease is gone: the job is not ours any more."""
-        held.lost = True
+        self.ledger.lose(held)
         if held.where in (Where.CONFIRMING, Where.BUFFERED, Where.TIMED):  # not started
             log.warning(
                 "job leased ahead not started, its lease ran out jid=%s queue=%s worker=%s",
@@ -106,4 +105,4 @@ class Renewals:
             log.warning(
                 "lease lost jid=%s queue=%s worker=%s", held.jid, held.leased.queue, self.worker_id
             )
-        self.let_go(held, reasons.LOST)
+        self.let_go(held, reasons.LOST, now)

@@ -1,5 +1,8 @@
 """The master's children as its book sees them: one `Slot` per child index, with
 its state, the jobs it holds (by jid) and why the master killed it, if it did.
+A slot's state is its child's life (spawning, starting, ready, stopping); whether
+it is busy is not stored beside it but read from the job the ledger files as
+running in it (`Slot.busy`).
 
 Pure: which slots to spawn, stop or retire follows from plain values (the wanted
 number, the run mode, recent crashes). Processes and sockets live in
@@ -22,8 +25,7 @@ CRASH_WINDOW_S, CRASHES_BEFORE_PAUSE, CRASH_PAUSE_S = 10.0, 5, 2.0
 class SlotState(enum.Enum):
     SPAWNING = "spawning"  # asked of the fork server
     STARTING = "starting"  # forked, not ready yet
-    IDLE = "idle"
-    BUSY = "busy"  # running a job
+    READY = "ready"  # takes jobs: idle, or busy while a job runs in it (Slot.busy)
     STOPPING = "stopping"  # told to stop
 
 
@@ -40,6 +42,11 @@ class Slot:
     retire: bool = False  # takes no more jobs; stops when idle (recycling, HUP, fewer)
     kill: Ending | None = None  # why the master killed it (the first reason wins)
     rss_bytes: int = 0
+
+    @property
+    def busy(self) -> bool:
+        """A job runs in it (the ledger files one there)."""
+        return self.running is not None
 
 
 class Slots:
@@ -81,13 +88,17 @@ class Slots:
         return list(self.by_index.values())
 
     def idle(self) -> list[Slot]:
-        return [s for s in self.by_index.values() if s.state is SlotState.IDLE and not s.retire]
+        return [
+            s
+            for s in self.by_index.values()
+            if s.state is SlotState.READY and s.running is None and not s.retire
+        ]
 
     def idle_count(self) -> int:
         """len(idle()), without the list (asked several times a pass: a loop)."""
         count = 0
         for s in self.by_index.values():
-            if s.state is SlotState.IDLE and not s.retire:
+            if s.state is SlotState.READY and s.running is None and not s.retire:
                 count += 1
         return count
 
@@ -103,11 +114,7 @@ class Slots:
 
     def accepting(self) -> list[Slot]:
         """Busy slots whose pipeline may take more jobs."""
-        return [
-            s
-            for s in self.by_index.values()
-            if s.state is SlotState.BUSY and s.running is not None and not s.retire
-        ]
+        return [s for s in self.by_index.values() if s.running is not None and not s.retire]
 
     def ready(self, target: int) -> bool:
         """All wanted children are up (the master may say READY)."""
@@ -122,7 +129,7 @@ class Slots:
 
     def stop(self, slot: Slot) -> list[events.Action]:
         """Tells an idle slot's child to exit."""
-        if slot.running is None and slot.state in (SlotState.IDLE, SlotState.STARTING):
+        if slot.running is None and slot.state in (SlotState.READY, SlotState.STARTING):
             slot.state = SlotState.STOPPING
             return [events.Post(slot.index, protocol.Stop())]
         return []

@@ -395,7 +395,7 @@ class BookMachine(RuleBasedStateMachine):
     def consistent(self) -> None:
         self.book.invariants()
         for slot in self.book.slots.all():
-            if slot.state in (SlotState.IDLE, SlotState.BUSY):
+            if slot.state is SlotState.READY:
                 assert slot.index in self.pids, f"slot {slot.index} is up with no child"
         if not self.book.capacity.accepting():  # after a pass: nothing leased ahead
             ledger = self.book.ledger

@@ -1,0 +1,171 @@
+"""Every job sits in exactly the one index its record names, checked after every
+step of random operation sequences through the real scripts under a frozen clock.
+
+The indexes of a queue: its lanes (waiting and throttled jobs), `scheduled`,
+`running`, `depends`, `complete` and `failed`. A record's state names one of
+them; the queue's counts are their sizes; a running job's worker lists it among
+its jobs and no worker lists a job it does not hold; a failed job is in its
+group's list. `check_indexes` reads all of it with plain commands (a test may
+scan its own namespace; scripts never do), so a writer of a state that forgets
+an index, or leaves a job behind in one, fails here whichever script it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runtime import Client
+from runtime.errors import BadArgument, DependedOn
+from runtime.vocabulary import JobState
+from tests.lua.test_due import OPS, QUEUES, Run, fresh_client
+from tests.support.redis_server import RedisServer
+
+# The index a stored state puts a job in (a throttled job is a waiting one in a lane).
+INDEX_OF = {
+    JobState.WAITING: "lane",
+    JobState.THROTTLED: "lane",
+    JobState.SCHEDULED: "scheduled",
+    JobState.RUNNING: "running",
+    JobState.DEPENDS: "depends",
+    JobState.COMPLETE: "complete",
+    JobState.FAILED: "failed",
+}
+SETS = {
+    "scheduled": "scheduled",
+    "running": "running",
+    "depends": "depends",
+    "complete": "complete_index",
+    "failed": "failed_index",
+}
+
+
+def text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def scheduled_jid(member: str) -> str:
+    """A scheduled member is its order ticket (hex, led by its length) and the jid."""
+    digits = int(member[0], 16)
+    return member[digits + 1 :]
+
+
+def members(client: Client, key: str) -> list[str]:
+    kind = text(client.redis.type(key))
+    r = client.redis
+    if kind == "zset":
+        return [text(m) for m in r.zrange(key, 0, -1)]
+    if kind == "set":
+        return [text(m) for m in r.smembers(key)]
+    if kind == "list":
+        return [text(m) for m in r.lrange(key, 0, -1)]
+    assert kind == "none", (key, kind)
+    return []
+
+
+def where(client: Client) -> dict[str, list[tuple[str, str]]]:
+    """jid -> every (queue, index) it is found in."""
+    found: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for queue in QUEUES:
+        lanes = client.redis.keys(client.keys.key("lane", queue=queue, prio="*", domain="*"))
+        for lane in lanes:
+            for jid in members(client, text(lane)):
+                found[jid].append((queue, "lane"))
+        for index, name in SETS.items():
+            for member in members(client, client.keys.key(name, queue=queue)):
+                jid = scheduled_jid(member) if index == "scheduled" else member
+                found[jid].append((queue, index))
+    return found
+
+
+def check_indexes(client: Client) -> None:
+    jids = [text(j) for j in client.redis.hkeys(client.keys.key("jobs"))]
+    found = where(client)
+    assert set(found) <= set(jids), f"indexed but not stored: {set(found) - set(jids)}"
+    held: dict[str, set[str]] = defaultdict(set)
+    for jid, job in zip(jids, client.get_jobs(jids), strict=True):
+        assert job is not None, jid
+        assert found.get(jid) == [(job.queue, INDEX_OF[job.state])], (
+            jid,
+            job.state,
+            found.get(jid),
+        )
+        if job.state is JobState.RUNNING:
+            assert job.worker, jid
+            held[job.worker].add(jid)
+        if job.state is JobState.FAILED:
+            assert job.failure is not None, jid
+            listed = members(client, client.keys.key("failed", group=job.failure.group))
+            assert listed.count(jid) == 1, (jid, job.failure.group)
+    # A master that said goodbye keeps its leases until they run out (forget_worker.lua).
+    registered = {text(w) for w in client.redis.zrange(client.keys.key("workers"), 0, -1)}
+    for worker in registered | set(held):
+        holds = set(members(client, client.keys.key("worker_jobs", worker=worker)))
+        assert holds == held.get(worker, set()), worker
+    for queue in QUEUES:
+        counts = client.queue(queue).counts()
+        indexed = [i for places in found.values() for q, i in places if q == queue]
+        assert counts["waiting"] + counts["throttled"] == indexed.count("lane"), (queue, counts)
+        assert counts["running"] + counts["stalled"] == indexed.count("running"), (queue, counts)
+        for index in ("scheduled", "depends", "complete", "failed"):
+            assert counts[index] == indexed.count(index), (queue, index, counts)
+
+
+class Graph(Run):
+    """The due time's random operations, and puts that depend on earlier jobs."""
+
+    def put_depending(self, queue: str, i: int) -> None:
+        if not self.jids:
+            return
+        on = self.jids[i % len(self.jids)]
+        with contextlib.suppress(BadArgument):  # on a cancelled job
+            self.jids.append(self.client.queue(queue).put("a.b:c", {}, depends=[on], retries=1))
+
+    def cancel(self, i: int) -> None:
+        with contextlib.suppress(DependedOn):  # cancel both together
+            super().cancel(i)
+
+
+GRAPH_OPS = st.one_of(
+    OPS,
+    st.tuples(st.just("put_depending"), st.sampled_from(QUEUES), st.integers(0, 30)),
+    st.tuples(st.just("cancel"), st.just(-1)),  # the newest job: often a dependent
+)
+
+
+def replay(server: RedisServer, ops: list[tuple[Any, ...]]) -> None:
+    with fresh_client(server) as (client, clock):
+        client.set_domain_limit("d.example", rate=1, period=1.0)
+        run = Graph(client, clock)
+        for op in ops:
+            run.apply(op)
+            check_indexes(client)
+
+
+SETTINGS = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+}
+
+
+@settings(max_examples=60, **SETTINGS)  # type: ignore[arg-type]
+@given(ops=st.lists(GRAPH_OPS, min_size=1, max_size=40))
+def test_every_job_is_in_the_one_index_its_record_names_after_every_step(
+    redis_server: RedisServer, ops: list[tuple[Any, ...]]
+) -> None:
+    replay(redis_server, ops)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@settings(max_examples=2000, **SETTINGS)  # type: ignore[arg-type]
+@given(ops=st.lists(GRAPH_OPS, min_size=1, max_size=80))
+def test_every_job_is_in_the_one_index_its_record_names_over_long_histories(
+    redis_server: RedisServer, ops: list[tuple[Any, ...]]
+) -> None:
+    replay(redis_server, ops)
