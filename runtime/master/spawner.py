@@ -5,8 +5,9 @@ hands it the child's ends of a socket pair (messages) and a pipe (stdout and
 stderr) and gets back the child's pid. It reports how each child ended.
 
 The fork server is the master's own child: it is reaped the moment it exits
-(a pidfd on the master's loop), whether it was retired (HUP), stopped, or
-died by itself, and its end is reported (`on_gone`). One that fails to start
+(a pidfd on the master's loop; where there is none, once its socket closes),
+whether it was retired (HUP), stopped, or died by itself, and its end is
+reported (`on_gone`). One that fails to start
 is killed and reaped before the error is raised.
 """
 
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 MAX_DATAGRAM = 1 << 16
 START_TIMEOUT_S = 120.0
+POLL_EXIT_S = 0.05  # without a pidfd: how often an exit the socket announced is polled
 
 ExitCallback = Callable[[int, int | None, int | None], None]  # pid, code, signal
 GoneCallback = Callable[["Spawner", int], None]  # the server, its Popen returncode
@@ -83,8 +85,12 @@ class Spawner:
             raise ConfigError(message["message"])
         loop = asyncio.get_running_loop()
         self.exited = loop.create_future()
-        self.pidfd = os.pidfd_open(self.process.pid)
-        loop.add_reader(self.pidfd, self._reap)
+        try:
+            self.pidfd = os.pidfd_open(self.process.pid)
+        except OSError:  # no pidfd here (an old kernel, a seccomp filter): see _readable
+            self.pidfd = -1
+        else:
+            loop.add_reader(self.pidfd, self._reap)
         loop.add_reader(ours.fileno(), self._readable)
 
     async def _hello(self, ours: socket.socket) -> dict[str, Any]:
@@ -115,13 +121,18 @@ class Spawner:
         """The fork server exited: what it said before it went is read, then it is
         reaped and its end reported."""
         assert self.process is not None and self.exited is not None
-        code = self.process.poll()
-        if code is None:  # not yet (or another wait holds it): asked again when readable
+        if self.exited.done():
             return
+        code = self.process.poll()
         loop = asyncio.get_running_loop()
-        loop.remove_reader(self.pidfd)
-        os.close(self.pidfd)
-        self.pidfd = -1
+        if code is None:  # not yet: asked again when the pidfd is readable, or soon
+            if self.pidfd < 0:
+                loop.call_later(POLL_EXIT_S, self._reap)
+            return
+        if self.pidfd >= 0:
+            loop.remove_reader(self.pidfd)
+            os.close(self.pidfd)
+            self.pidfd = -1
         while self.ctl is not None and self._take():  # its last messages, then its end
             pass
         if self.ctl is not None:
@@ -132,6 +143,8 @@ class Spawner:
 
     def _readable(self) -> None:
         self._take()
+        if self.ctl is None and self.pidfd < 0 and not self.gone:
+            self._reap()  # without a pidfd, the socket's end says it exited
 
     def _take(self) -> bool:
         """Takes one message off the control socket; False when none is there now,
