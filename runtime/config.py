@@ -406,6 +406,9 @@ LIMITS: dict[str, int] = {
     "pop_max": 1000,
     "ahead_max_us": 100_000,  # how far before its turn a pop may lease a job (it waits)
     "handoff_lease_ms": 1000,  # first lease of a job handed to an idle master (renewed at once)
+    "handoff_round_trips": 4,  # ... or this many of the master's stated round trips, if longer
+    "handoff_lease_max_ms": 10_000,  # ... but never longer than this (handoff.lua)
+    "idle_rtt_max_ms": 60_000,  # the largest round trip a waiting master may state (pop.lua)
     "handoff_max": 16,  # jobs one call hands to idle masters, per queue
     "idle_fresh_ms": 21_000,  # a registration is trusted this long (twice IDLE_WAIT_S, and 1 s)
     "pop_skips": 32,  # lanes over their limit one pop may set aside (then it asks again)

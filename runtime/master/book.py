@@ -184,6 +184,8 @@ class Book:
                 self._on_signal(event.intent, now)
             case events.ServerReplaced():
                 self.actions.extend(self.slots.replaced(event.generation))
+            case events.ServerExited():
+                self._server_exited(event)
             case events.Rss():
                 self.slots.rss(event.by_index)
             case events.Cancelled():
@@ -360,6 +362,15 @@ class Book:
             capacity.target = max(0, capacity.target + (1 if intent is Intent.GROW else -1))
         if capacity.mode is not Mode.RUN and self.stopping_since is None:
             self.stopping_since = now
+
+    def _server_exited(self, event: events.ServerExited) -> None:
+        """The fork server died (its children with it): a new one, unless stopping."""
+        running = self.capacity.mode is Mode.RUN
+        then = "; starting a new one" if running else ""
+        how = reasons.process_ended(event.code, event.signal)
+        log.error("fork server %s%s pid=%d worker=%s", how, then, event.pid, self.worker_id)
+        if running:
+            self.actions.append(events.ReplaceServer())
 
     def _stop_leasing(self, now: float) -> None:
         """Not accepting (paused, stopping): pipelined jobs are asked back, jobs leased

@@ -159,6 +159,15 @@ class ServerReplaced:
 
 
 @dataclass
+class ServerExited:
+    """The fork server died by itself (reaped; its children died with it)."""
+
+    pid: int
+    code: int | None
+    signal: int | None
+
+
+@dataclass
 class Rss:
     """Memory of the busy children, read by the loop for the book's checks."""
 
@@ -276,6 +285,7 @@ Event = (
     | WaitEnded
     | WaitFailed
     | ServerReplaced
+    | ServerExited
     | Rss
     | Cancelled
 )

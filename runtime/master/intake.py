@@ -195,10 +195,11 @@ class Intake:
     def _take_handed(self, leased: Leased, now: float) -> None:
         """A job handed to this master: its lease runs out at expires_us on Redis's
         clock, converted with the offset of our last pop. Its first lease is short
-        (so that a master that died while it waited costs the job about a second,
-        handoff.lua), so it is not started before a renewal confirms it (Confirming):
-        a master cut off from Redis just after the hand-off, or frozen with the job
-        in its socket, never runs a job that another master may have taken since."""
+        (so that a master that died while it waited costs the job about a second on
+        a fast link, a few of its round trips on a slow one: handoff.lua), so it is
+        not started before a renewal confirms it (Confirming): a master cut off
+        from Redis just after the hand-off, or frozen with the job in its socket,
+        never runs a job that another master may have taken since."""
         if leased.expires_us is None or self.offset is None or not self.capacity.accepting():
             self.reports.outcomes.add_release(leased.jid, leased.token)  # e.g. paused meanwhile
             self.reports.noted(now)

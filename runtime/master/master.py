@@ -388,8 +388,8 @@ class Master:
     async def _replace(self) -> None:
         try:
             generation = await self.processes.replace()
-        except Error as err:
-            log.error("HUP: could not start a new fork server, keeping the old one: %s", err)
+        except Error as err:  # HUP: the old one stays; a dead one: spawns fail (logged)
+            log.error("could not start a new fork server: %s worker=%s", err, self.worker_id)
             return
         self.post(events.ServerReplaced(generation))
 

@@ -196,7 +196,8 @@ class Processes:
         self.handles: dict[int, ChildHandle] = {}  # by pid
         self.by_index: dict[int, ChildHandle] = {}
         self.server: Spawner | None = None
-        self.retired: list[Spawner] = []
+        self.retired: list[Spawner] = []  # replaced, exiting once their children have
+        self.closing = False
         self.generation = 0
         self.dirty: set[int] = set()  # indexes with posts not yet written
 
@@ -228,7 +229,7 @@ class Processes:
 
     async def _start_server(self) -> Spawner:
         env = sandbox.clean_environment(os.environ, self.worker.env)
-        server = Spawner(self._server_config(), env, self._on_exit)
+        server = Spawner(self._server_config(), env, self._on_exit, self._on_server_gone)
         await server.start()
         return server
 
@@ -236,15 +237,25 @@ class Processes:
         self.server = await self._start_server()
 
     async def replace(self) -> int:
-        """HUP: a new fork server (fresh imports); returns its generation. The old one
-        exits once its last child has."""
+        """HUP, or the fork server died: a new one (fresh imports); returns its
+        generation. The old one exits once its last child has (reaped then)."""
         server = await self._start_server()
         old, self.server = self.server, server
-        if old is not None:
+        if old is not None and not old.gone:
             self.retired.append(old)
             old.retire()
         self.generation += 1
         return self.generation
+
+    def _on_server_gone(self, server: Spawner, returncode: int) -> None:
+        """A fork server exited and was reaped: a retired one is forgotten; the
+        current one died (its children with it), which the loop hears of."""
+        if server in self.retired:
+            self.retired.remove(server)
+            log.debug("fork server exited pid=%s worker=%s", server.pid, self.worker_id)
+        elif server is self.server and not self.closing:
+            code, sig = (None, -returncode) if returncode < 0 else (returncode, None)
+            self.post(events.ServerExited(server.pid or 0, code, sig))
 
     async def spawn(self, index: int) -> None:
         """Forks the child of slot `index`; says so (or why not) on the event queue."""
@@ -302,6 +313,7 @@ class Processes:
 
     async def close(self, timeout_s: float = 2.0) -> None:
         """Stops every child (killing those that do not go in time) and fork server."""
+        self.closing = True
         for handle in list(self.handles.values()):
             handle.queue(protocol.Stop())
             handle.flush()

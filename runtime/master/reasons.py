@@ -44,6 +44,13 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def process_ended(code: int | None, sig: int | None) -> str:
+    """How a process ended, as a sentence's verb: "killed by signal 9 (SIGKILL)"."""
+    if sig is not None:
+        return f"killed by signal {sig} ({signal_name(sig)})"
+    return f"exited with code {code}"
+
+
 def of_exit(code: int | None, sig: int | None, *, cpu_limit_s: float | None = None) -> Ending:
     """How a child that the master did not kill ended."""
     if sig is not None:

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import socket
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 
@@ -45,6 +46,8 @@ CANCELS_PING_S = 30.0  # the cancels connection is checked this often (a missed 
 # still found by the next lease renewal)
 KEEPALIVE_IDLE_S = 5
 SPARE_MAX = 4  # connections kept out of the pool between calls (a master runs a few at once)
+WARM_S = 0.001  # a PING on the blocking connection: it never waits (_warm_blocking)
+ROUND_TRIPS_KEPT = 8  # the latest calls whose round trips say the link's (round_trip_s)
 
 
 class AsyncClient:
@@ -63,6 +66,13 @@ class AsyncClient:
         self.blocking: redis.asyncio.Redis = _connect(self.route.url, command_timeout_s)
         self.retired: list[redis.asyncio.Redis] = []  # clients of nodes left (cluster)
         self.spares = _spares(self.redis, self.blocking)  # kept out of their pools (_spare)
+        self.round_trips: deque[float] = deque(maxlen=ROUND_TRIPS_KEPT)  # s, of calls (_run)
+
+    def round_trip_s(self) -> float:
+        """The link's recent round trip: the longest of the latest calls' (0: none yet).
+        A waiting master states it, so a job handed to it gets a first lease that
+        fits its link (lua/lib/handoff.lua)."""
+        return max(self.round_trips, default=0.0)
 
     def set_command_timeout(self, timeout_s: float) -> None:
         """From now on, a command not answered within `timeout_s` fails (RedisTransient
@@ -217,7 +227,9 @@ class AsyncClient:
 
     async def _run(self, calls: Sequence[Call[Any]]) -> tuple[list[Any], float]:
         """Each call's result (or the Error that refused it) and when they were sent."""
-        return await self._drive(scripts.run(self.session, calls))
+        results, sent_at = await self._drive(scripts.run(self.session, calls))
+        self.round_trips.append(time.monotonic() - sent_at)
+        return results, sent_at
 
     async def _one(self, call: Call[T]) -> T:
         [value], _ = await self._run([call])
@@ -232,10 +244,18 @@ class AsyncClient:
         """Reaches Redis and loads the function library (or the scripts); raises
         RedisUnavailable (RedisTransient when it may pass)."""
         await self.ping()
+        await self._warm_blocking()
         await self.load_scripts()
 
     async def ping(self) -> None:
         await self._one(ops.ping())
+
+    async def _warm_blocking(self) -> None:
+        """Connects the blocking reads' connection before the first of them: made
+        then, the connection's own round trips would come between a job handed to
+        this master and its answer, and eat into the job's first lease."""
+        [got], _ = await self._drive(scripts.run(self.session, [ops.ping()]), blocks_s=WARM_S)
+        _raise_if_error(got)
 
     async def load_scripts(self) -> None:
         """Loads the function library (or, without FCALL, every script) once."""
@@ -267,12 +287,15 @@ class AsyncClient:
         calls: list[Call[Any]] = [call for _, call in first + reports]
         if outage_ms > 0:
             calls.insert(0, ops.resumed(self.worker, outage_ms))
+        rtt_s = self.round_trip_s()  # stated by a pop that may register us as waiting
         if together:
             calls.append(
-                ops.exchange(self.worker, outcomes, pop_count or 0, queues, order, ahead_s, True)
+                ops.exchange(
+                    self.worker, outcomes, pop_count or 0, queues, order, ahead_s, True, rtt_s
+                )
             )
         elif pop:
-            calls.append(ops.pop(self.worker, pop_count or 0, queues, order, ahead_s, idle=True))
+            calls.append(ops.pop(self.worker, pop_count or 0, queues, order, ahead_s, True, rtt_s))
         if not calls:
             return Exchanged({}, None, time.monotonic())
         results, sent_at = await self._run(calls)

@@ -28,7 +28,8 @@ Key schema (the kind of each key in brackets):
     q:<queue>:depends        [set]   jids waiting on other jobs
     q:<queue>:complete       [zset]  complete jids still kept by retention -> completion (ms)
     q:<queue>:failed         [zset]  failed jids of the queue -> failure time (ms)
-    q:<queue>:idle           [zset]  masters waiting for the queue's jobs -> since (ms)
+    q:<queue>:idle           [zset]  masters waiting for the queue's jobs -> since (ms; a
+                                     fraction: a slow link's first lease, handoff.lua)
     wake:<queue>             [list]  at most one token: an idle master BLPOPs it
     wake-worker:<worker>     [list]  jobs handed to an idle master (JSON), and tokens
     completed                [zset]  jid -> completion time (us), for retention

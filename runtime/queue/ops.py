@@ -287,11 +287,14 @@ class Heartbeat:
 
 def pop(
     worker: str, count: int, queues: Sequence[str], order: str = "ordered",
-    ahead_s: float = 0.0, idle: bool = False,
+    ahead_s: float = 0.0, idle: bool = False, rtt_s: float = 0.0,
 ) -> Call[Popped]:  # fmt: skip
     """Leases up to `count` jobs (a fresh seed for the tokens). Never sent twice: a
-    lost reply's jobs stay leased to `worker` until their lease runs out."""
-    args = (worker, count, wire.seed(), order, round(ahead_s * 1e6), 1 if idle else 0, *queues)
+    lost reply's jobs stay leased to `worker` until their lease runs out. `idle`:
+    a master that waits for work if it comes back short, with round trips to
+    Redis of about `rtt_s` (the first lease of a job handed to it fits them)."""
+    ahead_us, idle_ms = round(ahead_s * 1e6), wire.idle_arg(idle, rtt_s)
+    args: tuple[Arg, ...] = (worker, count, wire.seed(), order, ahead_us, idle_ms, *queues)
     return _op("pop", *args, decode=lambda r: Popped.from_reply(_object(r)))
 
 
@@ -381,7 +384,7 @@ EXCHANGED: tuple[Kind, ...] = ("complete", "retry", "fail")  # the reports an ex
 
 def exchange(
     worker: str, outcomes: Outcomes, count: int, queues: Sequence[str], order: str = "ordered",
-    ahead_s: float = 0.0, idle: bool = False,
+    ahead_s: float = 0.0, idle: bool = False, rtt_s: float = 0.0,
 ) -> Call[Exchange]:  # fmt: skip
     """The completions, retries and failures of `outcomes` (not its releases,
     progress or puts), then a pop, in one call (lua/exchange.lua). Never sent
@@ -394,7 +397,7 @@ def exchange(
                for j, t, g, m, d, o in outcomes.retry]  # fmt: skip
     fails = [(j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in outcomes.fail]
     args = (
-        worker, count, wire.seed(), order, round(ahead_s * 1e6), 1 if idle else 0,
+        worker, count, wire.seed(), order, round(ahead_s * 1e6), wire.idle_arg(idle, rtt_s),
         len(completes), len(retries), len(fails),
         *_flat(completes), *_flat(retries), *_flat(fails), *queues,
     )  # fmt: skip

@@ -66,6 +66,14 @@ def delay_ms(delay: float | None) -> int:
     return round(check_seconds("delay", delay) * 1000)
 
 
+def idle_arg(idle: bool, rtt_s: float) -> int:
+    """A pop's idle argument (pop.lua): 0, or for a master that will wait, its
+    round trip to Redis in ms (at least 1, at most idle_rtt_max_ms)."""
+    if not idle:
+        return 0
+    return max(1, min(round(rtt_s * 1000), LIMITS["idle_rtt_max_ms"]))
+
+
 def seed() -> str:
     """Fresh randomness for the lease tokens of one pop."""
     return secrets.token_hex(8)

@@ -302,4 +302,7 @@ def test_an_idle_master_only_blocks_waiting_for_work(
     }
     # the cancels connection's keepalive: at most one PING in half a minute
     assert sent.pop("ping", 0) <= 1
+    # the size watch's first read of its setting (it starts once the master is
+    # ready, and may come after the master blocks), on a connection made for it
+    assert sent.pop("hget", 0) <= 1 and sent.pop("hello", 0) <= 1
     assert {name: n for name, n in sent.items() if not name.startswith(ours)} == {}

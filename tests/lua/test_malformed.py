@@ -178,7 +178,10 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("pop", ("w", 1, "seed", "ordered", -1, 0, "q"), BadArgument, "ahead_us"),
     ("pop", ("w", 1, "seed", "ordered", 100_001, 0, "q"), BadArgument, "ahead_us"),
     ("pop", ("w", 1, "seed", "ordered", "soon", 0, "q"), BadArgument, "ahead_us"),
-    ("pop", ("w", 1, "seed", "ordered", 0, 2, "q"), BadArgument, "idle"),
+    ("pop", ("w", 1, "seed", "ordered", 0, -1, "q"), BadArgument, "idle"),
+    ("pop", ("w", 1, "seed", "ordered", 0, 60_001, "q"), BadArgument, "idle"),
+    ("pop", ("w", 1, "seed", "ordered", 0, 1.5, "q"), BadArgument, "idle"),
+    ("pop", ("w", 1, "seed", "ordered", 0, "fast", "q"), BadArgument, "idle"),
     # heartbeat
     ("heartbeat", ("w", "old"), BadArgument, "pairs"),
     ("heartbeat", ("", "old", "t"), BadArgument, "worker"),

@@ -386,6 +386,14 @@ class BookMachine(RuleBasedStateMachine):
         self.generation += 1
         self._apply(events.ServerReplaced(self.generation))
 
+    @precondition(lambda self: bool(self.pids))
+    @rule()
+    def fork_server_dies(self) -> None:
+        """As the master hears it: each child killed with it, then its own end."""
+        for index in sorted(self.pids):
+            self._exited(index, None, 9, "")
+        self._apply(events.ServerExited(4242, None, 9))
+
     def teardown(self) -> None:
         logging.disable(logging.NOTSET)
 

@@ -13,8 +13,11 @@
 --                  throttled domain's next start); each carries start_in_us and
 --                  the caller starts it then, not before. Masters pop a little
 --                  ahead of what they wait for, so such jobs start on time.
---          idle    1: the caller is a master that will wait for work when this
---                  pop comes back short (see below); 0: any other caller
+--          idle    1..idle_rtt_max_ms: the caller is a master that will wait for
+--                  work when this pop comes back short (see below), and its
+--                  recent round trip to Redis is about this many ms (1 for a
+--                  fast link): a job handed to it gets a first lease that fits
+--                  its link (handoff.lua); 0: any other caller
 -- Before taking, each served queue (paused ones are skipped) reclaims jobs
 -- whose lease expired (not those post-outage grace holds: lib/lease.lua),
 -- promotes due scheduled jobs and frees throttled lanes. A job whose record

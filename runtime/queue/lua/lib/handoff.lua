@@ -11,21 +11,65 @@
 -- leave the queue's wake-up token, as before.
 --
 -- A master that died while registered (SIGKILL, a lost host) takes one job
--- of each of its queues with it, so that job's first lease is short
--- (handoff_lease_ms, 1 s; a live master renews it as soon as it has it), and
+-- of each of its queues with it, so that job's first lease is short (1 s on a
+-- fast link, see below; a live master renews it as soon as it has it), and
 -- the call that hands a job to one registration, when other masters still
 -- wait on the queue, leaves the queue's wake-up token saying when that lease
 -- runs out ('at:<us>', Redis time; Handoff.token). The list is BLPOPped only
 -- by masters that are alive and waiting: the one that gets the token pops at
 -- that time, which reclaims the job if it was not renewed and takes it. So a
--- job handed to a dead master starts about 1 s late, once per queue per dead
--- registration, and a registration is trusted only idle_fresh_ms (a waiting
--- master renews it at least every IDLE_WAIT_S, master.py). A live master
--- pays for this with one pop per handed job, and only while another master
--- waits on the same queue (one that comes back short learns the lease's end
--- from its own pop: wake_in_ms counts running leases).
+-- job handed to a dead master starts one first lease late, once per queue per
+-- dead registration, and a registration is trusted only idle_fresh_ms (a
+-- waiting master renews it at least every IDLE_WAIT_S, master.py). A live
+-- master pays for this with one pop per handed job, and only while another
+-- master waits on the same queue (one that comes back short learns the
+-- lease's end from its own pop: wake_in_ms counts running leases).
+--
+-- The first lease fits the master's link. A master states its recent round
+-- trip to Redis when it registers (pop.lua's idle argument): the job it is
+-- handed must reach it, and its renewal come back, within the first lease. A
+-- registration's first lease is handoff_round_trips of those round trips when
+-- that is longer than handoff_lease_ms, at most handoff_lease_max_ms (and never
+-- longer than the queue's heartbeat). It rides in the registration's score:
+-- the score is the time it was made (whole ms, as always) plus, below the
+-- millisecond, the first lease in LEASE_STEP_MS steps over STEPS_PER_MS (a
+-- binary fraction: exact in a double while times fit in 2^46 ms). A
+-- registration whose score has no fraction gets handoff_lease_ms: every
+-- master on a fast link registers as it did before. So a master that died
+-- while registered holds a job up for its own first lease: 1 s on a fast
+-- link, up to handoff_lease_max_ms on a slow one.
 
-local Handoff = {}
+local Handoff = { LEASE_STEP_MS = 100, STEPS_PER_MS = 128 }
+
+-- The first lease (ms) of a job handed to a master that states `rtt_ms`, in
+-- whole LEASE_STEP_MS steps (0: handoff_lease_ms, the lease of a fast link).
+function Handoff.lease_steps(rtt_ms)
+  local lease_ms = math.min(LIMITS.handoff_round_trips * rtt_ms, LIMITS.handoff_lease_max_ms)
+  if lease_ms <= LIMITS.handoff_lease_ms then
+    return 0
+  end
+  return math.ceil(lease_ms / Handoff.LEASE_STEP_MS)
+end
+
+-- A registration's score (text, exact): made at now_ms, with this first lease.
+function Handoff.score(now_ms, steps)
+  if steps == 0 then
+    return int(now_ms)
+  end
+  -- 1 / STEPS_PER_MS = 0.0078125: seven decimals write any step count exactly
+  return int(now_ms) .. '.' .. string.format('%07d', steps * 10000000 / Handoff.STEPS_PER_MS)
+end
+
+-- A registration's score back: when it was made (ms) and its first lease (ms).
+function Handoff.parse(score)
+  local value = tonumber(score)
+  local since = math.floor(value)
+  local steps = math.floor((value - since) * Handoff.STEPS_PER_MS + 0.5)
+  if steps == 0 then
+    return since, LIMITS.handoff_lease_ms
+  end
+  return since, math.min(steps * Handoff.LEASE_STEP_MS, LIMITS.handoff_lease_max_ms)
+end
 
 -- The master stops waiting on these queues (its pop is under way).
 function Handoff.withdraw(worker, queues)
@@ -34,10 +78,12 @@ function Handoff.withdraw(worker, queues)
   end
 end
 
--- The master waits for jobs of these queues from now on.
-function Handoff.register(worker, queues, now_ms)
+-- The master waits for jobs of these queues from now on; its recent round trip
+-- to Redis is about rtt_ms (see the top).
+function Handoff.register(worker, queues, now_ms, rtt_ms)
+  local score = Handoff.score(now_ms, Handoff.lease_steps(rtt_ms))
   for _, queue in ipairs(queues) do
-    redis.call('ZADD', K.idle(queue), now_ms, worker)
+    redis.call('ZADD', K.idle(queue), score, worker)
   end
 end
 
@@ -106,7 +152,8 @@ end
 local function offer(queue, now_us, is_ready)
   local idle = K.idle(queue)
   local now_ms = Clock.ms(now_us)
-  local first_lease_s -- read once a registration is found (a drain meets none)
+  local heartbeat_s -- read once a registration is found (a drain meets none)
+  local first_end_us -- the earliest end of a first lease given
   local handed, left = false, nil
   for _ = 1, LIMITS.handoff_max do
     if is_ready == nil then -- a job was handed: count again
@@ -121,29 +168,31 @@ local function offer(queue, now_us, is_ready)
       left = true
       break
     end
-    local worker, since = got[1], tonumber(got[2])
+    local worker, since, lease_ms = got[1], Handoff.parse(got[2])
     if now_ms - since <= LIMITS.idle_fresh_ms then
-      first_lease_s = first_lease_s
-        or math.min(LIMITS.handoff_lease_ms / 1000, Config.get('heartbeat', queue))
+      heartbeat_s = heartbeat_s or Config.get('heartbeat', queue)
+      local first_lease_s = math.min(lease_ms / 1000, heartbeat_s)
       local reply
       local taken = Lanes.pop(queue, 1, now_us, function(jid, meta, data, start_us)
         reply = Lease.hand(jid, meta, data, worker, worker .. now_us, now_us, start_us,
           first_lease_s)
       end, 0)
       if taken == 0 then -- ready lanes over their domains' limits: nothing to give
-        redis.call('ZADD', idle, since, worker)
+        redis.call('ZADD', idle, got[2], worker)
         left = false
         break
       end
       redis.call('RPUSH', K.worker_wake(worker), reply)
       handed, is_ready = true, nil
+      local end_us = now_us + first_lease_s * 1000000
+      first_end_us = math.min(first_end_us or end_us, end_us)
     end
   end
   if left == nil then
     left = ready(queue)
   end
   if handed and redis.call('ZCARD', idle) > 0 then
-    Handoff.token(queue, now_us + first_lease_s * 1000000)
+    Handoff.token(queue, first_end_us)
   end
   return left
 end

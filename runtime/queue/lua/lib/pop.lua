@@ -3,7 +3,8 @@
 --
 -- Pop.args(args, first): the pop's arguments args[first ..] (worker, count,
 -- seed, order, ahead_us, idle, then the queues up to `last`), checked before any
--- write: {worker, count, seed, order, ahead_us, idle, queues}.
+-- write: {worker, count, seed, order, ahead_us, idle, rtt_ms, queues} (idle: a
+-- boolean; rtt_ms: the round trip the idle argument states, 0 for none).
 -- Pop.run(p, now_us, retention_batch): leases the jobs and returns the reply
 -- (JSON text); deletes at most retention_batch completed jobs past retention.
 -- The caller flushes the statistics (Stats.flush) once its call is done.
@@ -21,7 +22,8 @@ function Pop.args(args, first, last)
     E.bad('order must be "ordered" or "round-robin", got ' .. tostring(p.order))
   end
   p.ahead_us = Check.int('ahead_us', args[first + 4], 0, LIMITS.ahead_max_us)
-  p.idle = Check.int('idle', args[first + 5], 0, 1) == 1
+  p.rtt_ms = Check.int('idle', args[first + 5], 0, LIMITS.idle_rtt_max_ms)
+  p.idle = p.rtt_ms > 0
   p.queues = {}
   for i = first + 6, last do
     p.queues[#p.queues + 1] = Check.queue('queue', args[i])
@@ -145,7 +147,7 @@ function Pop.run(p, now_us, retention_batch)
     end
   end
   if idle and count > 0 and #out < count and not stopped_short then
-    Handoff.register(worker, active, now_ms)
+    Handoff.register(worker, active, now_ms, p.rtt_ms)
   end
   if stopped_short then
     wake_at = now_us
