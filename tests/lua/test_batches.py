@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from runtime import BadArgument, Client, NoSuchJob
-from runtime.queue.batches import BatchStatus
+from runtime.queue.batches import Batch, BatchStatus, Callback
 from tests.conftest import snapshot
 from tests.support.clock import FrozenClock
 
-DONE = ("cb", "app.jobs:done", {"tag": "x"})
-FINALLY = ("cb", "app.jobs:finally", {})
+DONE: Callback = ("cb", "app.jobs:done", {"tag": "x"})
+FINALLY: Callback = ("cb", "app.jobs:finally", {})
 
 
 def status(client: Client, bid: str) -> BatchStatus:
@@ -197,8 +197,6 @@ def test_a_settled_batch_expires_after_jobs_history(client: Client, clock: Froze
 
 
 def test_close_of_an_unknown_batch_is_no_such_job(client: Client, clock: FrozenClock) -> None:
-    from runtime.queue.batches import Batch
-
     with pytest.raises(NoSuchJob):
         Batch(client, "nope").close()
     assert client.get_batch("nope") is None
