@@ -30,7 +30,9 @@ def settled(client: Client, bid: str, timeout_s: float = 60) -> BatchStatus:
         status = client.get_batch(bid)
         return status if status is not None and status.settled_ms is not None else None
 
-    return wait_for(done, timeout_s, interval_s=0.05, what=f"batch {bid} to settle")
+    found = wait_for(done, timeout_s, interval_s=0.05, what=f"batch {bid} to settle")
+    assert found is not None
+    return found
 
 
 @pytest.mark.parametrize("now", [False, True], ids=["with-completion", "at-once"])
