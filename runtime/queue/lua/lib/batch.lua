@@ -5,9 +5,9 @@
 -- A batch lives in K.batch(bid): total, completed, failed, cancelled, sealed,
 -- the callbacks (spec JSON, "\n", data JSON) and, once put, their jids.
 -- pending = total - completed - failed, never stored. A job of a batch names
--- it in its meta (b). Its batch counts it in the very step that moves it
--- (Batch.moved, called by place.lua's moves as Place.counted): a new job adds
--- to total; one that completes, fails for good or is cancelled leaves
+-- it in its meta (b). Its batch counts it in the very call (one atomic step)
+-- that moves it (Batch.moved, called by place.lua's moves as Place.counted;
+-- written once a call, at its end: Batch.flush): a new job adds to total; one that completes, fails for good or is cancelled leaves
 -- pending; one that runs again (unfail, requeue, a batch's retry, a job failed
 -- as runtime.DependencyFailed whose parent runs again) returns to pending. So
 -- the counts are those of the jobs' states after every step, whoever ends
@@ -132,15 +132,56 @@ local function settle(bid, key, counts, now_us)
   redis.call('PEXPIRE', K.batch_failed(bid), ttl_ms)
 end
 
--- The batch's counts after adding `add` ({field = n}); settles it when it is
--- sealed and nothing is pending.
-local function count(bid, key, add, now_us)
-  local counts = {}
-  for field, n in pairs(add) do
-    redis.call('HINCRBY', key, field, n)
+-- What this call's moves add to each batch, written once for the call
+-- (Batch.flush, at its end): a drain's report of many jobs of one batch writes
+-- its counts once. Gathered by call number adds_call (CALL): bid -> {counts =
+-- {field -> n}, failed = {jid -> true (now failed) | false (no longer)}}, and
+-- the bids in the order first met.
+local adds, order, adds_call = {}, {}, 0
+
+local function adds_of(bid)
+  if adds_call ~= CALL then
+    adds, order, adds_call = {}, {}, CALL
   end
+  local add = adds[bid]
+  if not add then
+    add = { counts = {}, failed = {} }
+    adds[bid], order[#order + 1] = add, bid
+  end
+  return add
+end
+
+-- Writes one batch's gathered counts (its record read once, then one HINCRBY a
+-- field), then settles it when it is sealed and nothing is pending, or opens it
+-- again when a settled one has jobs pending once more. Nothing for a batch
+-- that has expired.
+local function write(bid, add, now_us)
+  local key = K.batch(bid)
   local h = redis.call('HMGET', key, 'total', 'completed', 'failed', 'sealed', 'settled_ms')
-  counts.total, counts.completed, counts.failed = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
+  if not h[1] then
+    return
+  end
+  local counts = { total = tonumber(h[1]), completed = tonumber(h[2]), failed = tonumber(h[3]) }
+  for field, n in pairs(add.counts) do
+    if n ~= 0 then
+      redis.call('HINCRBY', key, field, int(n))
+      counts[field] = (counts[field] or 0) + n
+    end
+  end
+  local into, out = {}, {}
+  for jid, failed in pairs(add.failed) do
+    if failed then
+      into[#into + 1] = jid
+    else
+      out[#out + 1] = jid
+    end
+  end
+  if #into > 0 then
+    redis.call('SADD', K.batch_failed(bid), unpack(into))
+  end
+  if #out > 0 then
+    redis.call('SREM', K.batch_failed(bid), unpack(out))
+  end
   local pending = counts.total - counts.completed - counts.failed
   if pending > 0 and h[5] then -- a settled batch runs again: open, and kept, once more
     redis.call('HDEL', key, 'settled_ms')
@@ -150,50 +191,61 @@ local function count(bid, key, add, now_us)
   elseif pending == 0 and h[4] == '1' and not h[5] then
     settle(bid, key, counts, now_us)
   end
-  return counts
+end
+
+-- Writes what this call's moves added to batches (at the end of the call:
+-- registered by place.lua, so before the hand-off, which then hands out the
+-- callbacks put here).
+function Batch.flush()
+  if adds_call ~= CALL then
+    return
+  end
+  adds_call = 0 -- what a callback's put adds (nothing: no batch) starts afresh
+  local now_us = Clock.now_us()
+  for _, bid in ipairs(order) do
+    write(bid, adds[bid], now_us)
+  end
 end
 
 -- A job of a batch (meta.b) moved from state `was` (nil: it is new) to
--- meta.s: its batch counts it (nothing when the batch has expired).
+-- meta.s: its batch counts it, at the end of the call.
 function Batch.moved(jid, meta, was, now_us)
   local bid, from, to = meta.b, class_of(was), class_of(meta.s)
   if from == to or type(bid) ~= 'string' then
     return
   end
-  local key = K.batch(bid)
-  if redis.call('EXISTS', key) == 0 then
-    return
-  end
-  local add = {}
+  local add = adds_of(bid)
+  local counts = add.counts
   if from == nil then
-    add.total = 1
+    counts.total = (counts.total or 0) + 1
   elseif from ~= 'pending' then
-    add[from] = -1
+    counts[from] = (counts[from] or 0) - 1
     if from == 'failed' then
-      redis.call('SREM', K.batch_failed(bid), jid)
+      add.failed[jid] = false
     end
   end
   if to ~= 'pending' then
-    add[to] = (add[to] or 0) + 1
+    counts[to] = (counts[to] or 0) + 1
     if to == 'failed' then
-      redis.call('SADD', K.batch_failed(bid), jid)
+      add.failed[jid] = true
     end
   end
-  count(bid, key, add, now_us)
 end
 
 -- A job of a batch is cancelled (deleted): counted as failed, and cancelled,
 -- unless it had ended (then it stays counted as it was).
 function Batch.cancelled(jid, meta, now_us)
   local bid, from = meta.b, class_of(meta.s)
-  if type(bid) ~= 'string' or redis.call('EXISTS', K.batch(bid)) == 0 then
+  if type(bid) ~= 'string' or from == 'completed' then
     return
   end
+  local add = adds_of(bid)
+  local counts = add.counts
+  counts.cancelled = (counts.cancelled or 0) + 1
   if from == 'pending' then
-    count(bid, K.batch(bid), { failed = 1, cancelled = 1 }, now_us)
-  elseif from == 'failed' then
-    redis.call('SREM', K.batch_failed(bid), jid)
-    redis.call('HINCRBY', K.batch(bid), 'cancelled', 1)
+    counts.failed = (counts.failed or 0) + 1
+  else
+    add.failed[jid] = false
   end
 end
 
@@ -207,7 +259,8 @@ function Batch.close(bid, now_us)
   end
   if sealed ~= '1' then
     redis.call('HSET', key, 'sealed', 1, 'sealed_ms', int(Clock.ms(now_us)))
-    count(bid, key, {}, now_us)
+    adds_of(bid) -- nothing to add: its flush settles it if nothing is pending
+    Batch.flush()
   end
 end
 
@@ -261,4 +314,5 @@ end
 
 end
 Place.counted = Batch.moved
+Place.batch_flush = Batch.flush
 Create.check_batch = Batch.check_put

@@ -15,7 +15,9 @@
 -- or no longer in that state, so no entry is met twice.
 --
 -- A job of a batch (meta.b) is counted by its batch in the move that changes
--- its state (Place.counted: lib/batch.lua): new, ended or running again.
+-- its state (Place.counted: lib/batch.lua): new, ended or running again; the
+-- counts of a call's moves are written at its end, before the hand-off (which
+-- then hands out the callbacks that put).
 --
 -- A scheduled job is scored by its due time (us, whole milliseconds) and keeps
 -- its put ticket (the queue's counter sseq) in meta.o while scheduled; its member
@@ -58,6 +60,10 @@ local function in_state(jid, state, queue, meta, problem, raw, sound_meta)
   end
   return false
 end
+
+at_end(function()
+  Place.batch_flush() -- lib/batch.lua
+end)
 
 -- Jobs of the queue may be ready: at the end of the call they go to masters
 -- idling on it, and a wake-up token stays for the rest if any are left
