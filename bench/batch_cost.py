@@ -61,7 +61,9 @@ def _per_job(before: tuple[dict[str, int], float, float], client: Client, n: int
 def measure(client: Client, jobs: int, batched: bool) -> dict[str, Any]:
     """Puts then runs `jobs` jobs (in one batch when `batched`): per-job counts."""
     queue = f"bench-{'batch' if batched else 'plain'}"
-    b = client.batch(on_success=("cb", "bench.jobs:done", {}), on_complete=("cb", "bench.jobs:end", {})) if batched else None  # fmt: skip
+    b = None
+    if batched:
+        b = client.batch(("cb", "bench.jobs:done", {}), ("cb", "bench.jobs:end", {}))
     target = b.queue(queue) if b is not None else client.queue(queue)
     before = _stats(client)
     for _ in range(jobs):  # one call a job, as an application puts
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 client.redis.ping()
                 break
-            except Exception:  # noqa: BLE001 - not listening yet
+            except Exception:  # not listening yet
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
@@ -113,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         batched = measure(client, args.jobs, batched=True)
         added = {
             phase: {
-                "commands_total": batched[phase]["commands_total"]
-                - plain[phase]["commands_total"],
+                "commands_total": batched[phase]["commands_total"] - plain[phase]["commands_total"],
                 "cpu_us": batched[phase]["cpu_us"] - plain[phase]["cpu_us"],
                 "script_us": batched[phase]["script_us"] - plain[phase]["script_us"],
             }
