@@ -19,15 +19,27 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from runtime import config
 from runtime.errors import BadArgument
 from runtime.queue import ops, wire
 from runtime.queue.wire import JobSpec
 
-if TYPE_CHECKING:
-    from runtime.queue.client import Client
+T = TypeVar("T")
+
+
+class Conn(Protocol):
+    def call(self, call: ops.Call[T]) -> T: ...
+
+
+class Client(Protocol):
+    """What a batch needs of its client (runtime.queue.client.Client)."""
+
+    @property
+    def conn(self) -> Conn: ...
+    def put_many(self, specs: Iterable[JobSpec]) -> list[str]: ...
+    def get_batch(self, bid: str) -> BatchStatus | None: ...
 
 # What a callback is given as: (queue, klass, data), or a typed job's spec.
 Callback = tuple[str, Any, Mapping[str, Any] | None] | JobSpec

@@ -89,8 +89,8 @@ LIBRARY = (
 
 # Operations that never write: `no-writes` functions, called with FCALL_RO.
 READ_ONLY = frozenset(
-    ("batch_get", "counts", "domains", "failed", "get", "jobs", "message_status", "metrics",
-     "now", "peek", "workers")
+    ("counts", "domains", "failed", "get", "jobs", "message_status", "metrics", "now", "peek",
+     "workers", "batch_get")
 )  # fmt: skip
 # Operations that only free memory: `allow-oom` functions, run while Redis is full.
 FREEING = frozenset(("cancel", "queue_forget", "retention"))
