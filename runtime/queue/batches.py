@@ -41,6 +41,7 @@ class Client(Protocol):
     def put_many(self, specs: Iterable[JobSpec]) -> list[str]: ...
     def get_batch(self, bid: str) -> BatchStatus | None: ...
 
+
 # What a callback is given as: (queue, klass, data), or a typed job's spec.
 Callback = tuple[str, Any, Mapping[str, Any] | None] | JobSpec
 # The fields the batch adds to a callback's data.
