@@ -264,9 +264,10 @@ def recur_ticks(id: str, cron: str, ticks: Sequence[int]) -> Call[int]:
 
 def batch_open(bid: str, description: str, on_success: Sequence[str],
                on_complete: Sequence[str]) -> Call[None]:  # fmt: skip
-    """Creates a batch; each callback is [spec JSON, data JSON] or ["", ""]."""
+    """Creates a batch; each callback is [spec JSON, data JSON] or ["", ""]. Safe to
+    repeat: the same open again changes nothing."""
     args = (bid, description, *on_success, *on_complete)
-    return _op("batch_open", *args, decode=_none)
+    return _op("batch_open", *args, decode=_none, repeatable=True)
 
 
 def batch_close(bid: str) -> Call[dict[str, Any]]:

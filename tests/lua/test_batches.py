@@ -237,6 +237,19 @@ def test_a_dependency_failure_counts_and_its_restore_reopens(
     assert a == "a"
 
 
+def test_the_same_open_again_changes_nothing_another_is_refused(
+    client: Client, clock: FrozenClock
+) -> None:
+    args = ("b1", "d", *(FINALLY_WIRE := ['{"jid":"c1","queue":"cb","klass":"a.b:c"}', "{}"]))
+    client.conn.run("batch_open", *args, "", "")
+    before = snapshot(client)
+    client.conn.run("batch_open", *args, "", "")
+    assert snapshot(client) == before
+    with pytest.raises(BadArgument, match="exists"):
+        client.conn.run("batch_open", "b1", "other", *FINALLY_WIRE, "", "")
+    assert snapshot(client) == before
+
+
 def test_callbacks_are_checked_at_open(client: Client, clock: FrozenClock) -> None:
     before = snapshot(client)
     with pytest.raises(BadArgument, match="bid"):

@@ -7,7 +7,7 @@
 --          a callback: put.lua's spec JSON (with its jid; no batch, depends or
 --          by) and data JSON, or '' and '' for none. Its data may not hold
 --          bid, total, completed or failed: the batch adds them when it fires.
--- Reply    1
+-- Reply    1 (also for the same open again: a retry after a lost reply)
 -- Errors   BAD_ARG (a malformed argument, a bad callback, the bid taken)
 
 if #ARGV ~= 6 then

@@ -57,8 +57,9 @@ local function callback(kind, spec_json, data_json, now_ms)
   return spec_json .. '\n' .. data_json
 end
 
--- Creates a batch (batch_open.lua). Returns nothing; BAD_ARG when bid is
--- taken or a callback is bad.
+-- Creates a batch (batch_open.lua); the same open again (a retry after a lost
+-- reply) changes nothing. BAD_ARG when bid is another batch's or a callback
+-- is bad.
 function Batch.open(bid, description, success, complete, now_ms)
   Check.token('bid', bid, LIMITS.jid_max)
   if #description > LIMITS.note_max_bytes or not Text.utf8(description) then
@@ -66,7 +67,11 @@ function Batch.open(bid, description, success, complete, now_ms)
   end
   local on_success = callback('success', success[1], success[2], now_ms)
   local on_complete = callback('complete', complete[1], complete[2], now_ms)
-  if redis.call('EXISTS', K.batch(bid)) == 1 then
+  local was = redis.call('HMGET', K.batch(bid), 'desc', 'on_success', 'on_complete')
+  if was[1] then
+    if was[1] == description and was[2] == on_success and was[3] == on_complete then
+      return
+    end
     E.bad('a batch with bid ' .. bid .. ' already exists')
   end
   redis.call('HSET', K.batch(bid), 'total', 0, 'completed', 0, 'failed', 0, 'cancelled', 0,
