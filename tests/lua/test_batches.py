@@ -240,13 +240,14 @@ def test_a_dependency_failure_counts_and_its_restore_reopens(
 def test_the_same_open_again_changes_nothing_another_is_refused(
     client: Client, clock: FrozenClock
 ) -> None:
-    args = ("b1", "d", *(FINALLY_WIRE := ['{"jid":"c1","queue":"cb","klass":"a.b:c"}', "{}"]))
+    callback = ['{"jid":"c1","queue":"cb","klass":"a.b:c"}', "{}"]
+    args = ("b1", "d", *callback)
     client.conn.run("batch_open", *args, "", "")
     before = snapshot(client)
     client.conn.run("batch_open", *args, "", "")
     assert snapshot(client) == before
     with pytest.raises(BadArgument, match="exists"):
-        client.conn.run("batch_open", "b1", "other", *FINALLY_WIRE, "", "")
+        client.conn.run("batch_open", "b1", "other", *callback, "", "")
     assert snapshot(client) == before
 
 
