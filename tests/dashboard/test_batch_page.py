@@ -48,6 +48,10 @@ def test_a_batch_page_shows_progress_failures_and_retries_them_all(
     assert "retried%202%20failed%20jobs" in answer.headers["set-cookie"]
     status = client.get_batch(b.bid)
     assert status is not None and (status.failed, status.pending) == (0, 3)
+    for lease in client.queue("q").pop(3, worker="w"):
+        lease.complete()
+    settled = http.get("/batch", params={"bid": b.bid}).text
+    assert "settled" in settled and "kept" in settled and "/job?jid=" in settled
     job_page = http.get("/job", params={"jid": "bj0"})
     assert f"/batch?bid={b.bid}" in job_page.text
     found = http.get("/find", params={"q": b.bid})
