@@ -319,6 +319,17 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("batch_retry", ("b1", 0), BadArgument, "count"),
     ("batch_retry", ("b1", "many"), BadArgument, "count"),
     ("put", (spec(batch="a b"), OK_DATA), BadArgument, "batch"),
+    (
+        "recur",
+        (
+            json.dumps(
+                {"id": "r", "queue": "q", "spec": {"klass": "a.b:c", "batch": "b"}, "every": 5}
+            ),
+            "{}",
+        ),
+        BadArgument,
+        "cannot set batch",
+    ),
     ("put", (spec(batch="nope"), OK_DATA), BadArgument, "no batch"),
     ("domains", (0,), BadArgument, "count"),
     ("domains", (1001,), BadArgument, "count"),
