@@ -30,11 +30,14 @@ from runtime.queue.wire import JobSpec
 from runtime.typed import JobFunction, PutOptions, job
 
 if TYPE_CHECKING:
+    from runtime.queue.batches import Batch, BatchStatus
     from runtime.queue.client import Client, Queue
     from runtime.queue.holder import Lease
 
 __version__ = version()
 LAZY = {
+    "Batch": "runtime.queue.batches",
+    "BatchStatus": "runtime.queue.batches",
     "Client": "runtime.queue.client",
     "Queue": "runtime.queue.client",
     "Lease": "runtime.queue.holder",
@@ -42,7 +45,7 @@ LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Client, Queue and Lease, imported on first use (PEP 562)."""
+    """Client, Queue, Lease and the batch classes, imported on first use (PEP 562)."""
     if name not in LAZY:
         raise AttributeError(f"module 'runtime' has no attribute {name!r}")
     import importlib  # noqa: PLC0415 - only when a lazy name is first used
@@ -54,6 +57,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BadArgument",
+    "Batch",
+    "BatchStatus",
     "Client",
     "ConfigError",
     "DependedOn",

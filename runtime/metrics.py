@@ -25,6 +25,10 @@ Metrics (no jid in any label):
     runtime_jobs_retried_total{queue}            counter: retries          all masters)
     runtime_job_wait_seconds{queue}              histogram: put (or due) to popped
     runtime_job_run_seconds{queue}               histogram: popped to completed
+    runtime_batches_open                         gauge: batches not settled yet (jobs
+                                                 pending, or not closed)
+    runtime_batch_oldest_open_seconds            gauge: age of the oldest open batch
+                                                 (0 when none is open)
     runtime_redis_up                             gauge: 1 if Redis answered the scrape
 
 The histograms cover the current UTC day (lua/lib/stats.lua keeps statistics per
@@ -172,7 +176,22 @@ def families(snapshot: Mapping[str, Any], up_s: float = UP_S) -> list[Family]:
             [((w,), info["running"]) for w, info in workers],
         )
     )
+    out.extend(_batch_gauges(snapshot))
     return out
+
+
+def _batch_gauges(snapshot: Mapping[str, Any]) -> list[Family]:
+    """Open batches (runtime.queue.batches): how many, and how old the oldest is."""
+    batches = snapshot.get("batches") or {}
+    oldest_ms = batches.get("oldest_ms")
+    now_ms = int(snapshot.get("now_ms") or 0)
+    age_s = max(0.0, (now_ms - oldest_ms) / 1000) if oldest_ms is not None and now_ms else 0.0
+    return [
+        Family("runtime_batches_open", "gauge", "batches not settled yet", (),
+               [((), int(batches.get("open") or 0))]),
+        Family("runtime_batch_oldest_open_seconds", "gauge", "age of the oldest open batch",
+               (), [((), age_s)]),
+    ]  # fmt: skip
 
 
 def _queue_gauges(queues: list[tuple[str, Mapping[str, Any]]]) -> list[Family]:

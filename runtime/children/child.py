@@ -280,6 +280,7 @@ class Child:
             _send=self.send,
             _shard=self._shard_of(run.queue),
             _shards=self.shards,
+            _batch=run.batch,
         )
         try:
             result = fn(context)

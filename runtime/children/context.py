@@ -35,6 +35,7 @@ class JobContext:
     _progress_held: protocol.Progress | None = field(default=None, repr=False)
     _shard: str = field(default="", repr=False)  # the job's namespace (a sharded site)
     _shards: Shards | None = field(default=None, repr=False)
+    _batch: str | None = field(default=None, repr=False)  # the bid of the job's batch
 
     def __repr__(self) -> str:  # never data: reprs end up in logs and error reports
         return f"JobContext(jid={self.jid!r}, klass={self.klass!r}, attempt={self.attempt})"
@@ -62,6 +63,11 @@ class JobContext:
         else:
             self._progress_held = report
 
+    @property
+    def batch(self) -> JobBatch | None:
+        """The job's batch (None when it is in none): `ctx.batch.put(...)` adds a job to it."""
+        return None if self._batch is None else JobBatch(self._batch, self)
+
     def put(
         self,
         target: Any,
@@ -76,19 +82,10 @@ class JobContext:
         puts twice; `now=True` puts it at once. `target` is a queue name (then `klass`,
         `data` and put's options follow), a typed job (then its keyword arguments), or
         a JobSpec."""
-        if isinstance(target, JobSpec):
-            spec = target
-        elif isinstance(target, str):
-            spec = JobSpec.build(target, klass, data, **options)
-        elif callable(getattr(target, "spec", None)):
-            arguments = dict(options)
-            if klass is not None or data is not None:
-                raise BadArgument("a typed job takes its arguments by keyword")
-            spec = target.spec(**arguments)
-            if not isinstance(spec, JobSpec):
-                raise BadArgument(f"{target!r}.spec() did not make a job")
-        else:
-            raise BadArgument(f"put takes a queue name, a typed job or a JobSpec, got {target!r}")
+        return self.put_spec(_spec_of(target, klass, data, options), now)
+
+    def put_spec(self, spec: JobSpec, now: bool = False) -> str:
+        """Puts the job `spec` describes (as `put` does); returns its jid."""
         if self._shards is not None:  # CrossShard: the master puts in the job's namespace only
             self._shards.check(self._shard, spec.queue, "a job put from a job")
         spec_json, data_json = spec.to_wire()
@@ -100,3 +97,42 @@ class JobContext:
         if self._progress_held is not None:
             self._send(self._progress_held)
             self._progress_held = None
+
+
+@dataclass(frozen=True)
+class JobBatch:
+    """The batch of a running job (`ctx.batch`). What it puts joins the batch and
+    keeps it open until that job ends too, even once the batch is sealed."""
+
+    bid: str
+    context: JobContext = field(repr=False)
+
+    def put(
+        self,
+        target: Any,
+        klass: Any = None,
+        data: Mapping[str, Any] | None = None,
+        *,
+        now: bool = False,
+        **options: Any,
+    ) -> str:
+        """As `ctx.put` (with the completion by default, or `now=True`), into the batch."""
+        spec = _spec_of(target, klass, data, options).in_batch(self.bid)
+        return self.context.put_spec(spec, now)
+
+
+def _spec_of(target: Any, klass: Any, data: Mapping[str, Any] | None, options: Any) -> JobSpec:
+    """The job a put names: a queue name (then klass, data and put's options), a
+    typed job (then its keyword arguments), or a JobSpec."""
+    if isinstance(target, JobSpec):
+        return target
+    if isinstance(target, str):
+        return JobSpec.build(target, klass, data, **options)
+    if callable(getattr(target, "spec", None)):
+        if klass is not None or data is not None:
+            raise BadArgument("a typed job takes its arguments by keyword")
+        spec = target.spec(**dict(options))
+        if not isinstance(spec, JobSpec):
+            raise BadArgument(f"{target!r}.spec() did not make a job")
+        return spec
+    raise BadArgument(f"put takes a queue name, a typed job or a JobSpec, got {target!r}")

@@ -59,6 +59,7 @@ class Run(Message):
     deadline: float
     cpu_limit_s: float | None = None
     start_at: float | None = None
+    batch: str | None = None  # the bid of the job's batch (ctx.batch)
 
 
 @dataclass

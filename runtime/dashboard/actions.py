@@ -105,6 +105,11 @@ def delete_group(client: Client, form: Form) -> str:
     return f"deleted {deleted} failed jobs of {form['group']}"
 
 
+def retry_batch(client: Client, form: Form) -> str:
+    moved = client.retry_batch(_field(form, "bid"))
+    return f"retried {moved} failed jobs of batch {form['bid']}"
+
+
 ACTIONS: dict[str, Callable[[Client, Form], str]] = {
     "pause": pause,
     "resume": resume,
@@ -114,6 +119,7 @@ ACTIONS: dict[str, Callable[[Client, Form], str]] = {
     "priority": priority,
     "retry-group": retry_group,
     "delete-group": delete_group,
+    "retry-batch": retry_batch,
 }
 
 

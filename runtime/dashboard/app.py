@@ -62,6 +62,7 @@ def routes() -> list[BaseRoute]:
         ("/queues", views.queues),
         ("/queue", views.queue),
         ("/job", views.job),
+        ("/batch", views.batch),
         ("/find", views.find),
         ("/failures", views.failures),
         ("/workers", views.workers),

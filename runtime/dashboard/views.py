@@ -149,6 +149,18 @@ def job(request: Request) -> Response:
     )
 
 
+def batch(request: Request) -> Response:
+    """A batch: its progress, callbacks and failed jobs (with retry-all)."""
+    client = _client(request)
+    bid = request.query_params.get("bid", "")
+    found = client.get_batch(bid) if bid else None
+    now_ms = client.conn.now_ms()
+    if found is None:
+        return page(request, "missing.html", what="batch", name=bid, now_ms=now_ms)
+    failed = [j for j in client.get_jobs(list(found.failed_jids)) if j is not None]
+    return page(request, "batch.html", now_ms=now_ms, batch=found, failed=failed)
+
+
 def find(request: Request) -> Response:
     """A jid opens its job; anything else lists the jobs tagged with it."""
     client = _client(request)
@@ -156,6 +168,8 @@ def find(request: Request) -> Response:
     prefix = request.app.state.prefix
     if text and reads.of_job(request.app.state, text).get_job(text) is not None:
         return RedirectResponse(f"{prefix}/job{query(jid=text)}", status_code=303)
+    if text and client.get_batch(text) is not None:
+        return RedirectResponse(f"{prefix}/batch{query(bid=text)}", status_code=303)
     number = _page_number(request)
     found = (
         jobreads.tagged(client, text, (number - 1) * jobreads.PAGE_SIZE, jobreads.PAGE_SIZE)

@@ -28,7 +28,7 @@ import redis
 
 from runtime import config
 from runtime.errors import Error, JobExists, JobFailed, WaitTimeout
-from runtime.queue import ops, wire
+from runtime.queue import batches, ops, wire
 from runtime.queue.admin import Admin
 from runtime.queue.connection import RETRY_FOR_S, Connection
 from runtime.queue.holder import Lease, Leases
@@ -182,6 +182,29 @@ class Client:
         if ending.state == JobState.FAILED:
             raise JobFailed(jid, ending.group, ending.message)
         return ending.result
+
+    # --- batches (runtime.queue.batches) -------------------------------------------------
+
+    def batch(
+        self,
+        on_success: batches.Callback | None = None,
+        on_complete: batches.Callback | None = None,
+        description: str | None = None,
+    ) -> batches.Batch:
+        """A new batch: put its jobs (`b.queue(name).put`, `b.put_many`), then
+        `b.close()`. Each callback is (queue, klass, data) or a typed job's spec;
+        its data gets bid, total, completed and failed when it is put."""
+        bid, call = batches.open_call(on_success, on_complete, description)
+        self.conn.call(call)
+        return batches.Batch(self, bid)
+
+    def get_batch(self, bid: str) -> batches.BatchStatus | None:
+        """A batch's counts and callbacks; None if there is none (or it expired)."""
+        return self.conn.call(batches.status_call(bid))
+
+    def retry_batch(self, bid: str, count: int = 1000) -> int:
+        """Runs up to `count` of the batch's failed jobs again; how many."""
+        return self.conn.call(ops.batch_retry(bid, count))
 
     # --- failures and domains ---------------------------------------------------------
 

@@ -132,6 +132,7 @@ class Job:
     result: Any = None  # a complete job's return value (decoded JSON), None for none
     output: str = ""  # the output tail of its last attempt
     progress: dict[str, Any] | None = None  # {"done", "total", "message", "at_ms"}
+    batch: str | None = None  # the bid of its batch (runtime.queue.batches)
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> Job:
@@ -168,6 +169,7 @@ class Job:
             result=reply.get("result"),
             output=str(reply.get("output", "")),
             progress=_progress(reply.get("progress")),
+            batch=meta.get("b"),
         )
 
     @property

@@ -73,6 +73,14 @@ Key schema (the kind of each key in brackets):
     grace                    [hash]  post-outage grace window (lua/lib/lease.lua): from_us,
                                      resumed_us, until_us, prev_from_us, prev_resumed_us,
                                      worker; written by resumed.lua, expires at until_us
+    batch:<bid>              [hash]  a batch (lua/lib/batch.lua): total, completed, failed,
+                                     cancelled (counted as failed), sealed, created_ms,
+                                     sealed_ms, settled_ms, desc; on_success, on_complete
+                                     (callback spec JSON, "\\n", data JSON) and, once put,
+                                     success_jid, complete_jid; expires jobs-history after
+                                     it settled
+    batch:<bid>:failed       [set]   the batch's jobs now failed (not the cancelled ones)
+    batches                  [zset]  open batches (not yet settled) -> created (ms)
     test-clock               [string] frozen time (us); set only by tests, read only while
                                      the config hash has the field test-clock
 """
@@ -128,6 +136,9 @@ TEMPLATES: dict[str, str] = {
     "domain_tat": "domain-tat",
     "domain_lanes": "domain-lanes:{domain}",
     "grace": "grace",
+    "batch": "batch:{bid}",
+    "batch_failed": "batch:{bid}:failed",
+    "batches": "batches",
     "test_clock": "test-clock",
 }
 

@@ -259,6 +259,36 @@ def recur_ticks(id: str, cron: str, ticks: Sequence[int]) -> Call[int]:
     return _op("recur_ticks", id, cron, *ticks, decode=int, repeatable=True)
 
 
+# --- batches (lua/lib/batch.lua) -------------------------------------------------------------
+
+
+def batch_open(bid: str, description: str, on_success: Sequence[str],
+               on_complete: Sequence[str]) -> Call[None]:  # fmt: skip
+    """Creates a batch; each callback is [spec JSON, data JSON] or ["", ""]. Safe to
+    repeat: the same open again changes nothing."""
+    args = (bid, description, *on_success, *on_complete)
+    return _op("batch_open", *args, decode=_none, repeatable=True)
+
+
+def batch_close(bid: str) -> Call[dict[str, Any]]:
+    """Seals a batch (safe to repeat: sealing again changes nothing)."""
+    return _op("batch_close", bid, decode=_object, repeatable=True)
+
+
+def batch_get(bid: str, failed_max: int) -> Call[dict[str, Any] | None]:
+    """A batch as batch_get.lua answers it, None when there is none."""
+    return _op("batch_get", bid, failed_max, decode=_object_or_none, repeatable=True)
+
+
+def batch_retry(bid: str, count: int) -> Call[int]:
+    """Runs up to `count` failed jobs of the batch again; how many."""
+    return _op("batch_retry", bid, count, decode=int)
+
+
+def _object_or_none(reply: Any) -> Any:
+    return None if reply is None else _object(reply)
+
+
 # --- failures -----------------------------------------------------------------------------
 
 

@@ -80,6 +80,7 @@ LIBRARY = (
     "handoff",
     "deps",
     "create",
+    "batch",
     "recur",
     "retention",
     "report",
@@ -89,7 +90,7 @@ LIBRARY = (
 # Operations that never write: `no-writes` functions, called with FCALL_RO.
 READ_ONLY = frozenset(
     ("counts", "domains", "failed", "get", "jobs", "message_status", "metrics", "now", "peek",
-     "workers")
+     "workers", "batch_get")
 )  # fmt: skip
 # Operations that only free memory: `allow-oom` functions, run while Redis is full.
 FREEING = frozenset(("cancel", "queue_forget", "retention"))

@@ -259,9 +259,11 @@ class SiteAdmin:
         counts and today's statistics, failure groups, and workers (a worker in
         several namespaces is one, running the jobs of all)."""
         out: dict[str, Any] = {"now_ms": 0, "queues": {}, "groups": {}, "workers": {}}
+        out["batches"] = {"open": 0, "oldest_ms": None}
         for client in self.site.clients.values():
             part = client.admin.snapshot(up_s)
             out["now_ms"] = max(out["now_ms"], int(part.get("now_ms") or 0))
+            _merge_batches(out["batches"], part.get("batches") or {})
             for queue, counts in part["queues"].items():
                 into = out["queues"].get(queue)
                 if into is None:
@@ -282,6 +284,14 @@ class SiteAdmin:
                     into["seen_ms"] = max(into.get("seen_ms") or 0, info.get("seen_ms") or 0)
                     into["running"] = (into.get("running") or 0) + (info.get("running") or 0)
         return out
+
+
+def _merge_batches(into: dict[str, Any], part: Mapping[str, Any]) -> None:
+    """Open batches of two namespaces: summed, the oldest of both."""
+    into["open"] += int(part.get("open") or 0)
+    oldest = part.get("oldest_ms")
+    if oldest is not None and (into["oldest_ms"] is None or oldest < into["oldest_ms"]):
+        into["oldest_ms"] = int(oldest)
 
 
 def _merge_worker(into: dict[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import math
 import os
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -222,6 +222,13 @@ class JobSpec:
         if timeout is not None:
             options["timeout_s"] = check_seconds("timeout", timeout)
         return cls(check_queue(queue), klass_path(klass), encode_data(data), options)
+
+    def in_batch(self, bid: str) -> JobSpec:
+        """This job as a job of the batch `bid` (runtime.queue.batches)."""
+        other = self.options.get("batch")
+        if other is not None and other != bid:
+            raise BadArgument(f"job {self.options['jid']} is already for batch {other}")
+        return replace(self, options={**self.options, "batch": bid})
 
     def to_wire(self) -> list[str]:
         """[spec JSON, data JSON] for put.lua; options at their default are left

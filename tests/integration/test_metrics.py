@@ -248,3 +248,17 @@ def test_a_port_in_use_is_a_one_line_error(plain_client: Client) -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(f"runtime: error: cannot listen on 127.0.0.1:{port}")
     assert done.stderr.count("\n") == 1
+
+
+def test_open_batches_are_counted_until_they_settle(plain_client: Client) -> None:
+    assert scrape(plain_client)[("runtime_batches_open", ())] == 0
+    b = plain_client.batch()
+    b.queue("q").put("myapp.jobs:send", {})
+    plain_client.batch().close()  # empty: settled at once
+    samples = scrape(plain_client)
+    assert samples[("runtime_batches_open", ())] == 1
+    assert samples[("runtime_batch_oldest_open_seconds", ())] >= 0
+    b.close()
+    [lease] = plain_client.queue("q").pop(1, worker="w")
+    lease.complete()
+    assert scrape(plain_client)[("runtime_batches_open", ())] == 0

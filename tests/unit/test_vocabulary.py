@@ -73,6 +73,10 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("commands/workers.py", r'info\.get\("running"', "a worker's running jobs"),
     ("metrics.py", r'info\["running"\]', "a worker's running jobs"),
     ("dashboard/jobreads.py", r'info\.get\("throttled"\)', "a domain's jobs in throttled lanes"),
+    # a batch's counts (completed, failed) and its callbacks' kinds (on_complete)
+    ("queue/lua/lib/batch.lua", r"'(failed|complete)'", "a batch's count, a callback's kind"),
+    ("queue/batches.py", r'"failed"', "a batch's count failed"),
+    ("queue/batches.py", r'options\.get\("depends"\)', "the put option depends"),
 ]
 
 

@@ -1,7 +1,8 @@
 -- cancel.lua: deletes jobs, wherever they are. The holder of a running one is
 -- told at once: its jid is published on K.cancels(holder) (a master listening
 -- there stops it; else it learns at its next heartbeat that its lease is
--- lost). Clients waiting for one wake (lib/wait.lua) and find no job.
+-- lost). Clients waiting for one wake (lib/wait.lua) and find no job. A job
+-- of a batch that had not ended counts as failed there (lib/batch.lua).
 --
 -- KEYS[1]  the namespace root
 -- ARGV     jid_1, jid_2, ...
@@ -36,9 +37,13 @@ for _, jid in ipairs(ARGV) do
   end
 end
 local cancelled = {}
-local now_ms = Clock.ms(Clock.now_us())
+local now_us = Clock.now_us()
+local now_ms = Clock.ms(now_us)
 for _, jid in ipairs(found) do
   local meta = found[jid]
+  if meta.b then -- counted as failed by its batch (lib/batch.lua)
+    Batch.cancelled(jid, meta, now_us)
+  end
   Place.delete(jid, meta)
   Wait.notify(jid, meta, 'cancelled', now_ms)
   if meta.s == RUNNING and type(meta.w) == 'string' then

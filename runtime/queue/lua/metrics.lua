@@ -7,7 +7,9 @@
 --                      "stats": {today's statistics fields (lib/stats.lua) of wait
 --                                and run: "wait:ms", "wait:ms2", "wait:hist:ms5", ...}}},
 --           "groups": {"<failure group>": n, ...},
---           "workers": {"<worker>": {"seen_ms": n, "running": n}, ...} (those up)}
+--           "workers": {"<worker>": {"seen_ms": n, "running": n}, ...} (those up),
+--           "batches": {"open": n, "oldest_ms": created ms of the oldest open batch,
+--                       or null} (lib/batch.lua)}
 --          Every known queue, at most counts_max; workers at most workers_max.
 -- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   BAD_ARG
@@ -51,6 +53,10 @@ for i = 1, #seen, 2 do
     .. ',"running":' .. redis.call('SCARD', K.worker_jobs(seen[i])) .. '}'
 end
 
+local oldest = redis.call('ZRANGE', K.batches, 0, 0, 'WITHSCORES')
+local batches = '{"open":' .. redis.call('ZCARD', K.batches) .. ',"oldest_ms":'
+  .. (oldest[2] and int(tonumber(oldest[2])) or 'null') .. '}'
+
 return '{"now_ms":' .. int(now_ms) .. ',"queues":{' .. table.concat(queues, ',')
   .. '},"groups":{' .. table.concat(groups, ',') .. '},"workers":{'
-  .. table.concat(workers, ',') .. '}}'
+  .. table.concat(workers, ',') .. '},"batches":' .. batches .. '}'

@@ -14,6 +14,9 @@
 --                                   for one more run after it
 --            backoff                [min s, max s] or null; timeout_s: number or null
 --            tracked                boolean
+--            batch                  the bid of a batch the job joins (lib/batch.lua):
+--                                   an open one, or a sealed one when `by` is a
+--                                   job of it that has not ended
 --            by                     the jid of the job putting it (a running job's
 --                                   put that goes at once): recorded in its put
 --                                   event, and that job's history counts it ("puts")

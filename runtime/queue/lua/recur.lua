@@ -24,7 +24,7 @@ local spec = {}
 for k, v in pairs(given.spec) do
   if v ~= cjson.null then
     if k == 'jid' or k == 'queue' or k == 'delay_ms' or k == 'at_ms' or k == 'depends'
-        or k == 'unique_key' then
+        or k == 'unique_key' or k == 'batch' then
       E.bad('a recurrence cannot set ' .. k .. ' on its jobs')
     end
     spec[k] = v

@@ -53,6 +53,10 @@ function Create.parse(spec, data, now_ms)
   if value ~= nil and value ~= null then
     job.by = Check.token('by', value, LIMITS.jid_max)
   end
+  value = spec.batch
+  if value ~= nil and value ~= null then
+    job.batch = Check.token('batch', value, LIMITS.jid_max)
+  end
   value = spec.domain
   if value ~= nil and value ~= null then
     job.domain = Check.token('domain', value, LIMITS.domain_max)
@@ -97,6 +101,9 @@ function Create.check(args, first, now_ms, by)
     end
     in_call[job.jid] = true
     jobs[#jobs + 1] = job
+    if job.batch then
+      Create.check_batch(job.batch, job.by) -- lib/batch.lua
+    end
     depending = depending or #job.depends > 0
   end
   if not depending then -- nothing below to check
@@ -179,6 +186,9 @@ function Create.job(job, now_us)
   end
   if job.timeout_s then
     meta.to = job.timeout_s
+  end
+  if job.batch then
+    meta.b = job.batch
   end
   if #job.tags > 0 then
     local tags, seen = {}, {}

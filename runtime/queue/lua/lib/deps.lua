@@ -154,10 +154,8 @@ function Deps.restore(root, now_us)
         or Deps.failed_parent(other) then
       return nil
     end
-    Place.remove(other, meta, true)
     Job.event(other, meta, now_ms, 'unfailed', { n = 'job ' .. parent .. ' runs again' })
-    meta.s, meta.f, meta.lr = DEPENDS, nil, nil
-    redis.call('SADD', K.depends(meta.q), other)
+    Place.depend_again(other, meta, now_us)
     Job.save(other, meta, data)
     return ''
   end)

@@ -30,6 +30,7 @@
 --   rl a complete job's result: the last rl bytes of the record, after its data
 --   ot its last attempt's output is in K.output (1)    pg its progress is in K.progress (1)
 --   wt someone waits for it to end until then (ms)    wn how many registered (lib/wait.lua)
+--   b its batch's bid (lib/batch.lua; a meta with it is never compact)
 --   h events may carry: n a note, c a count and j jids (puts), b the job that put it
 --
 -- A queued job's meta may also be stored compact (Job.compact: the shared
@@ -74,7 +75,7 @@ local TYPES = { p = 'number', g = 'table', a = 'number', o = 'number', d = 'numb
   dm = 'string', uk = 'string', uf = 'number', rq = 'number', w = 'string', l = 'string',
   lr = 'string', qt = 'number', pt = 'number', f = 'table', bo = 'table', to = 'number',
   tr = 'number', cr = 'number', rl = 'number', ot = 'number', pg = 'number', wt = 'number',
-  wn = 'number' }
+  wn = 'number', b = 'string' }
 
 local function strings(list)
   for i = 1, #list do

@@ -14,6 +14,11 @@
 -- over an index (promotions, reclaims) drop entries whose job is corrupt, gone
 -- or no longer in that state, so no entry is met twice.
 --
+-- A job of a batch (meta.b) is counted by its batch in the move that changes
+-- its state (Place.counted: lib/batch.lua): new, ended or running again; the
+-- counts of a call's moves are written at its end, before the hand-off (which
+-- then hands out the callbacks that put).
+--
 -- A scheduled job is scored by its due time (us, whole milliseconds) and keeps
 -- its put ticket (the queue's counter sseq) in meta.o while scheduled; its member
 -- is that ticket, fixed-order encoded, then the jid. Members of equal score sort
@@ -55,6 +60,10 @@ local function in_state(jid, state, queue, meta, problem, raw, sound_meta)
   end
   return false
 end
+
+at_end(function()
+  Place.batch_flush() -- lib/batch.lua
+end)
 
 -- Jobs of the queue may be ready: at the end of the call they go to masters
 -- idling on it, and a wake-up token stays for the rest if any are left
@@ -153,7 +162,7 @@ end
 -- ahead, else waiting. `put_ms`: its put time, when the caller knows it (a
 -- new job); else its history says.
 function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend, put_ms)
-  local queue = meta.q
+  local queue, was = meta.q, meta.s
   local now_ms = Clock.ms(now_us)
   local eligible = (due_ms and due_ms > now_ms) and due_ms or now_ms
   meta.qt = eligible ~= (put_ms or Job.put_ms(meta)) and eligible or nil
@@ -180,6 +189,9 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend, put_ms)
     Place.wake(queue)
   end
   Job.save(jid, meta, data)
+  if meta.b then
+    Place.counted(jid, meta, was, now_us)
+  end
 end
 
 -- The lease holder gives the job back unfinished: to the head of its lane, its
@@ -201,7 +213,7 @@ end
 -- Final failure of one job: it joins its group's list and its waiters wake
 -- (lib/wait.lua). The caller saves the record.
 function Place.fail_only(jid, meta, group, message, worker, now_us)
-  local now_ms = Clock.ms(now_us)
+  local now_ms, was = Clock.ms(now_us), meta.s
   Stats.count(meta.q, 'failed', now_us)
   Unique.release(jid, meta)
   meta.s, meta.o = FAILED, nil
@@ -212,6 +224,33 @@ function Place.fail_only(jid, meta, group, message, worker, now_us)
   redis.call('LPUSH', K.failed(group), jid)
   redis.call('ZINCRBY', K.failed_groups, '1', group)
   Wait.notify(jid, meta, FAILED, now_ms)
+  if meta.b then
+    Place.counted(jid, meta, was, now_us)
+  end
+end
+
+-- The job completed (its holder reported it done): state complete, kept by
+-- its queue's statistics; the caller saves the record and enters it in
+-- K.completed (Report.completed).
+function Place.complete(jid, meta, now_us)
+  local was = meta.s
+  meta.s, meta.o = COMPLETE, nil
+  Stats.enter(jid, meta, now_us)
+  if meta.b then
+    Place.counted(jid, meta, was, now_us)
+  end
+end
+
+-- A job that failed as runtime.DependencyFailed waits again on the jobs it
+-- depends on (Deps.restore); the caller saves the record.
+function Place.depend_again(jid, meta, now_us)
+  local was = meta.s
+  Place.remove(jid, meta, true)
+  meta.s, meta.f, meta.lr = DEPENDS, nil, nil
+  redis.call('SADD', K.depends(meta.q), jid)
+  if meta.b then
+    Place.counted(jid, meta, was, now_us)
+  end
 end
 
 -- Final failure: Place.fail_only, then the jobs waiting on it fail too
@@ -367,6 +406,7 @@ end
 -- sound meta says where: it is taken out); else the queue (or '') whose
 -- index the caller takes it out of. Returns the new meta and data.
 function Place.corrupt(jid, problem, raw, sound_meta, out)
+  local was = sound_meta and sound_meta.s
   if sound_meta then
     Stats.leave(jid, sound_meta)
   end
@@ -392,6 +432,9 @@ function Place.corrupt(jid, problem, raw, sound_meta, out)
   redis.call('ZINCRBY', K.failed_groups, '1', GROUP.CORRUPT_JOB)
   Wait.notify(jid, meta, FAILED, now_ms)
   Job.save(jid, meta, '{}')
+  if meta.b then
+    Place.counted(jid, meta, was, now_us)
+  end
   Place.cascade(jid, GROUP.CORRUPT_JOB, now_us) -- its data is lost: it can never complete
   return meta, '{}'
 end

@@ -74,8 +74,7 @@ local function finish(jid, meta, data, result_text, note, worker, now_us, comple
   local result, why = Attempt.result(result_text)
   Job.event(jid, meta, now_ms, 'completed',
     { w = worker, n = (note or why) and Attempt.note(note, why) or nil })
-  meta.s, meta.o = COMPLETE, nil
-  Stats.enter(jid, meta, now_us)
+  Place.complete(jid, meta, now_us)
   Unique.release(jid, meta, meta.uf)
   completed[#completed + 1] = int(now_us)
   completed[#completed + 1] = jid
