@@ -47,7 +47,7 @@ KEEPALIVE_IDLE_S = 5
 SPARE_MAX = 4  # connections kept out of the pool between calls (a master runs a few at once)
 
 
-class AsyncClient:
+class MasterClient:
     """A master's connection to its deployment."""
 
     def __init__(

@@ -13,33 +13,33 @@ one `Connection` (`client.conn`):
                        (runtime.queue.holder); a pop returns `Lease` handles
 
 A `Job` is a plain value (runtime.queue.job). The master uses the same
-operations through `runtime.queue.aio.AsyncClient`.
+operations through `runtime.queue.aio.MasterClient`, asyncio applications
+through `runtime.AsyncClient` (runtime.queue.api).
+
+A sharded site (runtime.queue.shards: `shards=`, RUNTIME_SHARDS) is one client
+too: `Client(...)` then answers a `runtime.queue.site.Site`, which routes each
+put by its queue and finds any jid on any shard.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Self
 
 import redis
 
 from runtime import config
-from runtime.errors import Error, JobExists, JobFailed, WaitTimeout
-from runtime.queue import ops, wire
+from runtime.errors import Error, JobExists
+from runtime.queue import ops, waiting, wire
 from runtime.queue.admin import Admin
 from runtime.queue.connection import RETRY_FOR_S, Connection
 from runtime.queue.holder import Lease, Leases
 from runtime.queue.job import Job
 from runtime.queue.keys import Keys
 from runtime.queue.scheduling import Scheduling
+from runtime.queue.shards import Shards
 from runtime.queue.wire import JobSpec
-from runtime.vocabulary import JobState
-
-WAIT_SLICE_S = 5.0  # a wait blocks at most this long per round trip (under the socket timeout)
-WAIT_MIN_S = 0.001  # BLPOP takes milliseconds (and 0 would wait forever)
 
 
 class Client:
@@ -48,7 +48,29 @@ class Client:
 
     Redis errors arrive typed (runtime.errors): `RedisTransient` for conditions
     that pass, after retrying calls safe to repeat (reads, put, and the lease
-    holder's reports with their token) for up to `retry_for_s` seconds."""
+    holder's reports with their token) for up to `retry_for_s` seconds.
+
+    `shards`: a sharded site's rule (runtime.queue.shards; default
+    RUNTIME_SHARDS): the client is then the whole site's (a `Site`), unless
+    `whole_site` is False (one namespace of it, its puts checked by the rule)."""
+
+    def __new__(
+        cls,
+        url: str | None = None,
+        *,
+        namespace: str | None = None,
+        settings: config.Settings | None = None,
+        shards: str | None = None,
+        whole_site: bool = True,
+        **options: Any,
+    ) -> Self:
+        if cls is Client and whole_site:
+            settings = settings_for(url, namespace, settings, shards)
+            if Shards.of(settings).sharded:
+                from runtime.queue.site import Site  # noqa: PLC0415 - Site is a Client
+
+                return Site.__new__(Site, settings=settings)  # type: ignore[return-value]
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -56,20 +78,30 @@ class Client:
         *,
         namespace: str | None = None,
         settings: config.Settings | None = None,
+        shards: str | None = None,
+        whole_site: bool = True,
         retry_for_s: float = RETRY_FOR_S,
         **redis_kwargs: Any,
     ) -> None:
-        conn = Connection(
-            url, namespace=namespace, settings=settings, retry_for_s=retry_for_s, **redis_kwargs
-        )
+        settings = settings_for(url, namespace, settings, shards)
+        conn = Connection(settings=settings, retry_for_s=retry_for_s, **redis_kwargs)
         self.conn = conn
         self.admin = Admin(conn)
         self.scheduling = Scheduling(conn)
         self.leases = Leases(conn)
 
     @classmethod
-    def from_url(cls, url: str, namespace: str | None = None, **redis_kwargs: Any) -> Self:
-        return cls(url, namespace=namespace, **redis_kwargs)
+    def from_url(
+        cls,
+        url: str | None = None,
+        namespace: str | None = None,
+        *,
+        shards: str | None = None,
+        **redis_kwargs: Any,
+    ) -> Self:
+        """The client of the deployment at `url` (None: REDIS_URL or the config file,
+        else the embedded server); `shards`: a sharded site's rule."""
+        return cls(url, namespace=namespace, shards=shards, **redis_kwargs)
 
     def close(self) -> None:
         self.conn.close()
@@ -101,6 +133,11 @@ class Client:
     def redis(self) -> redis.Redis:
         """The redis-py client of the node serving the namespace (for tools and tests)."""
         return self.conn.redis
+
+    def shard(self, *, queue: str | None = None, jid: str | None = None) -> Client:
+        """The client of the namespace holding `queue` or job `jid`: this one, unless
+        the client is a sharded site's."""
+        return self
 
     # --- queues and jobs --------------------------------------------------------
 
@@ -162,26 +199,8 @@ class Client:
         JobFailed (with its group and message) if it failed for good, WaitTimeout
         after `timeout` seconds (None: no limit), NoSuchJob if there is no such
         job or it was cancelled. No polling: the script that ends the job wakes
-        the waiters (lua/lib/wait.lua); each wake-up and the read of the job go
-        in one round trip. The jid a job's duplicate put was given (ctx.put under
-        a unique key) waits for the job it was folded into."""
-        limit_s = None if timeout is None else wire.check_seconds("timeout", timeout)
-        deadline = None if limit_s is None else time.monotonic() + limit_s
-        ending = self.conn.call(ops.wait(jid, _ms(_slice_s(deadline))))
-        jid = ending.jid or jid
-        key = self.keys.waited(jid)
-        while not ending.ended:
-            block_s = _slice_s(deadline)
-            if block_s <= 0:
-                raise WaitTimeout(jid, limit_s or 0.0)
-            # blocks, then reads the job (and registers for the next slice) at once
-            next_s = _slice_s(None if deadline is None else deadline - block_s)
-            _, ending = self.conn.calls(
-                [ops.wait_for_end(key, round(block_s, 3)), ops.wait(jid, _ms(next_s))]
-            )
-        if ending.state == JobState.FAILED:
-            raise JobFailed(jid, ending.group, ending.message)
-        return ending.result
+        the waiters (runtime.queue.waiting, the same plan as AsyncClient.wait)."""
+        return self.conn.steps(waiting.wait(self.keys, jid, timeout))
 
     # --- failures and domains ---------------------------------------------------------
 
@@ -280,14 +299,14 @@ class Queue:
         self.client.conn.call(ops.set_paused(self.name, False))
 
 
-def _slice_s(deadline: float | None) -> float:
-    """How long the next blocking read of a wait may last: WAIT_SLICE_S at most,
-    0 once less than WAIT_MIN_S is left before `deadline` (monotonic)."""
-    if deadline is None:
-        return WAIT_SLICE_S
-    left_s = min(WAIT_SLICE_S, deadline - time.monotonic())
-    return left_s if left_s >= WAIT_MIN_S else 0.0
-
-
-def _ms(seconds: float) -> int:
-    return math.ceil(seconds * 1000)
+def settings_for(
+    url: str | None,
+    namespace: str | None,
+    settings: config.Settings | None,
+    shards: str | None,
+) -> config.Settings:
+    """The settings a client is made with: `settings`, else those of the
+    environment and config file with `url`, `namespace` and `shards` given."""
+    if settings is not None:
+        return settings
+    return config.load_settings({"url": url, "namespace": namespace, "shards": shards})

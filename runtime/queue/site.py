@@ -1,16 +1,19 @@
-"""Site: the client of a sharded site (runtime.queue.shards), one `Client` per
-namespace over the same URL (a Redis Cluster URL reaches every node).
+"""Site: a sharded site's client (runtime.queue.shards), behind `Client`.
+
+`Client(..., shards=rule)` (or with RUNTIME_SHARDS set) answers a Site: one
+`Client` per namespace (each over its own URL when the rule names one, else
+the site's: a Redis Cluster URL reaches every node), acting as one. An
+application never names it: it is a `Client`.
 
 Puts go to the namespace of their queue; a jid is looked for in every
 namespace (a job lives in its queue's namespace, found with one read each);
 counts, queues and failures are summed over the namespaces, and so are what
-`runtime status`, `runtime metrics` and the dashboard's numbers read (`admin`:
-workers, throughput, progress, the metrics snapshot) when the settings name
-shards. What cannot cross a shard raises `CrossShard` before anything is
-written: one `put_many` over queues of two shards (a put is atomic in one shard
-only), a dependency on a job of another shard. Domain limits are set in every
-namespace alike: each shard enforces its own (see docs/redis.md, *Sharded
-sites*).
+`runtime status`, `runtime metrics` and the dashboard read (`admin` and
+`scheduling`: runtime.queue.siteparts). What cannot cross a shard raises
+`CrossShard` before anything is written: one `put_many` over queues of two
+shards (a put is atomic in one shard only), a dependency on a job of another
+shard. Domain limits are set in every namespace alike: each shard enforces
+its own (see docs/redis.md, *Sharded sites*).
 """
 
 from __future__ import annotations
@@ -21,43 +24,55 @@ from typing import Any, Self
 
 from runtime import config
 from runtime.errors import CrossShard
-from runtime.queue.client import Client, Queue
+from runtime.queue.client import Client, Queue, settings_for
 from runtime.queue.connection import RETRY_FOR_S
 from runtime.queue.job import Job
-from runtime.queue.shards import Shards
-from runtime.queue.stats import Throughput
+from runtime.queue.shards import Shards, sum_counts, sum_groups
+from runtime.queue.siteparts import SiteAdmin, SiteScheduling
 from runtime.queue.wire import JobSpec
 
 
-class Site:
+def member_settings(settings: config.Settings, shards: Shards, namespace: str) -> config.Settings:
+    """The settings of one namespace of a site: its own URL when the rule names one."""
+    return replace(settings, namespace=namespace, url=shards.url_of(namespace) or settings.url)
+
+
+class Site(Client):
     """Several namespaces acting as one deployment: `queue(name)` is the Queue of
-    that queue's namespace; `clients` {namespace: Client} for everything else."""
+    that queue's namespace; `clients` {namespace: Client} for everything else.
+    `conn`, `leases` (and the reads not spread over the site) are those of its
+    home namespace: `namespace` when the rule names it, else the rule's first."""
 
     def __init__(
         self,
         url: str | None = None,
         *,
-        shards: str | None = None,
+        namespace: str | None = None,
         settings: config.Settings | None = None,
+        shards: str | None = None,
+        whole_site: bool = True,
         retry_for_s: float = RETRY_FOR_S,
         **redis_kwargs: Any,
     ) -> None:
-        if settings is None:
-            settings = config.load_settings({"url": url, "shards": shards})
-        self.settings = settings
+        settings = settings_for(url, namespace, settings, shards)
         self.shards = Shards.of(settings)
         self.clients: dict[str, Client] = {}
         try:
-            for namespace in self.shards.namespaces:
-                self.clients[namespace] = Client(
-                    settings=replace(settings, namespace=namespace),
+            for name in self.shards.namespaces:
+                self.clients[name] = Client(
+                    settings=member_settings(settings, self.shards, name),
+                    whole_site=False,
                     retry_for_s=retry_for_s,
                     **redis_kwargs,
                 )
         except BaseException:
             self.close()
             raise
+        home = self.clients.get(settings.namespace) or self.first
+        self.conn = home.conn
+        self.leases = home.leases
         self.admin = SiteAdmin(self)
+        self.scheduling = SiteScheduling(self)
 
     def close(self) -> None:
         for client in self.clients.values():
@@ -65,9 +80,6 @@ class Site:
 
     def __enter__(self) -> Self:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Site({', '.join(self.clients)})"
@@ -77,6 +89,15 @@ class Site:
     def client(self, queue: str) -> Client:
         """The client of the namespace `queue` lives in."""
         return self.clients[self.shards.namespace_of(queue)]
+
+    def shard(self, *, queue: str | None = None, jid: str | None = None) -> Client:
+        """The client of the namespace of `queue`, or holding job `jid` (the home
+        namespace's when no namespace holds it: its reads answer "no job")."""
+        if queue is not None:
+            return self.client(queue)
+        if jid is not None:
+            return self.locate(jid) or self.clients[self.shards.namespaces[0]]
+        return self.first
 
     @property
     def first(self) -> Client:
@@ -102,13 +123,7 @@ class Site:
         specs = list(specs)
         if not specs:
             return []
-        homes = {self.shards.namespace_of(s.queue) for s in specs}
-        if len(homes) > 1:
-            raise CrossShard(
-                f"one put_many is atomic in one shard, these jobs go to shards {sorted(homes)}: "
-                "put them in one call per shard"
-            )
-        home = self.clients[homes.pop()]
+        home = self.clients[self.shards.home(s.queue for s in specs)]
         self._check_depends(home, specs)
         return home.put_many(specs)
 
@@ -175,21 +190,11 @@ class Site:
             if not queues
             else [self.clients[ns].status(*qs) for ns, qs in self.shards.split(queues).items()]
         )
-        counts: dict[str, dict[str, int | bool]] = {}
-        for part in parts:
-            for queue, mine in part.items():
-                into = counts.setdefault(queue, {})
-                for state, value in mine.items():
-                    into[state] = _merge(state, into.get(state), value)
-        return counts
+        return sum_counts(parts)
 
     def failed(self) -> dict[str, int]:
         """Failed jobs by group, summed over the namespaces."""
-        groups: dict[str, int] = {}
-        for client in self.clients.values():
-            for group, count in client.failed().items():
-                groups[group] = groups.get(group, 0) + count
-        return groups
+        return sum_groups(client.failed() for client in self.clients.values())
 
     def unfail(self, group: str, queue: str | None, count: int = 25) -> int:
         """Moves up to `count` failed jobs of `group` back: to `queue` from its own
@@ -213,115 +218,6 @@ class Site:
             client.set_domain_limit(domain, rate, period, burst)
 
 
-class SiteAdmin:
-    """What `client.admin` reads for status, metrics and the dashboard's numbers,
-    over every namespace of a site: a master serving several namespaces is one
-    worker (one id registered in each), its jobs counted once each."""
-
-    def __init__(self, site: Site) -> None:
-        self.site = site
-
-    def workers(self) -> dict[str, dict[str, Any]]:
-        merged: dict[str, dict[str, Any]] = {}
-        for client in self.site.clients.values():
-            for wid, info in client.admin.workers().items():
-                into = merged.get(wid)
-                merged[wid] = dict(info) if into is None else _merge_worker(into, info)
-        return dict(sorted(merged.items(), key=lambda kv: -int(kv[1].get("seen_ms") or 0)))
-
-    def throughput(self, minutes: int = 60) -> Throughput:
-        """Each minute's completions and final failures, summed (minutes are aligned
-        on their start: servers' clocks may differ by a little)."""
-        parts = [c.admin.throughput(minutes) for c in self.site.clients.values()]
-        base = max(parts, key=lambda t: t.from_ms)
-        completed, failed = [0] * len(base.completed), [0] * len(base.failed)
-        for part in parts:
-            shift = round((part.from_ms - base.from_ms) / 60_000)
-            for i, (done, lost) in enumerate(zip(part.completed, part.failed, strict=True)):
-                if 0 <= i + shift < len(completed):
-                    completed[i + shift] += done
-                    failed[i + shift] += lost
-        return Throughput(base.now_ms, base.from_ms, tuple(completed), tuple(failed))
-
-    def progressing(self, *queues: str, count: int = 10) -> list[Job]:
-        shards = self.site.shards
-        if queues:
-            parts = [
-                self.site.clients[ns].admin.progressing(*qs, count=count)
-                for ns, qs in shards.split(queues).items()
-            ]
-        else:
-            parts = [c.admin.progressing(count=count) for c in self.site.clients.values()]
-        return [job for part in parts for job in part]
-
-    def snapshot(self, up_s: float = 60.0) -> dict[str, Any]:
-        """One metrics snapshot (Admin.snapshot) of each namespace, summed: queues'
-        counts and today's statistics, failure groups, and workers (a worker in
-        several namespaces is one, running the jobs of all)."""
-        out: dict[str, Any] = {"now_ms": 0, "queues": {}, "groups": {}, "workers": {}}
-        for client in self.site.clients.values():
-            part = client.admin.snapshot(up_s)
-            out["now_ms"] = max(out["now_ms"], int(part.get("now_ms") or 0))
-            for queue, counts in part["queues"].items():
-                into = out["queues"].get(queue)
-                if into is None:
-                    out["queues"][queue] = dict(counts)
-                    continue
-                for name, value in counts.items():
-                    if name == "stats":
-                        into["stats"] = _merge_stats(into.get("stats") or {}, value or {})
-                    else:
-                        into[name] = _merge(name, into.get(name), value)
-            for group, n in part["groups"].items():
-                out["groups"][group] = out["groups"].get(group, 0) + n
-            for wid, info in part["workers"].items():
-                into = out["workers"].get(wid)
-                if into is None:
-                    out["workers"][wid] = dict(info)
-                else:
-                    into["seen_ms"] = max(into.get("seen_ms") or 0, info.get("seen_ms") or 0)
-                    into["running"] = (into.get("running") or 0) + (info.get("running") or 0)
-        return out
-
-
-def _merge_worker(into: dict[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
-    """One worker registered in two namespaces: its jobs of both, seen when last seen."""
-    into["seen_ms"] = max(into.get("seen_ms") or 0, info.get("seen_ms") or 0)
-    into["jobs"] = [*into.get("jobs", ()), *info.get("jobs", ())]
-    into["running"] = [*into.get("running", ()), *info.get("running", ())]
-    into["queues"] = sorted({*into.get("queues", ()), *info.get("queues", ())})
-    for name in ("host", "pid", "concurrency", "started_ms"):
-        if into.get(name) is None:
-            into[name] = info.get(name)
-    into["told"] = bool(into.get("told")) or bool(info.get("told"))
-    return into
-
-
-def _merge_stats(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """Today's statistics of one queue kept in two namespaces (a queue put there
-    before the rule changed): histograms, counts and sums (ms, ms2) summed, the
-    moments of days written by earlier versions (n, mean, m2: lib/stats.lua)
-    combined."""
-    out = {**a}
-    for name, value in b.items():
-        out[name] = out.get(name, 0) + value
-    for what in {name.split(":", 1)[0] for name in out}:
-        n1, n2 = float(a.get(f"{what}:n", 0)), float(b.get(f"{what}:n", 0))
-        if not n1 or not n2:
-            for moment in ("n", "mean", "m2"):
-                key = f"{what}:{moment}"
-                if key in a or key in b:
-                    out[key] = (a if n1 else b).get(key, 0)
-            continue
-        m1, m2 = float(a.get(f"{what}:mean", 0)), float(b.get(f"{what}:mean", 0))
-        n, delta = n1 + n2, m2 - m1
-        out[f"{what}:n"] = n
-        out[f"{what}:mean"] = m1 + delta * n2 / n
-        out[f"{what}:m2"] = (
-            float(a.get(f"{what}:m2", 0)) + float(b.get(f"{what}:m2", 0)) + delta**2 * n1 * n2 / n
-        )
-    return out
-
 
 class SiteQueue(Queue):
     """A Queue of a site: puts through `Site.put_many` (dependencies checked across
@@ -333,14 +229,3 @@ class SiteQueue(Queue):
 
     def put(self, klass: str | Any, data: Mapping[str, Any] | None = None, **options: Any) -> str:
         return self.site.put_many([self.spec(klass, data, **options)])[0]
-
-
-NOT_SUMMED = ("oldest_waiting_ms", "size_warning")  # the larger one is kept
-
-
-def _merge(state: str, into: int | bool | None, value: int | bool) -> int | bool:
-    if into is None or value is None:
-        return value if into is None else into
-    if isinstance(value, bool) or isinstance(into, bool):
-        return bool(into) or bool(value)
-    return max(into, value) if state in NOT_SUMMED else into + value

@@ -9,7 +9,7 @@ from typing import Any
 
 from runtime import Client
 from runtime.queue import ops
-from runtime.queue.client import WAIT_SLICE_S
+from runtime.queue.waiting import WAIT_SLICE_S
 from runtime.queue.leases import Outcomes
 from tests.conftest import record
 from tests.support.clock import FrozenClock

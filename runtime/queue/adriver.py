@@ -1,0 +1,229 @@
+"""One asyncio connection to a deployment: the driver of the application's
+`AsyncClient` (runtime.queue.api), as connection.py is the synchronous
+`Client`'s.
+
+It runs the same Calls (runtime.queue.ops) through the same plan
+(scripts.run) and the same routing (runtime.queue.routing), with the same
+retries: a call marked `repeatable` that meets a `RedisTransient` is sent
+again after connection.backoff_s, for at most `retry_for_s` seconds in all.
+Errors arrive classified (runtime.queue.faults), never as redis-py's.
+
+One connection pool per connection. A call holds one of its connections for
+its round trips; a call cancelled (asyncio) while its replies are unread
+drops that connection before giving it back, so the next call never reads a
+stale reply and the server closes its side at once (a BLPOP of a cancelled
+wait ends with it). Every command answers within `timeout_s` (a blocking
+read: its wait plus that), so an outage is an error, never a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from runtime import config
+from runtime.errors import ConfigError, Error, RedisTransient
+from runtime.queue import ops, routing, scripts, urls, waiting
+from runtime.queue.connection import (
+    CONNECT_TIMEOUT_S,
+    RETRY_FOR_S,
+    SOCKET_TIMEOUT_S,
+    backoff_s,
+    resolve_url,
+    sentinel_options,
+)
+from runtime.queue.faults import classify, closed_transport, from_redis, redact
+from runtime.queue.keys import Keys
+from runtime.queue.ops import Call
+from runtime.queue.shards import Shards
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+def aconnect(url: str, timeout_s: float = SOCKET_TIMEOUT_S, **kwargs: Any) -> redis.asyncio.Redis:
+    """A redis-py asyncio client that never retries on its own and never waits
+    longer than `timeout_s` to connect or for an answer (connection.connect's
+    asyncio twin: a Sentinel URL's primary, a Cluster URL's first node)."""
+    options = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": min(timeout_s, CONNECT_TIMEOUT_S),
+        "retry": Retry(NoBackoff(), 0),
+        **kwargs,
+    }
+    target = urls.parse(url)
+    try:
+        if target.kind == "sentinel":
+            sentinels = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+                list(target.seeds), sentinel_kwargs=sentinel_options(target, options)
+            )
+            primary: redis.asyncio.Redis = sentinels.master_for(
+                target.service,
+                db=target.db,
+                username=target.username,
+                password=target.password,
+                **options,
+            )
+            return primary
+        if target.kind == "cluster":
+            url = target.node_url(target.seeds[0])
+        return redis.asyncio.Redis.from_url(url, **options)
+    except ValueError as err:
+        raise ConfigError(f"bad Redis URL {redact(url)}: {redact(str(err))}") from err
+
+
+class AsyncConnection:
+    """A connection to one deployment (a namespace in one Redis) for asyncio: its
+    URL, settings and keys, and the running of calls (`call`, `calls`, `steps`)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        namespace: str | None = None,
+        settings: config.Settings | None = None,
+        retry_for_s: float = RETRY_FOR_S,
+        timeout_s: float = SOCKET_TIMEOUT_S,
+        **redis_kwargs: Any,
+    ) -> None:
+        if settings is None:
+            settings = config.load_settings({"url": url, "namespace": namespace})
+        self.settings = settings
+        self.url = resolve_url(settings)
+        self.keys = Keys(settings.namespace)
+        self.shards = Shards.of(settings)
+        self.retry_for_s = retry_for_s
+        self.timeout_s = timeout_s
+        self.session = scripts.Session(self.url, self.keys.root)
+        self.route = routing.Route.of(self.url)
+        self.redis_kwargs = redis_kwargs
+        self.redis = aconnect(self.route.url, timeout_s, **redis_kwargs)
+        self.nodes: dict[str, redis.asyncio.Redis] = {self.route.url: self.redis}
+
+    async def aclose(self) -> None:
+        for node in {id(c): c for c in [self.redis, *self.nodes.values()]}.values():
+            await node.aclose()
+
+    # --- running calls ------------------------------------------------------------
+
+    async def call(self, call: Call[T], landed: Callable[[Error], T | None] | None = None) -> T:
+        """Runs one call (Connection.call)."""
+        value: T = (await self.calls([call], landed))[0]
+        return value
+
+    async def calls(
+        self, calls: Sequence[Call[Any]], landed: Callable[[Error], Any] | None = None
+    ) -> list[Any]:
+        """Runs calls in one round trip; their results in order, or the first error
+        raised. Retried through transient failures when every call is repeatable
+        (Connection.calls)."""
+        deadline = time.monotonic() + self.retry_for_s
+        blocks_s = waiting.blocks_s(list(calls))
+        attempt = 0
+        while True:
+            try:
+                return _values(await self._drive(scripts.run(self.session, calls), blocks_s))
+            except RedisTransient as err:
+                pause = backoff_s(attempt)
+                repeatable = all(c.repeatable for c in calls)
+                if not repeatable or time.monotonic() + pause > deadline:
+                    raise
+                log.debug("%s; trying %s again in %.2f s", err, calls[0].name, pause)
+            except Error as err:
+                found = landed(err) if attempt and landed is not None else None
+                if found is None:
+                    raise
+                return [found]
+            await asyncio.sleep(pause)
+            attempt += 1
+
+    async def steps(self, plan: waiting.Steps) -> Any:
+        """Drives a plan of round trips (runtime.queue.waiting) to its end."""
+        try:
+            request = next(plan)
+            while True:
+                request = plan.send(await self.calls(request))
+        except StopIteration as done:
+            return done.value
+
+    async def _drive(self, plan: scripts.Plan[T], blocks_s: float) -> T:
+        """Carries out a plan's round trips on one pooled connection (of the node
+        that owns the namespace's slot, for a cluster: MOVED is followed)."""
+        pool = self.redis.connection_pool
+        conn: Any = None
+        try:
+            conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+            request = next(plan)
+            while True:
+                sent = routing.probed(self.route.target, request)
+                replies = routing.checked(sent, request, await self._trip(conn, sent, blocks_s))
+                for _ in range(routing.MAX_REDIRECTS):
+                    if not routing.follows(self.route, replies):
+                        break
+                    await pool.release(conn)
+                    conn = None
+                    pool = self._reroute().connection_pool
+                    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+                    redo = routing.redirected(replies)
+                    again = await self._trip(conn, [request[i] for i in redo], blocks_s)
+                    for i, reply in zip(redo, again, strict=True):
+                        replies[i] = reply
+                if routing.stale(self.route.target, replies):
+                    await conn.disconnect(nowait=True)  # ask the sentinels again
+                request = plan.send(replies)
+        except StopIteration as done:
+            value: T = done.value
+            return value
+        except BaseException as err:  # cancelled too: replies may be unread
+            if conn is not None and not isinstance(err, Error):
+                await conn.disconnect(nowait=True)
+            if from_redis(err):
+                self._lost(err)
+                raise classify(err, self.url) from err
+            raise
+        finally:
+            if conn is not None:
+                await pool.release(conn)
+
+    async def _trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
+        """One round trip's replies (error replies as their exceptions)."""
+        await conn.send_packed_command([scripts.pack(request)], check_health=False)
+        replies = []
+        for _ in request:
+            try:
+                replies.append(await conn.read_response(timeout=self.timeout_s + blocks_s))
+            except redis.ResponseError as err:  # an error reply: the stream stays in step
+                replies.append(err)
+        return replies
+
+    def _reroute(self) -> redis.asyncio.Redis:
+        if self.route.url not in self.nodes:
+            self.nodes[self.route.url] = aconnect(
+                self.route.url, self.timeout_s, **self.redis_kwargs
+            )
+        self.redis = self.nodes[self.route.url]
+        return self.redis
+
+    def _lost(self, err: BaseException) -> None:
+        link = redis.ConnectionError | redis.TimeoutError | OSError
+        if (isinstance(err, link) or closed_transport(err)) and self.route.lost():
+            self._reroute()
+
+    async def now_ms(self) -> int:
+        return await self.call(ops.now())
+
+
+def _values(results: list[Any]) -> list[Any]:
+    for value in results:
+        if isinstance(value, Error):
+            raise value
+    return results
