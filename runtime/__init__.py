@@ -1,6 +1,6 @@
 """runtime: a job runtime for Python on Redis. Public names only.
 
-`Client`, `Queue` and `Lease` load redis: they are imported when first used, so
+`Client`, `AsyncClient`, `Queue` and `Lease` load redis: they are imported when first used, so
 a pure module of the package (the master's book, the child's protocol) can be
 imported without loading redis or asyncio."""
 
@@ -30,11 +30,13 @@ from runtime.queue.wire import JobSpec
 from runtime.typed import JobFunction, PutOptions, job
 
 if TYPE_CHECKING:
+    from runtime.queue.api.aclient import AsyncClient
     from runtime.queue.client import Client, Queue
     from runtime.queue.holder import Lease
 
 __version__ = version()
 LAZY = {
+    "AsyncClient": "runtime.queue.api.aclient",
     "Client": "runtime.queue.client",
     "Queue": "runtime.queue.client",
     "Lease": "runtime.queue.holder",
@@ -42,7 +44,7 @@ LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Client, Queue and Lease, imported on first use (PEP 562)."""
+    """Client, AsyncClient, Queue and Lease, imported on first use (PEP 562)."""
     if name not in LAZY:
         raise AttributeError(f"module 'runtime' has no attribute {name!r}")
     import importlib  # noqa: PLC0415 - only when a lazy name is first used
@@ -53,6 +55,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AsyncClient",
     "BadArgument",
     "Client",
     "ConfigError",

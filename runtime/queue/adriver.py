@@ -8,8 +8,10 @@ retries: a call marked `repeatable` that meets a `RedisTransient` is sent
 again after connection.backoff_s, for at most `retry_for_s` seconds in all.
 Errors arrive classified (runtime.queue.faults), never as redis-py's.
 
-One connection pool per connection. A call holds one of its connections for
-its round trips; a call cancelled (asyncio) while its replies are unread
+One connection pool per connection, of at most `max_connections`: a call
+holds one of its connections for its round trips (a wait, for as long as it
+blocks), and a call that finds them all in use waits for one, up to
+`timeout_s` (then RedisTransient); a call cancelled (asyncio) while its replies are unread
 drops that connection before giving it back, so the next call never reads a
 stale reply and the server closes its side at once (a BLPOP of a cancelled
 wait ends with it). Every command answers within `timeout_s` (a blocking
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -48,16 +50,27 @@ from runtime.queue.shards import Shards
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+MAX_CONNECTIONS = 1000  # a client's connections at most (each waiting coroutine holds one)
+CONNECTING_MAX = 32  # connections taken (made, when none is idle) at once: a thousand
+# coroutines starting together would overflow the server's accept backlog, and a
+# unix socket's connect then waits out its whole timeout
 
 
-def aconnect(url: str, timeout_s: float = SOCKET_TIMEOUT_S, **kwargs: Any) -> redis.asyncio.Redis:
+def aconnect(
+    url: str,
+    timeout_s: float = SOCKET_TIMEOUT_S,
+    max_connections: int = MAX_CONNECTIONS,
+    **kwargs: Any,
+) -> redis.asyncio.Redis:
     """A redis-py asyncio client that never retries on its own and never waits
-    longer than `timeout_s` to connect or for an answer (connection.connect's
-    asyncio twin: a Sentinel URL's primary, a Cluster URL's first node)."""
+    longer than `timeout_s` to connect, for an answer or for a free connection
+    of its pool (connection.connect's asyncio twin: a Sentinel URL's primary, a
+    Cluster URL's first node)."""
     options = {
         "socket_timeout": timeout_s,
         "socket_connect_timeout": min(timeout_s, CONNECT_TIMEOUT_S),
         "retry": Retry(NoBackoff(), 0),
+        "max_connections": max_connections,
         **kwargs,
     }
     target = urls.parse(url)
@@ -76,7 +89,8 @@ def aconnect(url: str, timeout_s: float = SOCKET_TIMEOUT_S, **kwargs: Any) -> re
             return primary
         if target.kind == "cluster":
             url = target.node_url(target.seeds[0])
-        return redis.asyncio.Redis.from_url(url, **options)
+        pool = redis.asyncio.BlockingConnectionPool.from_url(url, timeout=timeout_s, **options)
+        return redis.asyncio.Redis(connection_pool=pool)
     except ValueError as err:
         raise ConfigError(f"bad Redis URL {redact(url)}: {redact(str(err))}") from err
 
@@ -93,6 +107,7 @@ class AsyncConnection:
         settings: config.Settings | None = None,
         retry_for_s: float = RETRY_FOR_S,
         timeout_s: float = SOCKET_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
         **redis_kwargs: Any,
     ) -> None:
         if settings is None:
@@ -105,23 +120,26 @@ class AsyncConnection:
         self.timeout_s = timeout_s
         self.session = scripts.Session(self.url, self.keys.root)
         self.route = routing.Route.of(self.url)
-        self.redis_kwargs = redis_kwargs
-        self.redis = aconnect(self.route.url, timeout_s, **redis_kwargs)
+        self.redis_kwargs = {"max_connections": max_connections, **redis_kwargs}
+        self.redis = aconnect(self.route.url, timeout_s, **self.redis_kwargs)
         self.nodes: dict[str, redis.asyncio.Redis] = {self.route.url: self.redis}
+        self._taking = asyncio.Semaphore(CONNECTING_MAX)
 
     async def aclose(self) -> None:
         for node in {id(c): c for c in [self.redis, *self.nodes.values()]}.values():
-            await node.aclose()
+            await node.aclose(close_connection_pool=True)
 
     # --- running calls ------------------------------------------------------------
 
-    async def call(self, call: Call[T], landed: Callable[[Error], T | None] | None = None) -> T:
-        """Runs one call (Connection.call)."""
+    async def call(
+        self, call: Call[T], landed: Callable[[Error], Awaitable[T | None]] | None = None
+    ) -> T:
+        """Runs one call (Connection.call; `landed` is awaited)."""
         value: T = (await self.calls([call], landed))[0]
         return value
 
     async def calls(
-        self, calls: Sequence[Call[Any]], landed: Callable[[Error], Any] | None = None
+        self, calls: Sequence[Call[Any]], landed: Callable[[Error], Awaitable[Any]] | None = None
     ) -> list[Any]:
         """Runs calls in one round trip; their results in order, or the first error
         raised. Retried through transient failures when every call is repeatable
@@ -139,7 +157,7 @@ class AsyncConnection:
                     raise
                 log.debug("%s; trying %s again in %.2f s", err, calls[0].name, pause)
             except Error as err:
-                found = landed(err) if attempt and landed is not None else None
+                found = await landed(err) if attempt and landed is not None else None
                 if found is None:
                     raise
                 return [found]
@@ -161,7 +179,7 @@ class AsyncConnection:
         pool = self.redis.connection_pool
         conn: Any = None
         try:
-            conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+            conn = await self._take(pool)
             request = next(plan)
             while True:
                 sent = routing.probed(self.route.target, request)
@@ -172,7 +190,7 @@ class AsyncConnection:
                     await pool.release(conn)
                     conn = None
                     pool = self._reroute().connection_pool
-                    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+                    conn = await self._take(pool)
                     redo = routing.redirected(replies)
                     again = await self._trip(conn, [request[i] for i in redo], blocks_s)
                     for i, reply in zip(redo, again, strict=True):
@@ -193,6 +211,11 @@ class AsyncConnection:
         finally:
             if conn is not None:
                 await pool.release(conn)
+
+    async def _take(self, pool: redis.asyncio.ConnectionPool) -> Any:
+        """A connected connection of `pool` (CONNECTING_MAX taken at once)."""
+        async with self._taking:
+            return await pool.get_connection()  # type: ignore[no-untyped-call]
 
     async def _trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
         """One round trip's replies (error replies as their exceptions)."""

@@ -173,11 +173,7 @@ class Client:
         """Whether every job of `specs` exists, as these specs describe it."""
         if not isinstance(err, JobExists):
             return False
-        found = self.get_jobs([s.options["jid"] for s in specs])
-        return all(
-            job is not None and job.klass == spec.klass and job.data == json.loads(spec.data_json)
-            for job, spec in zip(found, specs, strict=True)
-        )
+        return all_put(specs, self.get_jobs([s.options["jid"] for s in specs]))
 
     def get_job(self, jid: str) -> Job | None:
         return self.get_jobs([jid])[0]
@@ -297,6 +293,15 @@ class Queue:
 
     def resume(self) -> None:
         self.client.conn.call(ops.set_paused(self.name, False))
+
+
+def all_put(specs: list[JobSpec], found: list[Job | None]) -> bool:
+    """Whether the jobs `found` by the jids of `specs` are these specs' jobs (a put
+    retried after a lost reply: its first try landed)."""
+    return all(
+        job is not None and job.klass == spec.klass and job.data == json.loads(spec.data_json)
+        for job, spec in zip(found, specs, strict=True)
+    )
 
 
 def settings_for(

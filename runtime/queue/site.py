@@ -218,7 +218,6 @@ class Site(Client):
             client.set_domain_limit(domain, rate, period, burst)
 
 
-
 class SiteQueue(Queue):
     """A Queue of a site: puts through `Site.put_many` (dependencies checked across
     shards), everything else in the queue's namespace."""

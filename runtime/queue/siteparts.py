@@ -159,8 +159,6 @@ class SiteAdmin(Admin):
         return out
 
 
-
-
 class SiteScheduling(Scheduling):
     """`client.scheduling` of a site: a job's operations in the namespace holding
     it, a recurrence in its queue's, lists gathered from every namespace, and
@@ -285,5 +283,3 @@ def _merge_stats(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
             float(a.get(f"{what}:m2", 0)) + float(b.get(f"{what}:m2", 0)) + delta**2 * n1 * n2 / n
         )
     return out
-
-
