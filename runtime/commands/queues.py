@@ -28,7 +28,6 @@ from runtime.errors import BadArgument
 from runtime.queue.client import Client
 from runtime.queue.job import RECORDS, Job
 from runtime.queue.ops import LISTED_STATES
-from runtime.queue.site import Site
 from runtime.units import duration
 from runtime.vocabulary import Count, JobState
 
@@ -65,7 +64,7 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: fl
             if not as_json and sys.stdout.isatty():
                 click.echo(CLEAR_SCREEN, nl=False)
             if not as_json:
-                now_ms = (client.first if isinstance(client, Site) else client).conn.now_ms()
+                now_ms = client.conn.now_ms()
                 click.echo(f"{when(now_ms)}  every {watch_s:g} s, Ctrl-C to stop")
             _show_status(rows, as_json, compact=True)
             time.sleep(watch_s)
@@ -73,7 +72,7 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: fl
         return
 
 
-def status_of(client: Client | Site, queues: Sequence[str]) -> dict[str, dict[str, Any]]:
+def status_of(client: Client, queues: Sequence[str]) -> dict[str, dict[str, Any]]:
     """What `runtime status` shows, as text, JSON or watched: each queue's counts by
     state (with its totals, pause and oldest waiting age), and under "in_progress"
     its running jobs that told their progress, latest told first."""

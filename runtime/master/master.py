@@ -61,6 +61,7 @@ from runtime.queue import ops
 from runtime.queue.aio import MasterClient
 from runtime.queue.keys import Keys
 from runtime.queue.leases import Leased
+from runtime.queue.shards import Shards
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,10 @@ class Master:
         self.worker = worker
         self.worker_id = worker_id
         self.lanes = lanes or [(settings.namespace, worker.queues)]
-        self.clients = [MasterClient(url, Keys(ns), worker_id) for ns, _ in self.lanes]
+        rule = Shards.of(settings)  # a namespace may live on a server of its own
+        self.clients = [
+            MasterClient(rule.url_of(ns) or url, Keys(ns), worker_id) for ns, _ in self.lanes
+        ]
         self.client = self.clients[0]
         self.book = Book(worker, worker_id, lanes=lanes if len(self.lanes) > 1 else None)
         self.events: deque[events.Event] = deque()
