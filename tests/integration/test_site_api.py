@@ -24,7 +24,6 @@ from runtime.typed import set_default_client
 from tests.integration import typed_jobs
 from tests.support import redis_faults
 from tests.support.master import MasterProcess
-from tests.support.waiting import wait_for
 
 J = "tests.integration.jobs:noop"
 W = "host-1"
