@@ -8,18 +8,43 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import date
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from runtime.errors import NoSuchJob
 from runtime.queue.admin import Admin
+from runtime.queue.connection import Connection
 from runtime.queue.job import Job
 from runtime.queue.recur import Recurrence
 from runtime.queue.scheduling import Scheduling
-from runtime.queue.shards import merge_count
+from runtime.queue.shards import Shards, merge_count
 from runtime.queue.stats import QueueStats, Throughput
 
-if TYPE_CHECKING:
-    from runtime.queue.site import Site
+
+class Member(Protocol):
+    """One namespace's client of a site (a Client), as the parts use it."""
+
+    @property
+    def admin(self) -> Admin: ...
+
+    @property
+    def scheduling(self) -> Scheduling: ...
+
+
+class Site(Protocol):
+    """The site's client (runtime.queue.client.Site), as the parts use it."""
+
+    @property
+    def conn(self) -> Connection: ...
+
+    @property
+    def clients(self) -> Mapping[str, Member]: ...
+
+    @property
+    def shards(self) -> Shards: ...
+
+    def shard(self, *, queue: str | None = None, jid: str | None = None) -> Member: ...
+
+    def locate(self, jid: str) -> Member | None: ...
 
 
 class SiteAdmin(Admin):

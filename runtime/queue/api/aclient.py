@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any, Self
 
 from runtime import config
-from runtime.errors import Error, JobExists, NoSuchJob
+from runtime.errors import Error, JobExists
 from runtime.queue import ops, waiting, wire
 from runtime.queue.adriver import MAX_CONNECTIONS, AsyncConnection
 from runtime.queue.client import all_put, settings_for
@@ -202,11 +202,9 @@ class AsyncClient:
         return sum_groups(parts)
 
     async def message_status(self, jid: str) -> str | None:
+        """Client.message_status: the job's state as a de-duplicating queue names it."""
         conn = await self._holding(jid)
-        try:
-            return await conn.call(ops.message_status(jid))
-        except NoSuchJob:
-            return None
+        return await conn.call(ops.message_status(jid))
 
 
 class AsyncQueue:
