@@ -70,7 +70,7 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("queue/lua/workers.lua", r"\{ 'running', '\['", "a worker's running jobs"),
     ("dashboard/reads.py", r'info\.get\("running"', "a worker's running jobs"),
     ("queue/siteparts.py", r'into\["running"\] = ', "a worker's running jobs, of two namespaces"),
-    ("queue/siteparts.py", r'into\["throttled"\] = ', "a domain's throttled jobs, of two namespaces"),
+    ("queue/siteparts.py", r'into\["throttled"\] = ', "a domain's throttled jobs, two namespaces"),
     ("commands/workers.py", r'info\.get\("running"', "a worker's running jobs"),
     ("metrics.py", r'info\["running"\]', "a worker's running jobs"),
     ("dashboard/jobreads.py", r'info\.get\("throttled"\)', "a domain's jobs in throttled lanes"),
