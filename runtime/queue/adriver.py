@@ -34,7 +34,7 @@ from redis.backoff import NoBackoff
 
 from runtime import config
 from runtime.errors import ConfigError, Error, RedisTransient
-from runtime.queue import ops, routing, scripts, urls, waiting
+from runtime.queue import aio, ops, routing, scripts, urls, waiting
 from runtime.queue.connection import (
     CONNECT_TIMEOUT_S,
     RETRY_FOR_S,
@@ -54,6 +54,7 @@ MAX_CONNECTIONS = 1000  # a client's connections at most (each waiting coroutine
 CONNECTING_MAX = 32  # connections taken (made, when none is idle) at once: a thousand
 # coroutines starting together would overflow the server's accept backlog, and a
 # unix socket's connect then waits out its whole timeout
+SPARE_MAX = 64  # connections kept out of the pool between calls (still counted in use)
 
 
 def aconnect(
@@ -124,8 +125,14 @@ class AsyncConnection:
         self.redis = aconnect(self.route.url, timeout_s, **self.redis_kwargs)
         self.nodes: dict[str, redis.asyncio.Redis] = {self.route.url: self.redis}
         self._taking = asyncio.Semaphore(CONNECTING_MAX)
+        # connections of calls that went well, kept aside for the next calls: taken
+        # without the pool's lock and bookkeeping (most of a call's Python)
+        self._spare: list[Any] = []
 
     async def aclose(self) -> None:
+        spare, self._spare = self._spare, []
+        for conn in spare:
+            await self.redis.connection_pool.release(conn)
         for node in {id(c): c for c in [self.redis, *self.nodes.values()]}.values():
             await node.aclose(close_connection_pool=True)
 
@@ -178,6 +185,7 @@ class AsyncConnection:
         that owns the namespace's slot, for a cluster: MOVED is followed)."""
         pool = self.redis.connection_pool
         conn: Any = None
+        ok = False
         try:
             conn = await self._take(pool)
             request = next(plan)
@@ -199,6 +207,7 @@ class AsyncConnection:
                     await conn.disconnect(nowait=True)  # ask the sentinels again
                 request = plan.send(replies)
         except StopIteration as done:
+            ok = True
             value: T = done.value
             return value
         except BaseException as err:  # cancelled too: replies may be unread
@@ -210,16 +219,30 @@ class AsyncConnection:
             raise
         finally:
             if conn is not None:
-                await pool.release(conn)
+                await self._give(pool, conn, ok)
 
     async def _take(self, pool: redis.asyncio.ConnectionPool) -> Any:
-        """A connected connection of `pool` (CONNECTING_MAX taken at once)."""
+        """A connected connection of `pool`: one kept aside, if one is fit (not closed
+        by the peer), else the pool's (CONNECTING_MAX taken at once)."""
+        while self._spare and pool is self.redis.connection_pool:
+            conn = self._spare.pop()
+            if conn.is_connected and not aio.closed_by_peer(conn):
+                return conn
+            await pool.release(conn)  # the pool connects it again when it is handed out
         async with self._taking:
             return await pool.get_connection()  # type: ignore[no-untyped-call]
 
+    async def _give(self, pool: redis.asyncio.ConnectionPool, conn: Any, ok: bool) -> None:
+        """A connection after a call: kept aside when the call went well (every reply
+        read) on the current node's pool, else back to its pool."""
+        if ok and pool is self.redis.connection_pool and len(self._spare) < SPARE_MAX:
+            self._spare.append(conn)
+        else:
+            await pool.release(conn)
+
     async def _trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
         """One round trip's replies (error replies as their exceptions)."""
-        await conn.send_packed_command([scripts.pack(request)], check_health=False)
+        await aio.send(conn, scripts.pack(request), self.timeout_s)
         replies = []
         for _ in request:
             try:
