@@ -270,3 +270,33 @@ def test_the_failures_page_of_a_site_shows_and_retries_both_namespaces(
         server.should_exit = True
         thread.join(timeout=10)
         client.close()
+
+
+def test_every_dashboard_page_covers_both_namespaces(site: Topology) -> None:
+    testclient = pytest.importorskip("starlette.testclient", reason="no dashboard extra")
+    from runtime.dashboard.app import create_app  # noqa: PLC0415
+
+    with Client.from_url(site.url, shards=site.rule) as client:
+        ja = client.queue("qa").put(J, {}, tags=["vip"], retries=0)
+        jb = client.queue("qb").put(J, {}, tags=["vip"], retries=0)
+        for queue in ("qa", "qb"):
+            [lease] = client.queue(queue).pop(1, worker=W)
+            lease.fail("app.Boom", f"boom in {queue}")
+        client.scheduling.recur("qa", J, every=3600, id="ra")
+        client.scheduling.recur("qb", J, every=3600, id="rb")
+        client.set_domain_limit("api.example.com", 5)
+        with testclient.TestClient(create_app(client), base_url="http://127.0.0.1") as http:
+            for jid in (ja, jb):
+                shown = http.get("/job", params={"jid": jid})
+                assert shown.status_code == 200 and f"No job {jid}" not in shown.text
+            groups = http.get("/failures").text
+            assert "app.Boom" in groups and "qa" in groups and "qb" in groups
+            group = http.get("/failures", params={"group": "app.Boom"}).text
+            assert ja in group and jb in group
+            tagged = http.get("/find", params={"q": "vip"}).text
+            assert ja in tagged and jb in tagged
+            recurring = http.get("/recurring").text
+            assert "ra" in recurring and "rb" in recurring
+            assert "api.example.com" in http.get("/domains").text
+            for queue in ("qa", "qb"):
+                assert http.get("/queue", params={"name": queue}).status_code == 200
