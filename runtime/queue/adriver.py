@@ -243,12 +243,18 @@ class AsyncConnection:
     async def _trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
         """One round trip's replies (error replies as their exceptions)."""
         await aio.send(conn, scripts.pack(request), self.timeout_s)
+        # the socket's timeout, not read_response's own: that one answers None when
+        # it runs out (a poll), leaving the reply unread on the connection
+        conn.socket_timeout = self.timeout_s + blocks_s
         replies = []
-        for _ in request:
-            try:
-                replies.append(await conn.read_response(timeout=self.timeout_s + blocks_s))
-            except redis.ResponseError as err:  # an error reply: the stream stays in step
-                replies.append(err)
+        try:
+            for _ in request:
+                try:
+                    replies.append(await conn.read_response())
+                except redis.ResponseError as err:  # an error reply: the stream stays in step
+                    replies.append(err)
+        finally:
+            conn.socket_timeout = self.timeout_s
         return replies
 
     def _reroute(self) -> redis.asyncio.Redis:

@@ -8,6 +8,7 @@ and awaiting jobs of a running worker while a 1 ms ticker runs."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 import uuid
@@ -352,3 +353,29 @@ def test_no_such_job_for_a_jid_no_namespace_holds(plain_client: Client) -> None:
             assert await ac.message_status("never-put") is None
 
     run(work)
+
+
+def test_a_frozen_server_is_an_error_within_the_timeout_not_a_hang(own: ServerProcess) -> None:
+    """SIGSTOP: the server holds its connections and answers nothing."""
+    assert own.process is not None
+    ns = namespace()
+
+    async def work() -> str:
+        async with AsyncClient.from_url(
+            own.url, namespace=ns, timeout_s=0.5, retry_for_s=0.2
+        ) as ac:
+            jid = await ac.queue("q").put(J, {})
+            own.process.send_signal(signal.SIGSTOP)
+            try:
+                with pytest.raises(RedisUnavailable) as raised:
+                    await asyncio.wait_for(ac.get_job(jid), 30)  # the deadline: never hangs
+                with pytest.raises(RedisUnavailable):
+                    await asyncio.wait_for(ac.wait(jid, timeout=60), 30)
+            finally:
+                own.process.send_signal(signal.SIGCONT)
+            job = await ac.get_job(jid)  # the same client goes on
+            assert job is not None
+            return str(raised.value)
+
+    message = run(work)
+    assert "did not answer in time" in message, message
