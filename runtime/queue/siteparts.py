@@ -111,6 +111,15 @@ class SiteAdmin(Admin):
     def delete_failed(self, group: str, batch: int = 1000) -> int:
         return sum(admin.delete_failed(group, batch) for admin in self._each())
 
+    def config_set(self, name: str, value: str | float) -> float:
+        """Sets the shared setting in every namespace (each shard's masters read their own)."""
+        parsed = [admin.config_set(name, value) for admin in self._each()]
+        return parsed[0]
+
+    def config_unset(self, name: str) -> None:
+        for admin in self._each():
+            admin.config_unset(name)
+
     def domains(self, count: int = 1000) -> dict[str, dict[str, Any]]:
         """Each domain as the namespaces see it; throttled jobs summed."""
         merged: dict[str, dict[str, Any]] = {}
@@ -242,6 +251,8 @@ class SiteScheduling(Scheduling):
 
     def tracked(self) -> list[Job]:
         return [job for part in self._each() for job in part.tracked()]
+
+    # events(): the home namespace's only (one pub/sub channel per namespace)
 
     def recur(self, queue: str, klass: str | Any, data: Mapping[str, Any] | None = None,
               **options: Any) -> Recurrence:  # fmt: skip

@@ -197,6 +197,19 @@ def test_every_cli_verb_sees_and_acts_on_jobs_of_both_namespaces(
     assert cli("unfail", "app.Boom").strip() == "moved 1 jobs back to their queues"
     workers = json.loads(cli("workers", "--json"))
     assert {f"w-{site.a}", f"w-{site.b}"} <= set(workers)
+    for jid, queue in ((ja, "qa"), (jb, "qb")):
+        cli("priority", jid, "-3")
+        cli("tag", jid, "vip")
+        cli("pause", queue)
+        cli("stats", queue)
+        cli("resume", queue)
+    assert ja in (tagged := cli("tagged", "vip")) and jb in tagged
+    cli("config", "timeout", "120")
+    for namespace in (site.a, site.b):
+        with site.member(namespace) as member:
+            assert member.admin.config_get()["timeout"] == 120
+            assert [j.priority for j in member.admin.jobs("qa" if namespace == site.a else "qb",
+                                                          "waiting")[1]] == [-3]  # fmt: skip
     assert cli("cancel", ja, jb).strip() == "cancelled 2 of 2"
     assert "no failed jobs" in cli("failed")
 
