@@ -357,7 +357,8 @@ def test_no_such_job_for_a_jid_no_namespace_holds(plain_client: Client) -> None:
 
 def test_a_frozen_server_is_an_error_within_the_timeout_not_a_hang(own: ServerProcess) -> None:
     """SIGSTOP: the server holds its connections and answers nothing."""
-    assert own.process is not None
+    process = own.process
+    assert process is not None
     ns = namespace()
 
     async def work() -> str:
@@ -365,14 +366,14 @@ def test_a_frozen_server_is_an_error_within_the_timeout_not_a_hang(own: ServerPr
             own.url, namespace=ns, timeout_s=0.5, retry_for_s=0.2
         ) as ac:
             jid = await ac.queue("q").put(J, {})
-            own.process.send_signal(signal.SIGSTOP)
+            process.send_signal(signal.SIGSTOP)
             try:
                 with pytest.raises(RedisUnavailable) as raised:
                     await asyncio.wait_for(ac.get_job(jid), 30)  # the deadline: never hangs
                 with pytest.raises(RedisUnavailable):
                     await asyncio.wait_for(ac.wait(jid, timeout=60), 30)
             finally:
-                own.process.send_signal(signal.SIGCONT)
+                process.send_signal(signal.SIGCONT)
             job = await ac.get_job(jid)  # the same client goes on
             assert job is not None
             return str(raised.value)
