@@ -1,6 +1,6 @@
 """runtime: a job runtime for Python on Redis. Public names only.
 
-`Client`, `Queue` and `Lease` load redis: they are imported when first used, so
+`Client`, `AsyncClient`, `Queue` and `Lease` load redis: they are imported when first used, so
 a pure module of the package (the master's book, the child's protocol) can be
 imported without loading redis or asyncio."""
 
@@ -30,12 +30,14 @@ from runtime.queue.wire import JobSpec
 from runtime.typed import JobFunction, PutOptions, job
 
 if TYPE_CHECKING:
+    from runtime.queue.api.aclient import AsyncClient
     from runtime.queue.batches import Batch, BatchStatus
     from runtime.queue.client import Client, Queue
     from runtime.queue.holder import Lease
 
 __version__ = version()
 LAZY = {
+    "AsyncClient": "runtime.queue.api.aclient",
     "Batch": "runtime.queue.batches",
     "BatchStatus": "runtime.queue.batches",
     "Client": "runtime.queue.client",
@@ -45,7 +47,8 @@ LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Client, Queue, Lease and the batch classes, imported on first use (PEP 562)."""
+    """Client, AsyncClient, Queue, Lease and the batch classes, imported on first use
+    (PEP 562)."""
     if name not in LAZY:
         raise AttributeError(f"module 'runtime' has no attribute {name!r}")
     import importlib  # noqa: PLC0415 - only when a lazy name is first used
@@ -56,6 +59,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AsyncClient",
     "BadArgument",
     "Batch",
     "BatchStatus",

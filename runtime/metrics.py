@@ -62,7 +62,6 @@ from prometheus_client.utils import floatToGoString
 from runtime.errors import Error
 from runtime.queue import stats
 from runtime.queue.client import Client
-from runtime.queue.site import Site
 from runtime.vocabulary import Count
 
 log = logging.getLogger(__name__)
@@ -280,7 +279,7 @@ def read(source: Source, up_s: float = UP_S) -> list[Family]:
     return [up, *families(snapshot, up_s)]
 
 
-def make_registry(client: Client | Site, up_s: float = UP_S) -> CollectorRegistry:
+def make_registry(client: Client, up_s: float = UP_S) -> CollectorRegistry:
     """A registry with runtime's collector alone (mount it with your own collectors);
     of a Site: its namespaces' numbers summed (SiteAdmin.snapshot)."""
     registry = CollectorRegistry()
@@ -381,7 +380,7 @@ class _QuietHandler(WSGIRequestHandler):
         log.debug("metrics: " + format, *args)
 
 
-def server(client: Client | Site, host: str, port: int, up_s: float = UP_S) -> WSGIServer:
+def server(client: Client, host: str, port: int, up_s: float = UP_S) -> WSGIServer:
     """An HTTP server answering GET /metrics with `scrape(client.admin)` (a Site's
     admin sums its namespaces; 404 for
     any other path)."""

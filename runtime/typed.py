@@ -6,6 +6,7 @@
     jid = send_email.put(to="a@b.c")                     # checked by mypy (ParamSpec)
     send_email.options(delay=30, priority=-1).put(to="a@b.c")
     send_email.using(client).put_many([{"to": "a@b.c"}, {"to": "d@e.f"}])
+    jid = await send_email.using(async_client).aput(to="a@b.c")   # asyncio
 
 The klass is the function's import path (`module:name`), the job's data its
 keyword arguments (JSON). A put's options (delay, at, priority, unique_key,
@@ -16,8 +17,10 @@ mypy checks too, which answers a JobFunction with them set.
 
 `put` goes to the client given with `.using(client)`, else the process's
 default client (`set_default_client`, else `Client()`: `REDIS_URL` or the
-embedded Redis). Inside a job, put follow-up jobs with `ctx.put(send_email,
-to=...)`: they go through the master, committed with the job's completion.
+embedded Redis; a sharded site's when RUNTIME_SHARDS is set). `aput` goes to
+the `AsyncClient` given with `.using(ac)`, checked as `put` is. Inside a job,
+put follow-up jobs with `ctx.put(send_email, to=...)`: they go through the
+master, committed with the job's completion.
 
 The worker calls the JobFunction with the context alone; it then passes the
 job's data as the keyword arguments. It is `functools.update_wrapper`'d from
@@ -54,6 +57,7 @@ from runtime.queue.wire import JobSpec
 from runtime.vocabulary import FailureGroup
 
 if TYPE_CHECKING:
+    from runtime.queue.api.aclient import AsyncClient
     from runtime.queue.client import Client
 
 P = ParamSpec("P")
@@ -99,7 +103,7 @@ class JobFunction(Generic[P, R]):
         *,
         never_retry: type[BaseException] | Iterable[type[BaseException]] = (),
         options: PutOptions | None = None,
-        client: Client | None = None,
+        client: Client | AsyncClient | None = None,
     ) -> None:
         klass = _klass_of(fn)
         self.signature = _job_signature(fn)
@@ -157,15 +161,31 @@ class JobFunction(Generic[P, R]):
         other._options = merged
         return other
 
-    def using(self, client: Client) -> JobFunction[P, R]:
-        """This job, put through `client` rather than the default one."""
+    def using(self, client: Client | AsyncClient) -> JobFunction[P, R]:
+        """This job, put through `client` rather than the default one (`put` and
+        `put_many` with a Client, `aput` and `aput_many` with an AsyncClient)."""
         other = copy.copy(self)
         other._client = client
         return other
 
     @property
     def client(self) -> Client:
-        return self._client if self._client is not None else default_client()
+        """The Client `put` goes through."""
+        if self._client is None:
+            return default_client()
+        if _is_async(self._client):
+            raise WrongState(f"{self.klass}: an AsyncClient puts with `await ….aput(...)`")
+        return cast("Client", self._client)
+
+    @property
+    def async_client(self) -> AsyncClient:
+        """The AsyncClient `aput` goes through (set with `.using(ac)`)."""
+        if self._client is None or not _is_async(self._client):
+            raise WrongState(
+                f"{self.klass}: aput needs an AsyncClient: "
+                f"`await {self.__name__}.using(ac).aput(...)`"
+            )
+        return cast("AsyncClient", self._client)
 
     def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
         """The job these arguments make, not put yet (for `Client.put_many`, `ctx.put`)."""
@@ -186,6 +206,20 @@ class JobFunction(Generic[P, R]):
             raise BadArgument(f"{self.klass}.put_many: one jid cannot name many jobs")
         specs = [self._spec(call) for call in calls]
         return self.client.put_many(specs) if specs else []
+
+    async def aput(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """`put` through the AsyncClient given with `.using(ac)`: checked alike."""
+        if args:
+            raise BadArgument(_positional(self.klass, len(args)))
+        spec = self._spec(kwargs)
+        return (await self.async_client.put_many([spec]))[0]
+
+    async def aput_many(self, calls: Iterable[Mapping[str, Any]]) -> list[str]:
+        """`put_many` through the AsyncClient given with `.using(ac)`."""
+        if "jid" in self._options:
+            raise BadArgument(f"{self.klass}.put_many: one jid cannot name many jobs")
+        specs = [self._spec(call) for call in calls]
+        return await self.async_client.put_many(specs) if specs else []
 
     def _spec(self, kwargs: Mapping[str, Any]) -> JobSpec:
         if self.klass.startswith("__main__:"):
@@ -266,6 +300,11 @@ def set_default_client(client: Client | None) -> None:
 
 
 # --- checks ---------------------------------------------------------------------------
+
+
+def _is_async(client: object) -> bool:
+    """Whether `client` is an AsyncClient (not imported here: it loads redis)."""
+    return hasattr(client, "aclose")
 
 
 def _job_signature(fn: Callable[..., Any]) -> inspect.Signature:

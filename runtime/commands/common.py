@@ -16,14 +16,14 @@ from runtime import config
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
 from runtime.queue.job import Job
-from runtime.queue.shards import Shards
-from runtime.queue.site import Site
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
 
 
 def client_of(ctx: click.Context) -> Client:
-    """The client for --url/--namespace, made once per invocation."""
+    """The client for --url/--namespace, made once per invocation: a sharded
+    site's (every namespace of it, runtime.queue.site) when the settings name
+    shards (RUNTIME_SHARDS)."""
     obj: dict[str, Any] = ctx.find_root().ensure_object(dict)
     if "client" not in obj:
         settings = config.load_settings({"url": obj.get("url"), "namespace": obj.get("namespace")})
@@ -32,22 +32,10 @@ def client_of(ctx: click.Context) -> Client:
     return client
 
 
-def site_of(ctx: click.Context) -> Site | None:
-    """A sharded site's client (runtime.queue.site) when the settings name shards
-    (RUNTIME_SHARDS), made once per invocation; None for one namespace."""
-    obj: dict[str, Any] = ctx.find_root().ensure_object(dict)
-    if "site" not in obj:
-        settings = settings_of(ctx)
-        obj["site"] = Site(settings=settings) if Shards.of(settings).sharded else None
-    site: Site | None = obj["site"]
-    return site
-
-
-def counts_of(ctx: click.Context) -> Client | Site:
+def counts_of(ctx: click.Context) -> Client:
     """Where the numbers of `status`, `metrics` and the dashboard come from: the
-    site, summed over its namespaces, when the settings name shards; else the
-    client of --namespace."""
-    return site_of(ctx) or client_of(ctx)
+    invocation's client (a sharded site's sums its namespaces')."""
+    return client_of(ctx)
 
 
 def settings_of(ctx: click.Context) -> config.Settings:

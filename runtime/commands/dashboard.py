@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import click
 
-from runtime.commands.common import client_of, site_of, stop_on_signals
+from runtime.commands.common import client_of, stop_on_signals
 from runtime.errors import BadArgument, ConfigError, Error
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ def dashboard(
         f"runtime dashboard: {url_of(sock, prefix)}  (metrics: {url_of(sock, prefix)}metrics)"
     )
     config = uvicorn.Config(
-        create_app(client, options, site=site_of(ctx)),
+        create_app(client, options),
         log_config=None,
         access_log=False,
         lifespan="on",

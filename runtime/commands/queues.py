@@ -32,7 +32,6 @@ from runtime.queue import wire
 from runtime.queue.client import Client
 from runtime.queue.job import RECORDS
 from runtime.queue.ops import LISTED_STATES
-from runtime.queue.site import Site
 from runtime.units import duration
 from runtime.vocabulary import Count, JobState
 
@@ -70,7 +69,7 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: fl
             if not as_json and sys.stdout.isatty():
                 click.echo(CLEAR_SCREEN, nl=False)
             if not as_json:
-                now_ms = (client.first if isinstance(client, Site) else client).conn.now_ms()
+                now_ms = client.conn.now_ms()
                 click.echo(f"{when(now_ms)}  every {watch_s:g} s, Ctrl-C to stop")
             _show_status(rows, as_json, compact=True)
             time.sleep(watch_s)
@@ -78,7 +77,7 @@ def status(ctx: click.Context, queues: Sequence[str], as_json: bool, watch_s: fl
         return
 
 
-def _refuse_unknown(client: Client | Site, queues: Sequence[str]) -> None:
+def _refuse_unknown(client: Client, queues: Sequence[str]) -> None:
     """Exit 1 naming the queues given that were never used (or were forgotten),
     with the known ones: a typo must not read as an empty queue."""
     if not queues:
@@ -91,7 +90,7 @@ def _refuse_unknown(client: Client | Site, queues: Sequence[str]) -> None:
         raise unknown_queues(unknown, known)
 
 
-def status_of(client: Client | Site, queues: Sequence[str]) -> dict[str, dict[str, Any]]:
+def status_of(client: Client, queues: Sequence[str]) -> dict[str, dict[str, Any]]:
     """What `runtime status` shows, as text, JSON or watched: each queue's counts by
     state (with its totals, pause and oldest waiting age), and under "in_progress"
     its running jobs that told their progress, latest told first."""

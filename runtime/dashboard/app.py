@@ -30,7 +30,6 @@ from runtime.dashboard.security import Credentials, Guard
 from runtime.errors import BadArgument, Error, NoSuchJob, RedisUnavailable
 from runtime.metrics import exposition, scrape
 from runtime.queue.client import Client
-from runtime.queue.site import Site
 
 log = logging.getLogger(__name__)
 
@@ -81,22 +80,23 @@ def routes() -> list[BaseRoute]:
 
 
 def create_app(
-    client: Client, options: Options | None = None, registry: Any = ..., site: Site | None = None
+    client: Client, options: Options | None = None, registry: Any = ..., site: Client | None = None
 ) -> Starlette:
     """The ASGI app. `registry`: a Prometheus registry to serve at /metrics (default:
     runtime's metrics, as `runtime metrics` serves them: runtime.metrics.scrape,
-    the text of runtime.metrics.make_registry(site or client); None: /metrics
-    answers 503). `site`: a sharded site whose namespaces' numbers the
-    pages and /metrics sum (the queue, job and action pages then go to the
-    namespace of their queue or job; failures, domains and recurring jobs stay
-    those of `client`'s namespace)."""
+    the text of runtime.metrics.make_registry(client); None: /metrics answers
+    503). A sharded site's client (`Client` with shards: runtime.queue.site)
+    serves the whole site: every page and /metrics cover all its namespaces
+    (the queue, job and action pages go to the namespace of their queue or
+    job). `site`: the same, from before a site's client was a Client."""
+    client = site or client
     options = options or Options()
     prefix = normal_prefix(options.url_prefix)
     rates = live.Rates(options.sample_interval_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with live.sampling(rates, lambda: reads.totals(site or client)):
+        async with live.sampling(rates, lambda: reads.totals(client)):
             yield
 
     mounted = [Mount(prefix, routes=routes())] if prefix else routes()
@@ -114,7 +114,6 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.client = client
-    app.state.site = site
     app.state.prefix = prefix
     app.state.rates = rates
     app.state.templates = render.environment()
@@ -122,7 +121,7 @@ def create_app(
     # line for line); a registry given is written by prometheus-client
     served: Any = None
     if registry is ...:
-        served = functools.partial(scrape, (site or client).admin)
+        served = functools.partial(scrape, client.admin)
     elif registry is not None:
         served = functools.partial(exposition, registry)
     app.state.metrics = None if served is None else (served, CONTENT_TYPE_LATEST)

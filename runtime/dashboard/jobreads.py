@@ -17,7 +17,7 @@ from datetime import date
 from typing import Any
 
 from runtime.queue import ops
-from runtime.queue.client import Client
+from runtime.queue.client import Client, Site
 from runtime.queue.job import Job
 from runtime.queue.stats import QueueStats, Times
 
@@ -105,11 +105,17 @@ def failure_groups(client: Client) -> list[GroupRow]:
     """Failure groups, largest first, with the times of their newest and oldest job."""
     groups = {g: n for g, n in client.failed().items() if n > 0}
     names = sorted(groups, key=lambda g: (-groups[g], g))
-    calls = []
-    for group in names:
-        calls.append(ops.failed_jobs(group, 0, 5))
-        calls.append(ops.failed_jobs(group, max(groups[group] - 1, 0), 1))
-    pages = client.conn.calls(calls) if calls else []
+    pages: list[tuple[int, list[Job]]] = []
+    if isinstance(client, Site):  # the pages of every namespace, one after another
+        for group in names:
+            pages.append(client.admin.failed_jobs(group, 0, 5))
+            pages.append(client.admin.failed_jobs(group, max(groups[group] - 1, 0), 1))
+    elif names:  # one round trip
+        calls = []
+        for group in names:
+            calls.append(ops.failed_jobs(group, 0, 5))
+            calls.append(ops.failed_jobs(group, max(groups[group] - 1, 0), 1))
+        pages = client.conn.calls(calls)
     rows = []
     for i, group in enumerate(names):
         (_, newest), (_, oldest) = pages[2 * i], pages[2 * i + 1]

@@ -16,7 +16,6 @@ from typing import Any
 from runtime import vocabulary
 from runtime.queue.client import Client
 from runtime.queue.job import Job
-from runtime.queue.site import Site
 from runtime.vocabulary import Count
 
 log = logging.getLogger(__name__)
@@ -90,19 +89,17 @@ def _number(value: Any) -> int | None:
 def of_queue(state: Any, name: str) -> Client:
     """The client of the namespace queue `name` lives in (the app's `state`: its
     site's when it serves a sharded site, else its one client)."""
-    site: Site | None = state.site
-    return state.client if site is None else site.client(name)
+    client: Client = state.client.shard(queue=name)
+    return client
 
 
 def of_job(state: Any, jid: str) -> Client:
     """The client of the namespace holding job `jid` (the app's own when none does)."""
-    site: Site | None = state.site
-    found = None if site is None else site.locate(jid)
-    client: Client = found or state.client
+    client: Client = state.client.shard(jid=jid)
     return client
 
 
-def queue_rows(client: Client | Site, names: Sequence[str] = ()) -> list[QueueRow]:
+def queue_rows(client: Client, names: Sequence[str] = ()) -> list[QueueRow]:
     """The queues (all known ones when none are named), by name: one read."""
     rows = []
     for name, counts in sorted(client.status(*names).items()):
@@ -129,7 +126,7 @@ def started_ms(job: Job) -> int | None:
     return None
 
 
-def worker_rows(client: Client | Site, now_ms: int) -> list[WorkerRow]:
+def worker_rows(client: Client, now_ms: int) -> list[WorkerRow]:
     """Masters seen lately, most recent first, with the jobs each runs: one read."""
     return [_worker_row(wid, info, now_ms) for wid, info in client.admin.workers().items()]
 
@@ -157,7 +154,7 @@ def _worker_row(wid: str, info: Mapping[str, Any], now_ms: int) -> WorkerRow:
     )
 
 
-def totals(client: Client | Site) -> tuple[int, int]:
+def totals(client: Client) -> tuple[int, int]:
     """(jobs completed, jobs failed for good) since each queue was first used, summed
     over the queues: the counters whose differences are the rates (one read)."""
     status = client.status()

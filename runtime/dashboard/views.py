@@ -24,7 +24,6 @@ from runtime.dashboard import jobreads, live, plots, reads
 from runtime.dashboard.render import HERE, page, query
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
-from runtime.queue.site import Site
 from runtime.queue.stats import today
 from runtime.vocabulary import JobState
 
@@ -39,11 +38,10 @@ def _client(request: Request) -> Client:
     return client
 
 
-def _counts(request: Request) -> Client | Site:
-    """Where the numbers come from: the site (summed over its namespaces) when the
-    app serves a sharded site, else its client."""
-    site: Site | None = request.app.state.site
-    return site or _client(request)
+def _counts(request: Request) -> Client:
+    """Where the numbers come from: the app's client (a sharded site's sums its
+    namespaces')."""
+    return _client(request)
 
 
 def _page_number(request: Request) -> int:

@@ -10,14 +10,14 @@ import logging
 
 from runtime import config
 from runtime.errors import Error
-from runtime.queue.aio import AsyncClient
+from runtime.queue.aio import MasterClient
 
 log = logging.getLogger(__name__)
 
 TRIM_BATCHES = 20  # most retention batches deleted each time oom is met
 
 
-async def trim(client: AsyncClient, worker_id: str) -> None:
+async def trim(client: MasterClient, worker_id: str) -> None:
     """Deletes completed jobs past retention, a batch at a time until a batch
     comes back short (nothing more to let go) or TRIM_BATCHES were deleted;
     a failure ends it quietly: the master's backoff goes on, and the

@@ -17,6 +17,7 @@ from runtime.master.master import Master
 from runtime.proctitle import set_title
 from runtime.queue import urls
 from runtime.queue.connection import default_worker_id, resolve_url
+from runtime.queue.shards import Shards
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +52,13 @@ def run_master(
     worker_id = worker_id or default_worker_id()
     set_title(f"runtime master {worker_id} starting")
     served = lanes or [(settings.namespace, worker.queues)]
+    rule = Shards.of(settings)
     if urls.kind_of(url) != "cluster":  # one server (or one primary) holds them all
-        served = served[:1]
-    for namespace, queues in served:  # on a cluster, each namespace's node
-        preflight.check(replace(settings, namespace=namespace), replace(worker, queues=queues), url)
+        served = [served[0], *(lane for lane in served[1:] if rule.url_of(lane[0]))]
+    for namespace, queues in served:  # on a cluster or a server of its own, each namespace's
+        mine = rule.url_of(namespace) or url
+        preflight.check(
+            replace(settings, namespace=namespace), replace(worker, queues=queues), mine
+        )
     master = Master(settings, worker, url, worker_id, lanes)
     return int(uvloop.run(master.run()))

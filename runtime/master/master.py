@@ -21,7 +21,7 @@ too, so nothing stops silently. Signal handlers only put an intent on the queue:
 
 A master may serve queues of several namespaces of a sharded site (`lanes`,
 runtime.master.shards): one loop, one fork server, one set of children, and
-one AsyncClient for each namespace (its own connections, blocking read for
+one MasterClient for each namespace (its own connections, blocking read for
 work, cancels and size watch). Every Redis action of the book names its lane;
 the task that carries it out uses that lane's client and says the lane in the
 event it posts.
@@ -58,9 +58,10 @@ from runtime.master.processes import Processes
 from runtime.master.sizes import SizeWatch
 from runtime.master.status import Status
 from runtime.queue import ops
-from runtime.queue.aio import AsyncClient
+from runtime.queue.aio import MasterClient
 from runtime.queue.keys import Keys
 from runtime.queue.leases import Leased
+from runtime.queue.shards import Shards
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,10 @@ class Master:
         self.worker = worker
         self.worker_id = worker_id
         self.lanes = lanes or [(settings.namespace, worker.queues)]
-        self.clients = [AsyncClient(url, Keys(ns), worker_id) for ns, _ in self.lanes]
+        rule = Shards.of(settings)  # a namespace may live on a server of its own
+        self.clients = [
+            MasterClient(rule.url_of(ns) or url, Keys(ns), worker_id) for ns, _ in self.lanes
+        ]
         self.client = self.clients[0]
         self.book = Book(worker, worker_id, lanes=lanes if len(self.lanes) > 1 else None)
         self.events: deque[events.Event] = deque()

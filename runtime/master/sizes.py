@@ -13,7 +13,7 @@ from typing import Any
 
 from runtime import config
 from runtime.errors import Error
-from runtime.queue.aio import AsyncClient
+from runtime.queue.aio import MasterClient
 from runtime.vocabulary import Count
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ COUNTED = (Count.WAITING, Count.THROTTLED, Count.SCHEDULED, Count.DEPENDS, Count
 
 
 class SizeWatch:
-    def __init__(self, client: AsyncClient, queues: list[str], worker_id: str) -> None:
+    def __init__(self, client: MasterClient, queues: list[str], worker_id: str) -> None:
         self.client = client
         self.queues = list(queues)
         self.worker_id = worker_id

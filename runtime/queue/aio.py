@@ -50,7 +50,7 @@ WARM_S = 0.001  # a PING on the blocking connection: it never waits (_warm_block
 ROUND_TRIPS_KEPT = 8  # the latest calls whose round trips say the link's (round_trip_s)
 
 
-class AsyncClient:
+class MasterClient:
     """A master's connection to its deployment."""
 
     def __init__(
@@ -189,7 +189,7 @@ class AsyncClient:
         spare = self._spares_of(pool) or []
         while spare:
             conn = spare.pop()
-            if conn.is_connected and not conn.should_reconnect() and not _closed_by_peer(conn):
+            if conn.is_connected and not conn.should_reconnect() and not closed_by_peer(conn):
                 return conn
             await pool.release(conn)
         return None
@@ -212,7 +212,7 @@ class AsyncClient:
 
     async def _round_trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
         conn.socket_timeout = self.command_timeout_s
-        await _send(conn, scripts.pack(request), self.command_timeout_s)
+        await send(conn, scripts.pack(request), self.command_timeout_s)
         conn.socket_timeout = self.command_timeout_s + blocks_s
         replies = []
         try:
@@ -416,7 +416,7 @@ class AsyncClient:
         return int(held)
 
 
-async def _send(conn: Any, request: bytes, timeout_s: float) -> None:
+async def send(conn: Any, request: bytes, timeout_s: float) -> None:
     """Writes a request on a connection, as redis-py's send_packed_command does
     but without its asyncio.wait_for, which in Python 3.11 wraps the write in a
     task of its own: two more turns of the loop and a timer per round trip, the
@@ -428,7 +428,7 @@ async def _send(conn: Any, request: bytes, timeout_s: float) -> None:
     if not conn.is_connected:  # not from the pool's hands: connect as redis-py would
         await conn.send_packed_command([request], check_health=False)
         return
-    writer = conn._writer  # redis-py's stream (see _closed_by_peer)
+    writer = conn._writer  # redis-py's stream (see closed_by_peer)
     try:
         writer.write(request)
         if writer.transport.get_write_buffer_size():
@@ -458,7 +458,7 @@ async def _take(pool: redis.asyncio.ConnectionPool) -> Any:
     link. Such a one is connected afresh here (no round trip: local state only)."""
     conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # connected here
     try:
-        if _closed_by_peer(conn):
+        if closed_by_peer(conn):
             await conn.disconnect(nowait=True)
             await conn.connect()
     except BaseException:
@@ -467,7 +467,7 @@ async def _take(pool: redis.asyncio.ConnectionPool) -> Any:
     return conn
 
 
-def _closed_by_peer(conn: Any) -> bool:
+def closed_by_peer(conn: Any) -> bool:
     """Whether a connected connection was reset or closed by the peer (redis-py
     keeps its asyncio streams in `_reader` and `_writer`, None when not connected)."""
     reader, writer = getattr(conn, "_reader", None), getattr(conn, "_writer", None)

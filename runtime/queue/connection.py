@@ -27,7 +27,7 @@ from redis.retry import Retry
 
 from runtime import config
 from runtime.errors import ConfigError, Error, RedisTransient, WrongState
-from runtime.queue import embedded, ops, routing, scripts, urls
+from runtime.queue import embedded, ops, routing, scripts, urls, waiting
 from runtime.queue.faults import classify, redact
 from runtime.queue.keys import Keys
 from runtime.queue.ops import Call
@@ -199,6 +199,16 @@ class Connection:
                 return [found]
             time.sleep(pause)
             attempt += 1
+
+    def steps(self, plan: waiting.Steps) -> Any:
+        """Drives a plan of round trips (runtime.queue.waiting) to its end, each
+        round trip run by `calls`."""
+        try:
+            request = next(plan)
+            while True:
+                request = plan.send(self.calls(request))
+        except StopIteration as done:
+            return done.value
 
     def _drive(self, plan: scripts.Plan[T]) -> T:
         """Carries out a plan's round trips on one pooled connection (of the node

@@ -2,11 +2,12 @@
 
 A `Call` says what to send (a Lua operation of lua/ with its ARGV, or a plain
 command) and how to read the reply; it does no I/O. The synchronous `Client`
-(connection.py) and the master's `AsyncClient` (aio.py) run the same Calls
-through the same plan (scripts.run), so nothing else builds ARGV or parses a
-reply. `repeatable` marks calls that are safe to send again when a first try's
-fate is unknown: reads, put (the jid is chosen before the call), and the lease
-holder's reports with the same token (the scripts answer a repeat as done).
+(connection.py), the application's `AsyncClient` (adriver.py) and the master's
+`MasterClient` (aio.py) run the same Calls through the same plan
+(scripts.run), so nothing else builds ARGV or parses a reply. `repeatable`
+marks calls that are safe to send again when a first try's fate is unknown:
+reads, put (the jid is chosen before the call), and the lease holder's reports
+with the same token (the scripts answer a repeat as done).
 
 A reply that does not decode raises `CorruptReply`, a data error about that
 reply; a pop's jobs are decoded one by one (runtime.queue.leases).

@@ -36,8 +36,9 @@ memory while it is full, so the reads run and a cancel frees what it can.
 Which one a client uses is found out on its first call and remembered in its
 `Session`. How Calls (runtime.queue.ops) are run, the reloads included, is one
 plan (`run`): a generator that yields the round trips to make and receives
-their replies. It does no I/O itself, so the synchronous `Client` and the
-master's `AsyncClient` drive the very same code, each with its own socket.
+their replies. It does no I/O itself, so the synchronous `Client`, the
+application's `AsyncClient` (adriver.py) and the master's `MasterClient`
+(aio.py) drive the very same code, each with its own sockets.
 """
 
 from __future__ import annotations

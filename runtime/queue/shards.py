@@ -13,7 +13,14 @@ The rule is `Settings.shards` (RUNTIME_SHARDS, `shards` in runtime.toml):
 
 each part a namespace and its queues; `*` takes every queue not named. Without
 `*`, the queues not named live in the first namespace. An empty rule: no
-sharding, every queue in `Settings.namespace`.
+sharding, every queue in `Settings.namespace`. A namespace may live on a
+Redis server of its own (separate servers, no Cluster): `namespace@URL:queues`,
+
+    ns1@redis://a:6379/0:emails,sms;ns2@redis://b:6379/0:*
+
+the URL running from the `@` to the part's last `:` (so it must be followed by
+`:` and the queues, and cannot hold a `;`). A namespace without a URL lives
+where the client's URL points (docs/redis.md, *Sharded sites*).
 
 What cannot cross a shard is refused with `CrossShard` (a BadArgument naming
 both namespaces): putting through one namespace's client into a queue of
@@ -21,13 +28,16 @@ another, a completion moving its job on (`next=`) to a queue of another
 shard, a job put from a job (ctx.put) into a queue of another shard than the
 job's, a dependency on a job of another shard.
 
-Pure: no I/O, no redis import (children check their puts with it).
+Pure: no I/O, no redis import (children check their puts with it). The sums
+of a site's numbers (`sum_counts`, `sum_groups`) are here too, shared by the
+synchronous and the asyncio client.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from runtime import config
 from runtime.errors import ConfigError, CrossShard
@@ -38,11 +48,13 @@ REST = "*"
 @dataclass(frozen=True)
 class Shards:
     """The rule, parsed: `table` {queue: namespace}, `rest` the namespace of every
-    other queue, `namespaces` every namespace of the site, in the rule's order."""
+    other queue, `namespaces` every namespace of the site, in the rule's order,
+    `urls` {namespace: URL} of the namespaces on a server of their own."""
 
     table: tuple[tuple[str, str], ...]
     rest: str
     namespaces: tuple[str, ...]
+    urls: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, rule: str, namespace: str = config.DEFAULT_NAMESPACE) -> Shards:
@@ -52,16 +64,17 @@ class Shards:
             return cls((), namespace, (namespace,))
         table: dict[str, str] = {}
         namespaces: list[str] = []
+        found_urls: dict[str, str] = {}
         rest = ""
         for part in (p.strip() for p in rule.split(";")):
             if not part:
                 continue
-            name, colon, queues = (s.strip() for s in part.partition(":"))
-            if not colon or not config.NAMESPACE_RE.match(name):
-                raise ConfigError(f"shards: {part!r} is not namespace:queue[,queue...]")
+            name, url, queues = _part(part)
             if name in namespaces:
                 raise ConfigError(f"shards: namespace {name!r} is named twice")
             namespaces.append(name)
+            if url:
+                found_urls[name] = url
             for queue in (q.strip() for q in queues.split(",") if q.strip()):
                 if queue == REST:
                     if rest:
@@ -75,7 +88,8 @@ class Shards:
                     table[queue] = name
         if not namespaces:
             raise ConfigError("shards: name at least one namespace:queue")
-        return cls(tuple(table.items()), rest or namespaces[0], tuple(namespaces))
+        urls = tuple(found_urls.items())
+        return cls(tuple(table.items()), rest or namespaces[0], tuple(namespaces), urls)
 
     @classmethod
     def of(cls, settings: config.Settings) -> Shards:
@@ -87,6 +101,21 @@ class Shards:
 
     def namespace_of(self, queue: str) -> str:
         return dict(self.table).get(queue, self.rest)
+
+    def url_of(self, namespace: str) -> str | None:
+        """The URL of the server `namespace` lives on, when the rule names one."""
+        return dict(self.urls).get(namespace)
+
+    def home(self, queues: Iterable[str]) -> str:
+        """The one namespace these queues live in; CrossShard if they span several
+        (one put_many is atomic in one shard only)."""
+        homes = {self.namespace_of(q) for q in queues}
+        if len(homes) > 1:
+            raise CrossShard(
+                f"one put_many is atomic in one shard, these jobs go to shards {sorted(homes)}: "
+                "put them in one call per shard"
+            )
+        return homes.pop() if homes else self.namespaces[0]
 
     def split(self, queues: Iterable[str]) -> dict[str, tuple[str, ...]]:
         """The queues by namespace, in the site's order (namespaces without any left out)."""
@@ -107,3 +136,57 @@ class Shards:
                 "nothing crosses a shard (put it through the site, or keep both queues "
                 "in one shard)"
             )
+
+
+def _part(part: str) -> tuple[str, str, str]:
+    """One part of a rule: (namespace, its URL or "", its queues as written)."""
+    name, colon, queues = (s.strip() for s in part.partition(":"))
+    url = ""
+    if "@" in name:  # namespace@URL:queues, the URL up to the last colon
+        name, _, url = (s.strip() for s in part.partition("@"))
+        url, colon, queues = (s.strip() for s in url.rpartition(":"))
+        if "://" not in url or queues.isdigit():
+            raise ConfigError(
+                f"shards: {part!r} is not namespace@URL:queue[,queue...] "
+                "(e.g. ns2@redis://b:6379/0:emails,sms)"
+            )
+    if not colon or not config.NAMESPACE_RE.match(name):
+        raise ConfigError(f"shards: {part!r} is not namespace:queue[,queue...]")
+    return name, url, queues
+
+
+# --- a site's numbers, summed over its namespaces --------------------------------------
+
+NOT_SUMMED = ("oldest_waiting_ms", "size_warning")  # the larger one is kept
+
+
+def merge_count(state: str, into: Any, value: Any) -> Any:
+    """One count of a queue found in two namespaces (put there before a change of
+    the rule): summed, or the larger one, or either flag."""
+    if into is None or value is None:
+        return value if into is None else into
+    if isinstance(value, bool) or isinstance(into, bool):
+        return bool(into) or bool(value)
+    return max(into, value) if state in NOT_SUMMED else into + value
+
+
+def sum_counts(
+    parts: Iterable[Mapping[str, Mapping[str, Any]]],
+) -> dict[str, dict[str, Any]]:
+    """Queues' counts by state ({queue: {state: count}}) of several namespaces, as one."""
+    counts: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for queue, mine in part.items():
+            into = counts.setdefault(queue, {})
+            for state, value in mine.items():
+                into[state] = merge_count(state, into.get(state), value)
+    return counts
+
+
+def sum_groups(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Failed jobs by group of several namespaces, as one."""
+    groups: dict[str, int] = {}
+    for part in parts:
+        for group, count in part.items():
+            groups[group] = groups.get(group, 0) + count
+    return groups

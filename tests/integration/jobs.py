@@ -352,3 +352,8 @@ def sees_redis(job: Any) -> None:
             continue
     env = sorted(k for k in os.environ if "REDIS" in k or "SENTRY" in k)
     _append(job.data["path"], json.dumps({"sockets": sockets, "env": env}))
+
+
+def echo(job: Any) -> Any:
+    """Returns its data as its result."""
+    return job.data

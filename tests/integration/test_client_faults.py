@@ -27,7 +27,7 @@ from runtime.errors import (
     RedisTransient,
     RedisUnavailable,
 )
-from runtime.queue.aio import AsyncClient
+from runtime.queue.aio import MasterClient
 from runtime.queue.client import Client
 from runtime.queue.embedded import ServerProcess
 from runtime.queue.faults import classify, from_redis
@@ -63,7 +63,7 @@ def run_on_uvloop(awaitable: Awaitable[T], deadline_s: float = 30.0) -> T:
 async def seen_closed(pool: Any, deadline_s: float = 5.0) -> None:
     """Until every connection idle in `pool` has seen its peer go (its transport is
     closed): the reset reached the client. Called between calls, so the pool's
-    connections in use are the ones the client keeps aside (AsyncClient._spare)."""
+    connections in use are the ones the client keeps aside (MasterClient._spare)."""
     end = time.monotonic() + deadline_s
 
     def closed(conn: Any) -> bool:
@@ -91,7 +91,7 @@ def transient(err: BaseException, condition: RedisCondition) -> bool:
 
 async def master_call(url: str, ns: str, what: str, **options: Any) -> Any:
     """One call of a fresh master's client; what it raised, else what it returned."""
-    aio = AsyncClient(url, Keys(ns), "host-1", **options)
+    aio = MasterClient(url, Keys(ns), "host-1", **options)
     try:
         if what == "connect":
             return await aio.connect()
@@ -192,7 +192,7 @@ def test_lost_functions_and_scripts_are_loaded_again_by_both_clients(
     client.queue("q").put(J)
 
     async def pop_after_flush() -> int:
-        aio = AsyncClient(server.url, Keys(ns), "host-1")
+        aio = MasterClient(server.url, Keys(ns), "host-1")
         try:
             await aio.connect()
             redis_faults.flush_scripts(redis_faults.connect(server))
@@ -219,7 +219,7 @@ def test_the_grace_call_goes_first_in_the_same_round_trip(server: ServerProcess)
     client.queue("q").put(J)
 
     async def after_outage() -> tuple[int, set[str]]:
-        aio = AsyncClient(server.url, Keys(ns), "host-1")
+        aio = MasterClient(server.url, Keys(ns), "host-1")
         try:
             done = await aio.exchange(Outcomes(), 1, ["q"], "ordered", outage_ms=1500)
             assert done.popped is not None
@@ -241,7 +241,7 @@ def test_a_silent_link_is_noticed_within_the_command_timeout(
     ns = plain_client.keys.namespace
 
     async def silent() -> list[Any]:
-        aio = AsyncClient(proxy.url, Keys(ns), "host-1")  # 5 s by default
+        aio = MasterClient(proxy.url, Keys(ns), "host-1")  # 5 s by default
         try:
             await aio.connect()
             aio.set_command_timeout(0.3)  # a third of a 0.9 s lease
@@ -265,7 +265,7 @@ def test_an_idle_blocking_read_ends_with_nothing_and_the_link_stays_good(
     proxy: Proxy, plain_client: Client
 ) -> None:
     async def idle() -> tuple[Any, Any]:
-        aio = AsyncClient(proxy.url, plain_client.keys, "host-1", command_timeout_s=0.2)
+        aio = MasterClient(proxy.url, plain_client.keys, "host-1", command_timeout_s=0.2)
         try:
             nothing = await aio.wait_for_work(["q"], 0.5)  # longer than the command timeout
             plain_client.queue("q").put(J)
@@ -283,7 +283,7 @@ def test_a_reset_during_a_call_is_a_connection_condition_and_the_next_call_recon
     proxy: Proxy, plain_client: Client
 ) -> None:
     async def reset() -> tuple[Any, Any]:
-        aio = AsyncClient(proxy.url, plain_client.keys, "host-1")
+        aio = MasterClient(proxy.url, plain_client.keys, "host-1")
         try:
             await aio.connect()
             proxy.drop_reply(b"heartbeat_")
@@ -312,7 +312,7 @@ def test_a_connection_reset_while_idle_is_never_handed_out_again(
     fresh connection), however long the reset connections idled in the pool."""
 
     async def reset_then_quiet() -> tuple[list[Any], int]:
-        aio = AsyncClient(proxy.url, plain_client.keys, "host-1")
+        aio = MasterClient(proxy.url, plain_client.keys, "host-1")
         try:
             await aio.connect()
             await aio.wait_for_work(["q"], 0.05)  # the blocking connection made too
@@ -370,7 +370,7 @@ def test_a_write_on_a_connection_reset_under_uvloop_is_a_connection_condition(
 
 def test_sent_at_is_taken_after_the_connection_is_up(proxy: Proxy, plain_client: Client) -> None:
     async def slow_link() -> tuple[float, float, float]:
-        aio = AsyncClient(proxy.url, plain_client.keys, "host-1")
+        aio = MasterClient(proxy.url, plain_client.keys, "host-1")
         try:
             proxy.delay(up_ms=300)  # the handshake waits too
             before = time.monotonic()
@@ -431,7 +431,7 @@ def test_the_master_reads_shared_settings_and_counts_through_the_boundary(
     plain_client.admin.config_set("size-warning-every", 30)
 
     async def read() -> tuple[Any, Any, Any]:
-        aio = AsyncClient(plain_client.url, plain_client.keys, "host-1")
+        aio = MasterClient(plain_client.url, plain_client.keys, "host-1")
         try:
             unset = await aio.setting("heartbeat")
             try:

@@ -15,7 +15,7 @@ import pytest
 
 from runtime import Client, JobExists, Lease, NoSuchJob
 from runtime.errors import Error, JobFailed, WaitTimeout
-from runtime.queue.aio import AsyncClient
+from runtime.queue.aio import MasterClient
 from runtime.queue.leases import Exchanged, Outcomes
 from tests.support.waiting import stays, wait_for
 
@@ -112,7 +112,7 @@ def test_many_waiters_on_one_job_all_wake(plain_client: Client, leased: Lease) -
 def test_a_wait_longer_than_one_slice_keeps_waiting(
     plain_client: Client, leased: Lease, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("runtime.queue.client.WAIT_SLICE_S", 0.2)
+    monkeypatch.setattr("runtime.queue.waiting.WAIT_SLICE_S", 0.2)
     waiter = Waiter(lambda: plain_client.wait("j1", timeout=30))
     wait_for(lambda: blocked_on(plain_client, "j1"), what="the waiter to register")
     stays(lambda: not waiter.outcome, 0.5, what="the waiter waiting through several slices")
@@ -123,11 +123,11 @@ def test_a_wait_longer_than_one_slice_keeps_waiting(
 # --- the master's asyncio side ----------------------------------------------------------
 
 
-def on_aio(client: Client, work: Callable[[AsyncClient], Awaitable[T]]) -> T:
+def on_aio(client: Client, work: Callable[[MasterClient], Awaitable[T]]) -> T:
     """Runs `work` with a master's asyncio client, closed after, in one event loop."""
 
     async def main() -> T:
-        aio = AsyncClient(client.url, client.keys, W)
+        aio = MasterClient(client.url, client.keys, W)
         try:
             await aio.connect()
             return await work(aio)
@@ -230,7 +230,7 @@ def test_a_put_sent_again_after_a_lost_reply_answers_job_exists(plain_client: Cl
     out = Outcomes()
     out.add_put(*plain_client.queue("links").spec("a.b:c", jid="once").to_wire())
 
-    async def twice(aio: AsyncClient) -> tuple[Exchanged, Exchanged]:
+    async def twice(aio: MasterClient) -> tuple[Exchanged, Exchanged]:
         return await aio.exchange(out, None, [], "ordered"), await aio.exchange(
             out, None, [], "ordered"
         )
@@ -247,7 +247,7 @@ def test_cancellations_yields_the_cancelled_jobs_of_this_master(plain_client: Cl
     q.pop(1, worker=W)
     q.pop(1, worker="host-2")
 
-    async def listen(aio: AsyncClient) -> list[str]:
+    async def listen(aio: MasterClient) -> list[str]:
         got: list[str] = []
         stream = aio.cancellations()
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from runtime.queue import scripts
-from runtime.queue.aio import AsyncClient
+from runtime.queue.aio import MasterClient
 from runtime.queue.client import Client
 from runtime.queue.leases import Outcomes
 from tests.support.clock import FrozenClock
@@ -86,7 +86,7 @@ def test_a_master_s_pipeline_reloads_what_the_server_lost(redis_server: RedisSer
     client.queue("lost").put("app.jobs:run", {"n": 1})
 
     async def exchange() -> list[str]:
-        aio = AsyncClient(redis_server.url, client.keys, "host-1")
+        aio = MasterClient(redis_server.url, client.keys, "host-1")
         try:
             await aio.load_scripts()
             if _major(client) >= 7:

@@ -9,8 +9,8 @@ from typing import Any
 
 from runtime import Client
 from runtime.queue import ops
-from runtime.queue.client import WAIT_SLICE_S
 from runtime.queue.leases import Outcomes
+from runtime.queue.waiting import WAIT_SLICE_S
 from tests.conftest import record
 from tests.support.clock import FrozenClock
 from tests.support.redis_server import RedisServer

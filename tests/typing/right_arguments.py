@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from runtime import Client, JobContext, JobFunction, job
+from runtime import AsyncClient, Client, JobContext, JobFunction, job
 
 
 @job(queue="emails", retries=5, never_retry=(LookupError,), priority=-1, timeout=60)
@@ -31,3 +31,12 @@ def usage(ctx: JobContext, client: Client) -> None:
     ctx.put(send_email, to="d@e.f")
     same: JobFunction[..., dict[str, bool]] = send_email
     print(jids, result, same)
+
+
+async def async_usage(ac: AsyncClient) -> None:
+    jid: str = await send_email.using(ac).aput(to="a@b.c")
+    await send_email.using(ac).options(delay=30).aput(to="a@b.c", copies=2)
+    jids: list[str] = await send_email.using(ac).aput_many([{"to": "a@b.c"}])
+    await ac.queue("emails").put("myapp.jobs:send", {"to": "a@b.c"}, priority=1, tags=["x"])
+    result = await ac.wait(jid, timeout=30)
+    print(jids, result)

@@ -3,7 +3,7 @@ checks it does; the project's own mypy run fails if one of them is not an error)
 
 from __future__ import annotations
 
-from runtime import JobContext, job
+from runtime import AsyncClient, JobContext, job
 
 
 @job(queue="emails", retries=5)
@@ -24,6 +24,12 @@ def usage(ctx: JobContext) -> None:
     ctx.put(send_email.spec(to=1))  # type: ignore[arg-type]
     sent: int = send_email(ctx)  # type: ignore[assignment]
     print(sent)
+
+
+async def async_usage(ac: AsyncClient) -> None:
+    await send_email.using(ac).aput(to=42)  # type: ignore[arg-type]
+    await send_email.using(ac).aput(too="a@b.c")  # type: ignore[call-arg]
+    await ac.queue("emails").put("a.b:c", {}, priority="high")  # type: ignore[arg-type]
 
 
 @job(queue="emails")  # type: ignore[arg-type]

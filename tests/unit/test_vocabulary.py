@@ -46,7 +46,7 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("queue/stats.py", r'"failed"', "throughput and stats fields: failures counted"),
     # the put option (and reply field) `depends`: the jids a job waits on
     ("typed.py", r'\("tags", "depends"\)', "the put option depends"),
-    ("queue/site.py", r'options\.get\("depends"', "the put option depends"),
+    ("queue/client.py", r'options\.get\("depends"', "the put option depends"),
     ("queue/wire.py", r'"depends"', "the put option depends"),
     ("queue/scheduling.py", r'"depends"', "the put option depends"),
     ("queue/job.py", r'reply\.get\("depends"', "the reply field depends (jids)"),
@@ -69,7 +69,8 @@ ALLOWED: list[tuple[str, str, str]] = [
     # the workers reply: the jobs a master runs
     ("queue/lua/workers.lua", r"\{ 'running', '\['", "a worker's running jobs"),
     ("dashboard/reads.py", r'info\.get\("running"', "a worker's running jobs"),
-    ("queue/site.py", r'into\["running"\] = ', "a worker's running jobs, of two namespaces"),
+    ("queue/siteparts.py", r'into\["running"\] = ', "a worker's running jobs, of two namespaces"),
+    ("queue/siteparts.py", r'into\["throttled"\] = ', "a domain's throttled jobs, two namespaces"),
     ("commands/workers.py", r'info\.get\("running"', "a worker's running jobs"),
     ("metrics.py", r'info\["running"\]', "a worker's running jobs"),
     ("dashboard/jobreads.py", r'info\.get\("throttled"\)', "a domain's jobs in throttled lanes"),

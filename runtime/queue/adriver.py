@@ -1,0 +1,281 @@
+"""One asyncio connection to a deployment: the driver of the application's
+`AsyncClient` (runtime.queue.api), as connection.py is the synchronous
+`Client`'s.
+
+It runs the same Calls (runtime.queue.ops) through the same plan
+(scripts.run) and the same routing (runtime.queue.routing), with the same
+retries: a call marked `repeatable` that meets a `RedisTransient` is sent
+again after connection.backoff_s, for at most `retry_for_s` seconds in all.
+Errors arrive classified (runtime.queue.faults), never as redis-py's.
+
+One connection pool per connection, of at most `max_connections`: a call
+holds one of its connections for its round trips (a wait, for as long as it
+blocks), and a call that finds them all in use waits for one, up to
+`timeout_s` (then RedisTransient); a call cancelled (asyncio) while its replies are unread
+drops that connection before giving it back, so the next call never reads a
+stale reply and the server closes its side at once (a BLPOP of a cancelled
+wait ends with it). Every command answers within `timeout_s` (a blocking
+read: its wait plus that), so an outage is an error, never a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from runtime import config
+from runtime.errors import ConfigError, Error, RedisTransient
+from runtime.queue import aio, ops, routing, scripts, urls, waiting
+from runtime.queue.connection import (
+    CONNECT_TIMEOUT_S,
+    RETRY_FOR_S,
+    SOCKET_TIMEOUT_S,
+    backoff_s,
+    resolve_url,
+    sentinel_options,
+)
+from runtime.queue.faults import classify, closed_transport, from_redis, redact
+from runtime.queue.keys import Keys
+from runtime.queue.ops import Call
+from runtime.queue.shards import Shards
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+MAX_CONNECTIONS = 1000  # a client's connections at most (each waiting coroutine holds one)
+CONNECTING_MAX = 32  # connections taken (made, when none is idle) at once: a thousand
+# coroutines starting together would overflow the server's accept backlog, and a
+# unix socket's connect then waits out its whole timeout
+SPARE_MAX = 64  # connections kept out of the pool between calls (still counted in use)
+
+
+def aconnect(
+    url: str,
+    timeout_s: float = SOCKET_TIMEOUT_S,
+    max_connections: int = MAX_CONNECTIONS,
+    **kwargs: Any,
+) -> redis.asyncio.Redis:
+    """A redis-py asyncio client that never retries on its own and never waits
+    longer than `timeout_s` to connect, for an answer or for a free connection
+    of its pool (connection.connect's asyncio twin: a Sentinel URL's primary, a
+    Cluster URL's first node)."""
+    options = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": min(timeout_s, CONNECT_TIMEOUT_S),
+        "retry": Retry(NoBackoff(), 0),
+        "max_connections": max_connections,
+        **kwargs,
+    }
+    target = urls.parse(url)
+    try:
+        if target.kind == "sentinel":
+            sentinels = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+                list(target.seeds), sentinel_kwargs=sentinel_options(target, options)
+            )
+            primary: redis.asyncio.Redis = sentinels.master_for(
+                target.service,
+                db=target.db,
+                username=target.username,
+                password=target.password,
+                **options,
+            )
+            return primary
+        if target.kind == "cluster":
+            url = target.node_url(target.seeds[0])
+        pool = redis.asyncio.BlockingConnectionPool.from_url(url, timeout=timeout_s, **options)
+        return redis.asyncio.Redis(connection_pool=pool)
+    except ValueError as err:
+        raise ConfigError(f"bad Redis URL {redact(url)}: {redact(str(err))}") from err
+
+
+class AsyncConnection:
+    """A connection to one deployment (a namespace in one Redis) for asyncio: its
+    URL, settings and keys, and the running of calls (`call`, `calls`, `steps`)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        namespace: str | None = None,
+        settings: config.Settings | None = None,
+        retry_for_s: float = RETRY_FOR_S,
+        timeout_s: float = SOCKET_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+        **redis_kwargs: Any,
+    ) -> None:
+        if settings is None:
+            settings = config.load_settings({"url": url, "namespace": namespace})
+        self.settings = settings
+        self.url = resolve_url(settings)
+        self.keys = Keys(settings.namespace)
+        self.shards = Shards.of(settings)
+        self.retry_for_s = retry_for_s
+        self.timeout_s = timeout_s
+        self.session = scripts.Session(self.url, self.keys.root)
+        self.route = routing.Route.of(self.url)
+        self.redis_kwargs = {"max_connections": max_connections, **redis_kwargs}
+        self.redis = aconnect(self.route.url, timeout_s, **self.redis_kwargs)
+        self.nodes: dict[str, redis.asyncio.Redis] = {self.route.url: self.redis}
+        self._taking = asyncio.Semaphore(CONNECTING_MAX)
+        # connections of calls that went well, kept aside for the next calls: taken
+        # without the pool's lock and bookkeeping (most of a call's Python)
+        self._spare: list[Any] = []
+
+    async def aclose(self) -> None:
+        spare, self._spare = self._spare, []
+        for conn in spare:
+            await self.redis.connection_pool.release(conn)
+        for node in {id(c): c for c in [self.redis, *self.nodes.values()]}.values():
+            await node.aclose(close_connection_pool=True)
+
+    # --- running calls ------------------------------------------------------------
+
+    async def call(
+        self, call: Call[T], landed: Callable[[Error], Awaitable[T | None]] | None = None
+    ) -> T:
+        """Runs one call (Connection.call; `landed` is awaited)."""
+        value: T = (await self.calls([call], landed))[0]
+        return value
+
+    async def calls(
+        self, calls: Sequence[Call[Any]], landed: Callable[[Error], Awaitable[Any]] | None = None
+    ) -> list[Any]:
+        """Runs calls in one round trip; their results in order, or the first error
+        raised. Retried through transient failures when every call is repeatable
+        (Connection.calls)."""
+        deadline = time.monotonic() + self.retry_for_s
+        blocks_s = waiting.blocks_s(list(calls))
+        attempt = 0
+        while True:
+            try:
+                return _values(await self._drive(scripts.run(self.session, calls), blocks_s))
+            except RedisTransient as err:
+                pause = backoff_s(attempt)
+                repeatable = all(c.repeatable for c in calls)
+                if not repeatable or time.monotonic() + pause > deadline:
+                    raise
+                log.debug("%s; trying %s again in %.2f s", err, calls[0].name, pause)
+            except Error as err:
+                found = await landed(err) if attempt and landed is not None else None
+                if found is None:
+                    raise
+                return [found]
+            await asyncio.sleep(pause)
+            attempt += 1
+
+    async def steps(self, plan: waiting.Steps) -> Any:
+        """Drives a plan of round trips (runtime.queue.waiting) to its end."""
+        try:
+            request = next(plan)
+            while True:
+                request = plan.send(await self.calls(request))
+        except StopIteration as done:
+            return done.value
+
+    async def _drive(self, plan: scripts.Plan[T], blocks_s: float) -> T:
+        """Carries out a plan's round trips on one pooled connection (of the node
+        that owns the namespace's slot, for a cluster: MOVED is followed)."""
+        pool = self.redis.connection_pool
+        conn: Any = None
+        ok = False
+        try:
+            conn = await self._take(pool)
+            request = next(plan)
+            while True:
+                sent = routing.probed(self.route.target, request)
+                replies = routing.checked(sent, request, await self._trip(conn, sent, blocks_s))
+                for _ in range(routing.MAX_REDIRECTS):
+                    if not routing.follows(self.route, replies):
+                        break
+                    await pool.release(conn)
+                    conn = None
+                    pool = self._reroute().connection_pool
+                    conn = await self._take(pool)
+                    redo = routing.redirected(replies)
+                    again = await self._trip(conn, [request[i] for i in redo], blocks_s)
+                    for i, reply in zip(redo, again, strict=True):
+                        replies[i] = reply
+                if routing.stale(self.route.target, replies):
+                    await conn.disconnect(nowait=True)  # ask the sentinels again
+                request = plan.send(replies)
+        except StopIteration as done:
+            ok = True
+            value: T = done.value
+            return value
+        except BaseException as err:  # cancelled too: replies may be unread
+            if conn is not None and not isinstance(err, Error):
+                await conn.disconnect(nowait=True)
+            if from_redis(err):
+                self._lost(err)
+                raise classify(err, self.url) from err
+            raise
+        finally:
+            if conn is not None:
+                await self._give(pool, conn, ok)
+
+    async def _take(self, pool: redis.asyncio.ConnectionPool) -> Any:
+        """A connected connection of `pool`: one kept aside, if one is fit (not closed
+        by the peer), else the pool's (CONNECTING_MAX taken at once)."""
+        while self._spare and pool is self.redis.connection_pool:
+            conn = self._spare.pop()
+            if conn.is_connected and not aio.closed_by_peer(conn):
+                return conn
+            await pool.release(conn)  # the pool connects it again when it is handed out
+        async with self._taking:
+            return await pool.get_connection()  # type: ignore[no-untyped-call]
+
+    async def _give(self, pool: redis.asyncio.ConnectionPool, conn: Any, ok: bool) -> None:
+        """A connection after a call: kept aside when the call went well (every reply
+        read) on the current node's pool, else back to its pool."""
+        if ok and pool is self.redis.connection_pool and len(self._spare) < SPARE_MAX:
+            self._spare.append(conn)
+        else:
+            await pool.release(conn)
+
+    async def _trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
+        """One round trip's replies (error replies as their exceptions)."""
+        await aio.send(conn, scripts.pack(request), self.timeout_s)
+        # the socket's timeout, not read_response's own: that one answers None when
+        # it runs out (a poll), leaving the reply unread on the connection
+        conn.socket_timeout = self.timeout_s + blocks_s
+        replies = []
+        try:
+            for _ in request:
+                try:
+                    replies.append(await conn.read_response())
+                except redis.ResponseError as err:  # an error reply: the stream stays in step
+                    replies.append(err)
+        finally:
+            conn.socket_timeout = self.timeout_s
+        return replies
+
+    def _reroute(self) -> redis.asyncio.Redis:
+        if self.route.url not in self.nodes:
+            self.nodes[self.route.url] = aconnect(
+                self.route.url, self.timeout_s, **self.redis_kwargs
+            )
+        self.redis = self.nodes[self.route.url]
+        return self.redis
+
+    def _lost(self, err: BaseException) -> None:
+        link = redis.ConnectionError | redis.TimeoutError | OSError
+        if (isinstance(err, link) or closed_transport(err)) and self.route.lost():
+            self._reroute()
+
+    async def now_ms(self) -> int:
+        return await self.call(ops.now())
+
+
+def _values(results: list[Any]) -> list[Any]:
+    for value in results:
+        if isinstance(value, Error):
+            raise value
+    return results
