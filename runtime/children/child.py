@@ -37,7 +37,7 @@ from typing import Any
 import uvloop
 
 from runtime import sentry
-from runtime.children import allowlist, joblog, protocol
+from runtime.children import allowlist, joblog, protocol, usage
 from runtime.children.context import JobContext
 from runtime.children.exits import ExitCode
 from runtime.errors import (
@@ -103,6 +103,7 @@ class Child:
         self.functions: dict[str, Any] = {}  # klass -> callable, resolved once
         self.context: JobContext | None = None  # the running job's
         self.workdir_seen: int | None = None  # its ctime when last found empty (trusted)
+        self.meter = usage.Meter()  # what each job costs
 
     def _shard_of(self, queue: str) -> str:
         """The namespace a job of `queue` came from: its queue's, on a sharded site
@@ -242,7 +243,9 @@ class Child:
         sandbox.limit_cpu_for_next_job(run.cpu_limit_s)
         _title(self.settings, f"jid={run.jid} klass={run.klass}")
         try:
+            self.meter.start()
             outcome = self.call(run)
+            used = self.meter.stop()
         except Terminated:
             joblog.end(run.jid)
             self._clean_up()
@@ -252,12 +255,14 @@ class Child:
             self.deadlines.pop(run.jid, None)
         self.context_done()
         joblog.end(run.jid)  # all its output is on the pipe before its outcome goes
+        outcome.cpu_s, outcome.max_rss_mb = round(used.cpu_s, 4), round(used.max_rss_mb, 1)
+        outcome.rss_of_job = used.of_job
         self.send(outcome)
         self._clean_up()
         if self.inbox.empty():
             _title(self.settings, "idle")
 
-    def call(self, run: protocol.Run) -> protocol.Message:
+    def call(self, run: protocol.Run) -> protocol.Done | protocol.Failed:
         try:
             fn = self.functions.get(run.klass) or allowlist.resolve(
                 run.klass, self.settings.modules

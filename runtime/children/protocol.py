@@ -107,12 +107,17 @@ class Heartbeat(Message):
 @dataclass
 class Done(Message):
     """The job returned. `result`: its return value as JSON text ("" for None);
-    `note`: why a value it returned is not kept (not JSON, too large)."""
+    `note`: why a value it returned is not kept (not JSON, too large); `cpu_s`,
+    `max_rss_mb`, `rss_of_job`: what the attempt cost (runtime/children/usage.py;
+    None: not measured)."""
 
     kind: ClassVar[str] = "done"
     jid: str
     result: str = field(default="", repr=False)
     note: str = ""
+    cpu_s: float | None = None
+    max_rss_mb: float | None = None
+    rss_of_job: bool = True
 
 
 @dataclass
@@ -148,6 +153,9 @@ class Failed(Message):
     retry: bool = True
     delay: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    cpu_s: float | None = None  # what the attempt cost, as in Done
+    max_rss_mb: float | None = None
+    rss_of_job: bool = True
 
 
 @dataclass

@@ -20,6 +20,7 @@ from runtime.master.ledger import Ledger
 from runtime.master.link import Link
 from runtime.master.reports import Reports
 from runtime.master.slots import Slot, Slots, SlotState
+from runtime.queue import wire
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,7 @@ class JobFlow:
                     output=event.output,
                     note=message.note or None,
                     puts=held.puts,
+                    usage=wire.usage_text(message.cpu_s, message.max_rss_mb, message.rss_of_job),
                 )
                 self._report(held, now)
             else:
@@ -185,6 +187,7 @@ class JobFlow:
                     message.delay,
                     now,
                     event.output,
+                    wire.usage_text(message.cpu_s, message.max_rss_mb, message.rss_of_job),
                 )
             self._finished(slot, held, now)
         elif isinstance(message, protocol.Ready):
@@ -368,6 +371,7 @@ class JobFlow:
         delay: float | None,
         now: float,
         output: str = "",
+        usage: str = "",
     ) -> None:
         leased = held.leased
         log.info(
@@ -380,9 +384,11 @@ class JobFlow:
         outcomes = self.lanes[held.lane].outcomes
         if retry:
             delay_ms = -1 if delay is None else round(max(0.0, delay) * 1000)
-            outcomes.add_retry(leased.jid, leased.token, group, message, delay_ms, output=output)
+            outcomes.add_retry(
+                leased.jid, leased.token, group, message, delay_ms, output=output, usage=usage
+            )
         else:
-            outcomes.add_fail(leased.jid, leased.token, group, message, output=output)
+            outcomes.add_fail(leased.jid, leased.token, group, message, output=output, usage=usage)
         self._report(held, now)
 
     def release(self, held: Held, now: float, started: bool = False) -> None:

@@ -117,6 +117,7 @@ class CompleteRow(NamedTuple):
     options: str  # JSON (wire.report_options)
     result: str  # JSON text, "" for none
     output: str
+    usage: str = ""  # wire.usage_text(), "" for none measured
 
 
 class RetryRow(NamedTuple):
@@ -126,6 +127,7 @@ class RetryRow(NamedTuple):
     message: str
     delay_ms: int  # -1: the queue's backoff
     output: str
+    usage: str = ""
 
 
 class FailRow(NamedTuple):
@@ -134,6 +136,7 @@ class FailRow(NamedTuple):
     group: str
     message: str
     output: str
+    usage: str = ""
 
 
 class ProgressRow(NamedTuple):
@@ -188,26 +191,36 @@ class Outcomes:
         output: str = "",
         note: str | None = None,
         puts: Iterable[Sequence[str]] = (),
+        usage: str = "",
     ) -> None:
         """Completes a job. `result`: its return value as JSON text ("" for none);
         `output`: the attempt's output tail; `note`: a line for its history (e.g.
         why no result came); `puts`: (spec JSON, data JSON) pairs
-        (JobSpec.to_wire()) put in the same step as the completion."""
+        (JobSpec.to_wire()) put in the same step as the completion; `usage`:
+        what the attempt cost (wire.usage_text, "" for none)."""
         options = wire.report_options(note, puts)
-        self.complete[jid] = CompleteRow(jid, token, options, result, wire.cap_output(output))
+        output = wire.cap_output(output)
+        self.complete[jid] = CompleteRow(jid, token, options, result, output, usage)
 
     def add_retry(
-        self, jid: str, token: str, group: str, message: str, delay_ms: int, *, output: str = ""
+        self,
+        jid: str,
+        token: str,
+        group: str,
+        message: str,
+        delay_ms: int,
+        *,
+        output: str = "",
+        usage: str = "",
     ) -> None:
-        row = RetryRow(
-            jid, token, group, wire.cap_message(message), delay_ms, wire.cap_output(output)
-        )
-        self.retry.append(row)
+        message, output = wire.cap_message(message), wire.cap_output(output)
+        self.retry.append(RetryRow(jid, token, group, message, delay_ms, output, usage))
 
-    def add_fail(self, jid: str, token: str, group: str, message: str, *, output: str = "") -> None:
-        self.fail.append(
-            FailRow(jid, token, group, wire.cap_message(message), wire.cap_output(output))
-        )
+    def add_fail(
+        self, jid: str, token: str, group: str, message: str, *, output: str = "", usage: str = ""
+    ) -> None:
+        message, output = wire.cap_message(message), wire.cap_output(output)
+        self.fail.append(FailRow(jid, token, group, message, output, usage))
 
     def add_release(self, jid: str, token: str, *, started: bool = False) -> None:
         """Gives a job back unfinished; `started`: it ran (its attempt counts, no retry

@@ -324,19 +324,20 @@ def _batch(name: str, worker: str, rows: Iterable[Iterable[Arg]]) -> Call[dict[s
 
 def complete(worker: str, rows: Iterable[CompleteRow]) -> Call[dict[str, str | Error]]:
     """Outputs are cut to the scripts' cap here."""
-    return _batch("complete", worker, ((j, t, o, r, wire.cap_output(out))
-                                       for j, t, o, r, out in rows))  # fmt: skip
+    return _batch("complete", worker, ((j, t, o, r, wire.cap_output(out), u)
+                                       for j, t, o, r, out, u in rows))  # fmt: skip
 
 
 def fail(worker: str, rows: Iterable[FailRow]) -> Call[dict[str, str | Error]]:
     """Messages and outputs are cut to the scripts' caps here."""
-    capped = ((j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in rows)
+    capped = ((j, t, g, wire.cap_message(m), wire.cap_output(o), u) for j, t, g, m, o, u in rows)
     return _batch("fail", worker, capped)
 
 
 def retry(worker: str, rows: Iterable[RetryRow]) -> Call[dict[str, str | Error]]:
     """Messages and outputs are cut to the scripts' caps here."""
-    capped = ((j, t, g, wire.cap_message(m), d, wire.cap_output(o)) for j, t, g, m, d, o in rows)
+    capped = ((j, t, g, wire.cap_message(m), d, wire.cap_output(o), u)
+              for j, t, g, m, d, o, u in rows)  # fmt: skip
     return _batch("retry", worker, capped)
 
 
@@ -387,12 +388,12 @@ def exchange(
     progress or puts), then a pop, in one call (lua/exchange.lua). Never sent
     twice, like a pop: the reports are safe to send again, but a lost reply's
     jobs stay leased to `worker` until their lease runs out."""
-    completes = [
-        (j, t, o, r, wire.cap_output(out)) for j, t, o, r, out in outcomes.complete.values()
-    ]
-    retries = [(j, t, g, wire.cap_message(m), d, wire.cap_output(o))
-               for j, t, g, m, d, o in outcomes.retry]  # fmt: skip
-    fails = [(j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in outcomes.fail]
+    completes = [(j, t, o, r, wire.cap_output(out), u)
+                 for j, t, o, r, out, u in outcomes.complete.values()]  # fmt: skip
+    retries = [(j, t, g, wire.cap_message(m), d, wire.cap_output(o), u)
+               for j, t, g, m, d, o, u in outcomes.retry]  # fmt: skip
+    fails = [(j, t, g, wire.cap_message(m), wire.cap_output(o), u)
+             for j, t, g, m, o, u in outcomes.fail]  # fmt: skip
     args = (
         worker, count, wire.seed(), order, round(ahead_s * 1e6), 1 if idle else 0,
         len(completes), len(retries), len(fails),

@@ -309,6 +309,16 @@ def cap_output(output: str) -> str:
     return _cap_tail(output, LIMITS["output_max_bytes"])
 
 
+def usage_text(cpu_s: float | None, max_rss_mb: float | None, of_job: bool = True) -> str:
+    """An attempt's usage as the report scripts take it (lua/lib/attempt.lua):
+    "" when not measured, else "<cpu_s> <max_rss_mb>", with " c" after when the
+    peak is the child's since it started (`of_job` False)."""
+    if cpu_s is None or max_rss_mb is None:
+        return ""
+    text = f"{max(0.0, cpu_s):.4f} {max(0.0, max_rss_mb):.1f}"
+    return text if of_job else text + " c"
+
+
 def cap_message(message: str) -> str:
     """A failure message cut to the scripts' cap, keeping its tail."""
     return _cap_tail(message, LIMITS["message_max_bytes"])

@@ -185,11 +185,12 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     # complete, fail, retry
     ("complete", ("w", "old"), BadArgument, "groups of jid"),
     ("complete", ("w", "old", "t", "{}"), BadArgument, "groups of jid"),
-    ("complete", ("w" * 201, "old", "t", "{}", "", ""), BadArgument, "worker"),
+    ("complete", ("w", "old", "t", "{}", "", ""), BadArgument, "groups of jid"),
+    ("complete", ("w" * 201, "old", "t", "{}", "", "", ""), BadArgument, "worker"),
     ("fail", ("w", "old", "t"), BadArgument, "groups"),
-    ("fail", ("w", "old", "t", "g", "m"), BadArgument, "groups"),
+    ("fail", ("w", "old", "t", "g", "m", ""), BadArgument, "groups"),
     ("retry", ("w", "old", "t", "g", "m"), BadArgument, "groups"),
-    ("retry", ("w", "old", "t", "g", "m", "0"), BadArgument, "groups"),
+    ("retry", ("w", "old", "t", "g", "m", "0", ""), BadArgument, "groups"),
     # exchange: the pop's arguments, then how many jobs each report carries
     (
         "exchange",
@@ -199,13 +200,13 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ),
     (
         "exchange",
-        ("w", 1, "seed", "ordered", 0, 0, 0, 1, 0, "old", "t", "g", "m", "0"),
+        ("w", 1, "seed", "ordered", 0, 0, 0, 1, 0, "old", "t", "g", "m", "0", ""),
         BadArgument,
         "fewer arguments",
     ),
     (
         "exchange",
-        ("w", 1, "seed", "ordered", 0, 0, 0, 0, 1, "old", "t", "g"),
+        ("w", 1, "seed", "ordered", 0, 0, 0, 0, 1, "old", "t", "g", "m", ""),
         BadArgument,
         "fewer arguments",
     ),
@@ -214,19 +215,19 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("exchange", ("w", 1, "seed", "ordered", 0, 0, 0, 0), BadArgument, "fails"),
     (
         "exchange",
-        ("", 1, "seed", "ordered", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "q"),
+        ("", 1, "seed", "ordered", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "", "q"),
         BadArgument,
         "worker",
     ),
     (
         "exchange",
-        ("w", 1, "seed", "random", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "q"),
+        ("w", 1, "seed", "random", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "", "q"),
         BadArgument,
         "order",
     ),
     (
         "exchange",
-        ("w", 1, "seed", "ordered", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "q:x"),
+        ("w", 1, "seed", "ordered", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "", "q:x"),
         BadArgument,
         "queue",
     ),

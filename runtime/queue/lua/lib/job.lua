@@ -29,8 +29,10 @@
 --   cr the stored record did not decode and was replaced by this failed one (1)
 --   rl a complete job's result: the last rl bytes of the record, after its data
 --   ot its last attempt's output is in K.output (1)    pg its progress is in K.progress (1)
+--   u its last attempt's usage [cpu_s, max_rss_mb(, 0: the child's peak)] (lib/attempt.lua)
 --   wt someone waits for it to end until then (ms)    wn how many registered (lib/wait.lua)
---   h events may carry: n a note, c a count and j jids (puts), b the job that put it
+--   h events may carry: n a note, c a count and j jids (puts), b the job that put it,
+--     u the usage of the attempt that ended there (completed, retried, failed)
 --
 -- A queued job's meta may also be stored compact (Job.compact), when the
 -- shared setting compact-records is 1: a state letter (w waiting, s
