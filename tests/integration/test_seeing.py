@@ -1,0 +1,71 @@
+"""Seeing inside a job through a real worker: what each attempt cost (CPU, peak
+memory) on the job, in its history and in the metrics (docs/operating.md,
+"Reading usage")."""
+
+from __future__ import annotations
+
+from runtime import Client
+from runtime.metrics import scrape
+from tests.integration.conftest import StartMaster
+from tests.support.waiting import ended
+
+S = "tests.integration.seeing_jobs"
+MODULES = (S,)
+
+
+def test_a_heavy_job_then_a_light_one_on_the_same_child_each_report_their_own_usage(
+    start_master: StartMaster, plain_client: Client
+) -> None:
+    start_master("q", "-c", "1", modules=MODULES)
+    q = plain_client.queue("q")
+    heavy, light = q.put(f"{S}:heavy", {}), q.put(f"{S}:light", {})
+    heavy_job, light_job = ended(plain_client, heavy, 60), ended(plain_client, light, 60)
+    assert heavy_job.state == light_job.state == "complete"
+    assert heavy_job.usage is not None and light_job.usage is not None
+    assert 0.4 <= heavy_job.usage["cpu_s"] <= 1.5, heavy_job.usage
+    assert heavy_job.usage["max_rss_mb"] >= 150, heavy_job.usage
+    assert "max_rss_of" not in heavy_job.usage, "the kernel here resets the peak"
+    assert light_job.usage["cpu_s"] < 0.2, light_job.usage
+    assert light_job.usage["max_rss_mb"] < heavy_job.usage["max_rss_mb"] - 100, light_job.usage
+    [completed] = [ev for ev in heavy_job.history if ev.event == "completed"]
+    assert completed.usage == heavy_job.usage, "the attempt's usage is on its history event"
+
+
+def test_a_job_whose_subprocess_burns_cpu_counts_it(
+    start_master: StartMaster, plain_client: Client
+) -> None:
+    start_master("q", "-c", "1", modules=MODULES)
+    jid = plain_client.queue("q").put(f"{S}:burn_in_subprocess", {})
+    job = ended(plain_client, jid, 60)
+    assert job.state == "complete" and job.usage is not None
+    assert job.usage["cpu_s"] >= 0.4, job.usage
+
+
+def test_the_usage_histograms_count_each_klass(
+    start_master: StartMaster, plain_client: Client
+) -> None:
+    start_master("q", "-c", "1", modules=MODULES)
+    q = plain_client.queue("q")
+    for jid in [q.put(f"{S}:heavy", {}), q.put(f"{S}:light", {}), q.put(f"{S}:light", {})]:
+        ended(plain_client, jid, 60)
+    text = scrape(plain_client.admin).decode()
+    labels = 'klass="{k}",queue="q"'
+    heavy, light = labels.format(k=f"{S}:heavy"), labels.format(k=f"{S}:light")
+    assert f"runtime_job_cpu_seconds_count{{{heavy}}} 1.0" in text, text
+    assert f"runtime_job_cpu_seconds_count{{{light}}} 2.0" in text
+    assert f"runtime_job_max_rss_bytes_count{{{heavy}}} 1.0" in text
+    bucket = 'klass="' + S + ':heavy",le="{le}",queue="q"'
+    assert f"runtime_job_max_rss_bytes_bucket{{{bucket.format(le='134217728.0')}}} 0.0" in text
+    assert f"runtime_job_cpu_seconds_bucket{{{bucket.format(le='0.1')}}} 0.0" in text
+    assert f"runtime_job_cpu_seconds_bucket{{{bucket.format(le='5.0')}}} 1.0" in text
+
+
+def test_a_final_failure_keeps_its_usage_on_its_failed_event(
+    start_master: StartMaster, plain_client: Client
+) -> None:
+    start_master("q", "-c", "1", modules=MODULES)
+    jid = plain_client.queue("q").put(f"{S}:span_then_fail_once", {}, retries=0)
+    job = ended(plain_client, jid, 60)
+    assert job.state == "failed" and job.usage is not None
+    [failed] = [ev for ev in job.history if ev.event == "failed"]
+    assert failed.usage == job.usage
