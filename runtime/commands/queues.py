@@ -23,7 +23,7 @@ from runtime.commands.common import (
     stop_on_signals,
     when,
 )
-from runtime.commands.jobs import progress_text
+from runtime.commands.jobs import progress_text, usage_lines
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
 from runtime.queue.job import RECORDS, Job
@@ -378,6 +378,8 @@ def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -
             click.echo(f"      {cuts}")
         for lower_s, n in times.histogram:
             click.echo(f"      >= {duration(lower_s):>7}  {n}")
+    for line in usage_lines(found.usage):
+        click.echo(line)
 
 
 @click.command()

@@ -4,9 +4,11 @@ memory) on the job, in its history and in the metrics (docs/operating.md,
 
 from __future__ import annotations
 
+import json
+
 from runtime import Client
 from runtime.metrics import scrape
-from tests.integration.conftest import StartMaster
+from tests.integration.conftest import Invoke, StartMaster
 from tests.support.waiting import ended
 
 S = "tests.integration.seeing_jobs"
@@ -41,13 +43,25 @@ def test_a_job_whose_subprocess_burns_cpu_counts_it(
     assert job.usage["cpu_s"] >= 0.4, job.usage
 
 
-def test_the_usage_histograms_count_each_klass(
-    start_master: StartMaster, plain_client: Client
+def test_the_usage_histograms_stats_and_job_json_show_each_klass(
+    start_master: StartMaster, plain_client: Client, cli: Invoke
 ) -> None:
     start_master("q", "-c", "1", modules=MODULES)
     q = plain_client.queue("q")
-    for jid in [q.put(f"{S}:heavy", {}), q.put(f"{S}:light", {}), q.put(f"{S}:light", {})]:
+    jids = [q.put(f"{S}:heavy", {}), q.put(f"{S}:light", {}), q.put(f"{S}:light", {})]
+    for jid in jids:
         ended(plain_client, jid, 60)
+    code, out, _ = cli("job", jids[0], "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["usage"]["max_rss_mb"] >= 150, shown
+    assert "usage={'cpu_s'" in shown["history"][-1], "the history's events, as they print"
+    code, out, _ = cli("job", jids[0])
+    assert code == 0 and "usage      cpu " in out, out
+    code, out, _ = cli("stats", "q")
+    assert code == 0, out
+    by_cpu = out.split("top klasses by CPU")[1].split("top klasses by memory")
+    assert by_cpu[0].index(":heavy") < by_cpu[0].index(":light"), out
+    assert by_cpu[1].index(":heavy") < by_cpu[1].index(":light"), out
     text = scrape(plain_client.admin).decode()
     labels = 'klass="{k}",queue="q"'
     heavy, light = labels.format(k=f"{S}:heavy"), labels.format(k=f"{S}:light")
