@@ -179,6 +179,8 @@ class WorkerSettings:
     allow_no_aof: bool = False  # no warning when Redis keeps no append-only file
     env: tuple[str, ...] = ()  # variables children see even when they look secret
     log_level: str = WORKER_LOG_LEVEL  # the worker's; children's logging follows it
+    otel: bool = False  # each attempt in a span (also on when OTEL_* names an exporter)
+    otel_file: Path | None = None  # also write each span as a JSON line here
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "log_level", log_level(self.log_level))

@@ -59,6 +59,7 @@ class Run(Message):
     deadline: float
     cpu_limit_s: float | None = None
     start_at: float | None = None
+    traceparent: str | None = None  # of the span that put it (runtime/children/tracing.py)
 
 
 @dataclass

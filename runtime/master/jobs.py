@@ -141,6 +141,7 @@ class JobFlow:
                     deadline=deadline,
                     cpu_limit_s=self.worker.cpu_limit_s,
                     start_at=held.start_at,
+                    traceparent=leased.traceparent,
                 ),
             )
         )

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from runtime import config
-from runtime.children import protocol
+from runtime.children import protocol, tracing
 from runtime.errors import Error, ProtocolError
 from runtime.master import events
 from runtime.master.output import Output
@@ -217,6 +217,8 @@ class Processes:
             "namespace": self.settings.namespace,
             "shards": self.settings.shards,
             "log_level": self.worker.log_level,
+            "otel": tracing.wanted(w.otel, str(w.otel_file or ""), os.environ),
+            "otel_file": str(w.otel_file) if w.otel_file else None,
             "user": w.user,
             "group": w.group,
             "limits": {

@@ -36,6 +36,7 @@ class Leased:
     start_in_s: float | None = None  # leased before its turn: start this long after the pop
     expires_us: int | None = None  # when the lease runs out, on Redis's clock
     handed: bool = False  # handed to this master while it waited (a short first lease)
+    traceparent: str | None = None  # W3C trace context of the span that put it
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> Leased:
@@ -66,6 +67,7 @@ class Leased:
             start_in_s=float(reply["start_in_us"]) / 1e6 if "start_in_us" in reply else None,
             expires_us=_int_or_none(reply.get("expires_us")),
             handed=bool(reply.get("handed")),
+            traceparent=meta.get("tp"),
         )
 
 

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import secrets
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -153,6 +154,20 @@ _WIRE_DEFAULTS: dict[str, Any] = {
 }
 
 
+def _trace_parent() -> str | None:
+    """The W3C traceparent of the span active where a job is put, or None. Without
+    opentelemetry loaded no span can be active: one dict look-up, nothing
+    imported (docs/operating.md, "Tracing")."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    flags = int(context.trace_flags)
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags:02x}"
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One job to put, checked and encoded (build it with `Queue.spec`)."""
@@ -213,6 +228,9 @@ class JobSpec:
             options["backoff"] = [lo, hi]
         if timeout is not None:
             options["timeout_s"] = check_seconds("timeout", timeout)
+        traceparent = _trace_parent()
+        if traceparent is not None:
+            options["traceparent"] = traceparent
         return cls(check_queue(queue), klass_path(klass), encode_data(data), options)
 
     def to_wire(self) -> list[str]:

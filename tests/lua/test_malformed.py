@@ -28,6 +28,8 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("put", (), BadArgument, "pairs"),
     ("put", (spec(),), BadArgument, "pairs"),
     ("put", ("not json", OK_DATA), BadArgument, "not a JSON object"),
+    ("put", (spec(traceparent="00-zz-01-01"), OK_DATA), BadArgument, "traceparent"),
+    ("put", (spec(traceparent=5), OK_DATA), BadArgument, "traceparent"),
     ("put", (spec(jid=...), OK_DATA), BadArgument, "jid"),
     ("put", (spec(jid="has space"), OK_DATA), BadArgument, "jid"),
     ("put", (spec(jid="x" * 129), OK_DATA), BadArgument, "jid"),

@@ -14,6 +14,8 @@
 --                                   for one more run after it
 --            backoff                [min s, max s] or null; timeout_s: number or null
 --            tracked                boolean
+--            traceparent            the W3C traceparent of the span that put it
+--                                   (text, at most 64 bytes), kept as meta.tp
 --            by                     the jid of the job putting it (a running job's
 --                                   put that goes at once): recorded in its put
 --                                   event, and that job's history counts it ("puts")
