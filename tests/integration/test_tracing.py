@@ -74,7 +74,9 @@ def test_a_retried_attempt_runs_in_a_new_trace_linked_to_the_producer(
     assert job.result["trace_id"] != producer_trace, "a new trace"
     assert job.result["parent"] is None
     assert job.result["links"] == [producer_trace], "linked to the producer's span"
-    found = wait_for(lambda: len(spans(path)) == 2 and spans(path), 20, what="two spans")
+    found: list[dict[str, Any]] = wait_for(
+        lambda: spans(path) if len(spans(path)) == 2 else [], 20, what="two spans"
+    )
     first, second = sorted(found, key=lambda s: s["attributes"]["attempt"])
     assert first["context"]["trace_id"] == "0x" + producer_trace
     assert first["attributes"]["outcome"] == "retry" and first["status"]["status_code"] == "ERROR"
@@ -92,7 +94,9 @@ def test_every_span_is_exported_with_children_recycled_after_each_job(
     jids = [q.put(f"{S}:light", {}) for _ in range(100)]
     for jid in jids:
         ended(plain_client, jid, 120)
-    found = wait_for(lambda: len(spans(path)) >= 100 and spans(path), 30, what="100 spans")
+    found: list[dict[str, Any]] = wait_for(
+        lambda: spans(path) if len(spans(path)) >= 100 else [], 30, what="100 spans"
+    )
     assert sorted(s["attributes"]["jid"] for s in found) == sorted(jids), master.log()[-2000:]
 
 
