@@ -438,6 +438,9 @@ LIMITS: dict[str, int] = {
     "output_max_bytes": 64 * 1024,  # an attempt's output kept with its job (its tail)
     "note_max_bytes": 1024,  # a note in a job's history (its head)
     "progress_message_max_bytes": 1024,  # a progress message (its head)
+    "live_max_bytes": 64 * 1024,  # one batch of a running job's live output (its tail)
+    "live_entries": 1000,  # batches a job's live stream keeps (about: MAXLEN ~)
+    "live_ttl_s": 3600,  # a live stream lives this long after its last batch
     "puts_max": 1000,  # jobs one completion may put
     "put_jids_kept": 10,  # jids of the jobs it put that a job's history keeps per event
     "wait_max_ms": 3600 * 1000,  # longest one registration of client.wait

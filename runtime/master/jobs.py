@@ -212,6 +212,17 @@ class JobFlow:
         elif isinstance(message, protocol.Heartbeat):
             self.ledger.held[slot.running].last_sign = now
 
+    def on_child_printed(self, event: events.ChildPrinted, now: float) -> None:
+        """The running job's latest lines go live with the next exchange (its own
+        output goes with its report once it ends: lines of an ended job are not)."""
+        slot = self.slots.get(event.index, event.pid)
+        held = self.ledger.held.get(event.jid)
+        if slot is None or held is None or slot.running != event.jid:
+            return
+        reports = self.lanes[held.lane]
+        reports.outcomes.add_live(held.jid, held.leased.token, event.text, event.dropped)
+        reports.noted(now)
+
     def _unexpected(self, message: protocol.Message, pid: int) -> None:
         log.warning("unexpected %s from child pid=%d worker=%s", message.kind, pid, self.worker_id)
 

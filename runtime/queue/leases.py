@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from runtime.config import LIMITS
 from runtime.errors import CorruptReply, Error
 from runtime.queue import wire
 
@@ -149,6 +150,21 @@ class ProgressRow(NamedTuple):
     message: str | None
 
 
+class LiveRow(NamedTuple):
+    jid: str
+    token: str
+    text: str  # lines a running job printed since its last batch
+    dropped: int  # lines not sent (over the job's budget)
+
+
+def _tail(text: str, cap: int) -> str:
+    """The last `cap` bytes of `text`, whole characters."""
+    if len(text) * 4 <= cap:
+        return text
+    data = text.encode("utf-8", "replace")
+    return text if len(data) <= cap else data[-cap:].decode("utf-8", "ignore")
+
+
 class PutRow(NamedTuple):
     jid: str
     spec: str  # JSON
@@ -172,16 +188,23 @@ class Outcomes:
     started: set[str] = field(default_factory=set)  # released jids that had started running
     progress: dict[str, ProgressRow] = field(default_factory=dict)  # jid -> its latest
     puts: list[PutRow] = field(default_factory=list)  # jobs put at once (now=True)
+    live: dict[str, LiveRow] = field(default_factory=dict)  # running jobs' output, by jid
 
     def __len__(self) -> int:
         reports = len(self.complete) + len(self.retry) + len(self.fail) + len(self.release)
-        return reports + len(self.progress) + len(self.puts)
+        return reports + len(self.progress) + len(self.puts) + len(self.live)
 
     def __bool__(self) -> bool:
         """Whether there is anything to send: asked several times a loop pass, so
         without counting (the truth of each part, no len() calls)."""
         return bool(
-            self.complete or self.retry or self.fail or self.release or self.progress or self.puts
+            self.complete
+            or self.retry
+            or self.fail
+            or self.release
+            or self.progress
+            or self.puts
+            or self.live
         )
 
     def add_complete(
@@ -202,6 +225,7 @@ class Outcomes:
         what the attempt cost (wire.usage_text, "" for none)."""
         options = wire.report_options(note, puts)
         output = wire.cap_output(output)
+        self.live.pop(jid, None)  # its output goes with its report
         self.complete[jid] = CompleteRow(jid, token, options, result, output, usage)
 
     def add_retry(
@@ -216,18 +240,21 @@ class Outcomes:
         usage: str = "",
     ) -> None:
         message, output = wire.cap_message(message), wire.cap_output(output)
+        self.live.pop(jid, None)
         self.retry.append(RetryRow(jid, token, group, message, delay_ms, output, usage))
 
     def add_fail(
         self, jid: str, token: str, group: str, message: str, *, output: str = "", usage: str = ""
     ) -> None:
         message, output = wire.cap_message(message), wire.cap_output(output)
+        self.live.pop(jid, None)
         self.fail.append(FailRow(jid, token, group, message, output, usage))
 
     def add_release(self, jid: str, token: str, *, started: bool = False) -> None:
         """Gives a job back unfinished; `started`: it ran (its attempt counts, no retry
         is spent), else it never started (the attempt is not counted)."""
         self.release[jid] = token
+        self.live.pop(jid, None)
         if started:
             self.started.add(jid)
 
@@ -246,6 +273,14 @@ class Outcomes:
         jid, spec_json = wire.put_with_by(spec_json, by)
         self.puts.append(PutRow(jid, spec_json, data_json, by))
 
+    def add_live(self, jid: str, token: str, text: str, dropped: int) -> None:
+        """Lines a running job printed (and how many were dropped), after those
+        not sent yet; a batch keeps its last live_max_bytes."""
+        row = self.live.get(jid)
+        if row is not None:
+            text, dropped = row.text + text, row.dropped + dropped
+        self.live[jid] = LiveRow(jid, token, _tail(text, LIMITS["live_max_bytes"]), dropped)
+
     def take(self) -> Outcomes:
         """These outcomes, leaving this collection empty."""
         taken = Outcomes(
@@ -256,9 +291,10 @@ class Outcomes:
             self.started,
             self.progress,
             self.puts,
+            self.live,
         )
         self.complete, self.retry, self.fail, self.release = {}, [], [], {}
-        self.started, self.progress, self.puts = set(), {}, []
+        self.started, self.progress, self.puts, self.live = set(), {}, [], {}
         return taken
 
     def merge(self, older: Outcomes) -> None:
@@ -270,6 +306,9 @@ class Outcomes:
         self.started |= older.started
         self.progress = {**older.progress, **self.progress}
         self.puts[:0] = older.puts
+        newer, self.live = self.live, dict(older.live)
+        for row in newer.values():
+            self.add_live(row.jid, row.token, row.text, row.dropped)
 
     def only(self, kind: Kind) -> Outcomes:
         """A collection of this one's outcomes of one kind."""

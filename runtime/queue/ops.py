@@ -30,6 +30,7 @@ from runtime.queue.leases import (
     FailRow,
     Kind,
     Leased,
+    LiveRow,
     Outcomes,
     Popped,
     ProgressRow,
@@ -346,6 +347,38 @@ def progress(worker: str, rows: Iterable[ProgressRow]) -> Call[dict[str, str | E
     flat = ((j, t, repr(wire.check_progress(d)), "" if n is None else repr(wire.check_progress(n)),
              m or "") for j, t, d, n, m in rows)  # fmt: skip
     return _batch("progress", worker, flat)
+
+
+def live(worker: str, rows: Iterable[LiveRow]) -> Call[dict[str, str | Error]]:
+    """What running jobs printed since their last batch (lua/live.lua)."""
+    return _batch("live", worker, ((j, t, text, d) for j, t, text, d in rows))
+
+
+def live_read(
+    keys: Keys, jid: str, after: str = "0-0", count: int = 100
+) -> Call[tuple[str, list[tuple[str, int]]]]:
+    """A running job's live output after entry `after` (lua/live.lua): the last
+    entry's id, and its batches as (text, lines dropped), oldest first."""
+    args: tuple[Arg, ...] = ("COUNT", count, "STREAMS", keys.key("live", jid=jid), after)
+
+    def decode(reply: Any) -> tuple[str, list[tuple[str, int]]]:
+        last, batches = after, []
+        streams = reply.values() if isinstance(reply, dict) else [e for _, e in reply or ()]
+        for entries in streams:  # one stream: RESP3 answers a map, RESP2 a list
+            for entry_id, values in entries:
+                fields = {text(k): v for k, v in _entry_fields(values)}
+                last = text(entry_id)
+                batches.append((text(fields.get("o", b"")), int(fields.get("d", 0))))
+        return last, batches
+
+    return Call("XREAD", args, decode, script=False, repeatable=True)
+
+
+def _entry_fields(values: Any) -> Iterable[tuple[Any, Any]]:
+    """A stream entry's fields as (name, value) pairs (a flat list, or a dict)."""
+    if isinstance(values, dict):
+        return values.items()
+    return zip(values[::2], values[1::2], strict=True)
 
 
 def release(

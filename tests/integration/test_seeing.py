@@ -5,11 +5,15 @@ memory) on the job, in its history and in the metrics (docs/operating.md,
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 from runtime import Client
 from runtime.metrics import scrape
 from tests.integration.conftest import Invoke, StartMaster
-from tests.support.waiting import ended
+from tests.support.waiting import ended, wait_for
 
 S = "tests.integration.seeing_jobs"
 MODULES = (S,)
@@ -83,3 +87,42 @@ def test_a_final_failure_keeps_its_usage_on_its_failed_event(
     assert job.state == "failed" and job.usage is not None
     [failed] = [ev for ev in job.history if ev.event == "failed"]
     assert failed.usage == job.usage
+
+
+def test_runtime_logs_follow_prints_each_line_as_the_job_runs_and_exits_at_its_end(
+    start_master: StartMaster, plain_client: Client
+) -> None:
+    start_master("q", "-c", "1", modules=MODULES)
+    jid = plain_client.queue("q").put(f"{S}:tick", {"count": 8, "every_s": 0.3})
+    wait_for(lambda: (job := plain_client.get_job(jid)) and job.state == "running", 30)
+    env = {**os.environ, "REDIS_URL": plain_client.url,
+           "RUNTIME_NAMESPACE": plain_client.keys.namespace}  # fmt: skip
+    argv = [sys.executable, "-m", "runtime", "logs", jid, "--follow"]
+    follower = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
+    assert follower.stdout is not None
+    late: list[float] = []
+    lines = []
+    for line in follower.stdout:
+        lines.append(line.rstrip("\n"))
+        late.append(time.time() - float(line.split(" at ")[1]))
+    assert follower.wait(30) == 0
+    assert lines[-1].startswith("tick 7 ") and [int(x.split()[1]) for x in lines] == list(
+        range(int(lines[0].split()[1]), 8)
+    ), lines
+    # the lines printed while it was followed came as they were printed (a generous
+    # bound: they go in batches every 0.25 s, with the master's next exchange)
+    assert max(late[1:]) < 3.0, late
+
+
+def test_runtime_logs_without_follow_prints_a_running_jobs_lines_so_far(
+    start_master: StartMaster, plain_client: Client, cli: Invoke
+) -> None:
+    start_master("q", "-c", "1", modules=MODULES)
+    jid = plain_client.queue("q").put(f"{S}:tick", {"count": 40, "every_s": 0.1})
+    wait_for(lambda: plain_client.admin.live_output(jid)[1], 30, what="live output")
+    code, out, _ = cli("logs", jid)
+    assert code == 0 and out.startswith("tick 0 at "), out
+    job = ended(plain_client, jid, 60)
+    code, out, _ = cli("logs", jid)
+    assert code == 0 and out == job.output and "tick 39 " in out
+    assert cli("logs", "nosuch")[0] != 0

@@ -262,6 +262,8 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("unfail", ("", "q", 1), BadArgument, "group"),
     # progress, wait (issue 12)
     ("progress", ("w", "old", "t", "1", ""), BadArgument, "groups"),
+    ("live", ("w", "old", "t", "text"), BadArgument, "groups"),
+    ("live", ("", "old", "t", "text", "0"), BadArgument, "worker"),
     ("progress", ("", "old", "t", "1", "", ""), BadArgument, "worker"),
     ("wait", ("", 0), BadArgument, "jid"),
     ("wait", ("old",), BadArgument, "for_ms"),
