@@ -138,6 +138,9 @@ def job(request: Request) -> Response:
         view=view,
         job=view.job,
         progress=live.progress_text(view.job.progress),
+        live_text=(
+            client.admin.live_tail(jid)[-live.LIVE_CHARS :] if view.job.state == "running" else None
+        ),
         started_ms=reads.started_ms(view.job),
         live_query=query(jid=jid),
     )
@@ -259,7 +262,10 @@ def live_json(request: Request) -> Response:
         values.update(live.queue_values(reads.queue_rows(counts, names)))
     if params.get("jid"):
         jid = params["jid"]
-        values.update(live.job_values(reads.of_job(request.app.state, jid).get_job(jid)))
+        of_job = reads.of_job(request.app.state, jid)
+        found = of_job.get_job(jid)
+        live_text = of_job.admin.live_tail(jid) if found and found.state == "running" else None
+        values.update(live.job_values(found, live_text))
     if params.get("plot"):
         html["plot.throughput"] = str(
             live.throughput_plot(counts.admin.throughput(live.PLOT_MINUTES))

@@ -146,6 +146,10 @@ class Admin:
         "runtime logs"."""
         return self.conn.call(ops.live_read(self.conn.keys, jid, after, count))
 
+    def live_tail(self, jid: str, batches: int = 50) -> str:
+        """The end of what a running job printed: its last `batches` live batches."""
+        return self.conn.call(ops.live_tail(self.conn.keys, jid, batches))
+
     def stats(self, queue: str, day: date | None = None) -> QueueStats:
         """Wait and run times, failures, failed and retries of a queue on a UTC day."""
         day = day or stats.today()

@@ -374,6 +374,17 @@ def live_read(
     return Call("XREAD", args, decode, script=False, repeatable=True)
 
 
+def live_tail(keys: Keys, jid: str, count: int) -> Call[str]:
+    """The text of a running job's last `count` live batches, oldest first."""
+
+    def decode(reply: Any) -> str:
+        texts = [text(dict(_entry_fields(values)).get(b"o", b"")) for _, values in reply or ()]
+        return "".join(reversed(texts))
+
+    key = keys.key("live", jid=jid)
+    return Call("XREVRANGE", (key, "+", "-", "COUNT", count), decode, script=False, repeatable=True)
+
+
 def _entry_fields(values: Any) -> Iterable[tuple[Any, Any]]:
     """A stream entry's fields as (name, value) pairs (a flat list, or a dict)."""
     if isinstance(values, dict):
