@@ -25,8 +25,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from runtime.children import protocol
+from runtime.vocabulary import JobState
 
 FLUSH_TIMEOUT_MS = 5000
+RETRY = "retry"  # the outcome of an attempt that is retried (else the job's end state)
 # Any of these set (and OTEL_TRACES_EXPORTER not "none") turns tracing on.
 ENV_MARKERS = (
     "OTEL_TRACES_EXPORTER",
@@ -105,11 +107,11 @@ class Tracer:
         from opentelemetry.trace import Status, StatusCode  # noqa: PLC0415
 
         if isinstance(outcome, protocol.Failed):
-            span.set_attribute("outcome", "retry" if outcome.retry else "failed")
+            span.set_attribute("outcome", RETRY if outcome.retry else JobState.FAILED.value)
             span.set_attribute("failure.group", outcome.group)
             span.set_status(Status(StatusCode.ERROR, outcome.group))
         else:
-            span.set_attribute("outcome", "complete")
+            span.set_attribute("outcome", JobState.COMPLETE.value)
 
     def shutdown(self) -> None:
         """Exports what is left (before the child exits)."""

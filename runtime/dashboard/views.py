@@ -18,6 +18,7 @@ from runtime.dashboard import jobreads, live, plots, reads
 from runtime.dashboard.render import page, query
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
+from runtime.queue.job import Job
 from runtime.queue.site import Site
 from runtime.queue.stats import today
 from runtime.vocabulary import JobState
@@ -139,11 +140,20 @@ def job(request: Request) -> Response:
         job=view.job,
         progress=live.progress_text(view.job.progress),
         live_text=(
-            client.admin.live_tail(jid)[-live.LIVE_CHARS :] if view.job.state == "running" else None
+            client.admin.live_tail(jid)[-live.LIVE_CHARS :]
+            if view.job.state == JobState.RUNNING
+            else None
         ),
         started_ms=reads.started_ms(view.job),
         live_query=query(jid=jid),
     )
+
+
+def _live_text(client: Client, job: Job | None) -> str | None:
+    """The end of what a running job printed lately (None for a job not running)."""
+    if job is None or job.state != JobState.RUNNING:
+        return None
+    return client.admin.live_tail(job.jid)[-live.LIVE_CHARS :]
 
 
 def find(request: Request) -> Response:
@@ -264,7 +274,9 @@ def live_json(request: Request) -> Response:
         jid = params["jid"]
         of_job = reads.of_job(request.app.state, jid)
         found = of_job.get_job(jid)
-        live_text = of_job.admin.live_tail(jid) if found and found.state == "running" else None
+        live_text = (
+            of_job.admin.live_tail(jid) if found and found.state == JobState.RUNNING else None
+        )
         values.update(live.job_values(found, live_text))
     if params.get("plot"):
         html["plot.throughput"] = str(
