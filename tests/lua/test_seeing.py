@@ -9,6 +9,7 @@ import pytest
 from runtime import Client
 from runtime.errors import LeaseLost
 from runtime.queue import ops, wire
+from runtime.queue.leases import CompleteRow, FailRow, LiveRow, Outcomes, RetryRow
 from runtime.queue.usage import by_klass
 from tests.support.clock import FrozenClock
 
@@ -23,7 +24,9 @@ def test_a_completion_keeps_its_usage_on_the_job_its_event_and_the_stats(
     q.put("app.jobs:heavy", {}, jid="j1")
     [job] = q.pop(1, worker=W)
     reply = client.conn.call(
-        ops.complete(W, [("j1", job.token or "", "{}", "", "", wire.usage_text(0.612, 212.34))])
+        ops.complete(
+            W, [CompleteRow("j1", job.token or "", "{}", "", "", wire.usage_text(0.612, 212.34))]
+        )
     )
     assert reply == {"j1": "complete"}
     done = client.get_job("j1")
@@ -31,7 +34,8 @@ def test_a_completion_keeps_its_usage_on_the_job_its_event_and_the_stats(
     assert done.history[-1].event == "completed" and done.history[-1].usage == done.usage
     [key] = client.redis.keys(client.keys.key("stats", queue="q", day=0)[:-1] + "*")
     fields = client.redis.hgetall(key)
-    usage = by_klass({k.decode(): v.decode() for k, v in fields.items()})["app.jobs:heavy"]
+    plain = {ops.text(k): ops.text(v) for k, v in fields.items()}
+    usage = by_klass(plain)["app.jobs:heavy"]
     assert usage.count == 1 and usage.cpu_s == 0.612 and usage.rss_mb == 212
     assert usage.cpu[6] == 1, "in the bucket up to 1 s"
     assert usage.rss[3] == 1, "in the bucket up to 256 MB"
@@ -41,13 +45,13 @@ def test_a_retry_without_usage_clears_the_last_attempts(client: Client, clock: F
     q = client.queue("q")
     q.put("app.jobs:f", {}, jid="j1", retries=2)
     [job] = q.pop(1, worker=W)
-    row = ("j1", job.token or "", "g", "m", 0, "", wire.usage_text(0.5, 40, of_job=False))
+    row = RetryRow("j1", job.token or "", "g", "m", 0, "", wire.usage_text(0.5, 40, of_job=False))
     client.conn.call(ops.retry(W, [row]))
     first = client.get_job("j1")
     assert first is not None
     assert first.usage == {"cpu_s": 0.5, "max_rss_mb": 40.0, "max_rss_of": "child"}
     [job] = q.pop(1, worker=W)
-    client.conn.call(ops.fail(W, [("j1", job.token or "", "runtime.ChildCrashed", "m", "", "")]))
+    client.conn.call(ops.fail(W, [FailRow("j1", job.token or "", "runtime.ChildCrashed", "m", "")]))
     last = client.get_job("j1")
     assert last is not None and last.usage is None, "a crash reports none"
     assert [ev.usage for ev in last.history if ev.event in ("retried", "failed")] == [
@@ -62,7 +66,7 @@ def test_a_put_keeps_its_traceparent_and_a_pop_hands_it_on(
     spec = wire.JobSpec.build("q", "app.jobs:f", {}, jid="j1")
     text, data = spec.to_wire()
     client.conn.run("put", text[:-1] + f',"traceparent":"{TP}"}}', data)
-    popped = client.conn.call(ops.exchange(W, ops.Outcomes(), 1, ["q"]))
+    popped = client.conn.call(ops.exchange(W, Outcomes(), 1, ["q"]))
     [leased] = popped.popped.jobs
     assert leased.traceparent == TP
 
@@ -74,17 +78,19 @@ def test_live_output_goes_to_the_jobs_stream_from_its_holder_only(
     q.put("app.jobs:f", {}, jid="j1")
     [job] = q.pop(1, worker=W)
     token = job.token or ""
-    assert client.conn.call(ops.live(W, [("j1", token, "one\ntwo\n", 0)])) == {"j1": "running"}
-    client.conn.call(ops.live(W, [("j1", token, "three\n", 4)]))
+    assert client.conn.call(ops.live(W, [LiveRow("j1", token, "one\ntwo\n", 0)])) == {
+        "j1": "running"
+    }
+    client.conn.call(ops.live(W, [LiveRow("j1", token, "three\n", 4)]))
     after, batches = client.admin.live_output("j1")
     assert batches == [("one\ntwo\n", 0), ("three\n", 4)]
     assert client.admin.live_output("j1", after) == (after, [])
     assert client.admin.live_tail("j1", 1) == "three\n"
     assert 0 < client.redis.ttl(client.keys.key("live", jid="j1")) <= 3600
-    [refused] = client.conn.call(ops.live("other", [("j1", token, "x\n", 0)])).values()
+    [refused] = client.conn.call(ops.live("other", [LiveRow("j1", token, "x\n", 0)])).values()
     assert isinstance(refused, LeaseLost)
     job.complete()
-    [late] = client.conn.call(ops.live(W, [("j1", token, "x\n", 0)])).values()
+    [late] = client.conn.call(ops.live(W, [LiveRow("j1", token, "x\n", 0)])).values()
     assert isinstance(late, LeaseLost), "a job that ended takes no more lines"
 
 
@@ -93,7 +99,6 @@ def test_a_malformed_usage_is_refused(client: Client, clock: FrozenClock, usage:
     q = client.queue("q")
     q.put("app.jobs:f", {}, jid="j1")
     [job] = q.pop(1, worker=W)
-    [error] = client.conn.call(
-        ops.complete(W, [("j1", job.token or "", "{}", "", "", usage)])
-    ).values()
+    row = CompleteRow("j1", job.token or "", "{}", "", "", usage)
+    [error] = client.conn.call(ops.complete(W, [row])).values()
     assert "usage" in str(error)
