@@ -145,11 +145,12 @@ class Output:
         LIVE_BYTES_S a second; past it, lines are counted, not sent."""
         if self.job is None:
             return
-        if self.live_tokens < len(lines):
-            self.live_dropped += count
-            return
-        self.live_tokens -= len(lines)
-        self.live += lines
+        cut = len(lines)
+        if self.live_tokens < cut:  # the lines that fit go; the others are counted
+            cut = lines.rfind(b"\n", 0, int(self.live_tokens)) + 1
+            self.live_dropped += lines.count(b"\n", cut) or count
+        self.live_tokens -= cut
+        self.live += lines[:cut]
 
     def take_live(self, now: float) -> tuple[str, str, int] | None:
         """The running job's lines since the last take: (jid, text, lines dropped)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
@@ -153,7 +154,10 @@ class ChildHandle:
             taken += len(chunk)
             self.output.feed(chunk, loop.time())
             if (self.output.live or self.output.live_dropped) and self.live_timer is None:
-                self.live_timer = loop.call_later(LIVE_EVERY_S, self._send_live)
+                # on a grid shared by every child: their batches go in one pass,
+                # so in one exchange (at most 1 / LIVE_EVERY_S more a second)
+                tick = (math.floor(loop.time() / LIVE_EVERY_S) + 1) * LIVE_EVERY_S
+                self.live_timer = loop.call_at(tick, self._send_live)
             if len(chunk) < READ_CHUNK:  # the pipe is empty now: no read to learn it
                 return
 

@@ -56,7 +56,8 @@ class HistoryEvent:
     """One step of a job's timeline: put, popped, lease-lost, retried, failed,
     completed, unfailed, requeued, released, priority, puts (the jobs it put:
     `count`, the first `jids`). `note`: what else there is to say (e.g. why a
-    result was not stored); `by`: on a put, the job that put it."""
+    result was not stored); `by`: on a put, the job that put it; `usage`: on the
+    event that ended an attempt, what it cost ({"cpu_s", "max_rss_mb"})."""
 
     event: str
     at_ms: int
