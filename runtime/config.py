@@ -179,6 +179,8 @@ class WorkerSettings:
     allow_no_aof: bool = False  # no warning when Redis keeps no append-only file
     env: tuple[str, ...] = ()  # variables children see even when they look secret
     log_level: str = WORKER_LOG_LEVEL  # the worker's; children's logging follows it
+    otel: bool = False  # each attempt in a span (also on when OTEL_* names an exporter)
+    otel_file: Path | None = None  # also write each span as a JSON line here
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "log_level", log_level(self.log_level))
@@ -440,6 +442,9 @@ LIMITS: dict[str, int] = {
     "output_max_bytes": 64 * 1024,  # an attempt's output kept with its job (its tail)
     "note_max_bytes": 1024,  # a note in a job's history (its head)
     "progress_message_max_bytes": 1024,  # a progress message (its head)
+    "live_max_bytes": 64 * 1024,  # one batch of a running job's live output (its tail)
+    "live_entries": 1000,  # batches a job's live stream keeps (about: MAXLEN ~)
+    "live_ttl_s": 3600,  # a live stream lives this long after its last batch
     "puts_max": 1000,  # jobs one completion may put
     "put_jids_kept": 10,  # jids of the jobs it put that a job's history keeps per event
     "wait_max_ms": 3600 * 1000,  # longest one registration of client.wait

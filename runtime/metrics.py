@@ -29,12 +29,17 @@ Metrics (no jid in any label):
                                                  pending, or not closed)
     runtime_batch_oldest_open_seconds            gauge: age of the oldest open batch
                                                  (0 when none is open)
+    runtime_job_cpu_seconds{queue,klass}         histogram: CPU of each attempt (user +
+                                                 system, with its waited-for subprocesses)
+    runtime_job_max_rss_bytes{queue,klass}       histogram: each attempt's peak RSS
     runtime_redis_up                             gauge: 1 if Redis answered the scrape
 
 The histograms cover the current UTC day (lua/lib/stats.lua keeps statistics per
 day): they start again at midnight UTC, which Prometheus reads as a counter reset;
 a queue that saw no job today has none. Their buckets (1, 5, 10, 50, 100, 500 ms,
-1, 5, 10, 60, 600, 3600 s) are bounds of the stored buckets, so each is exact.
+1, 5, 10, 60, 600, 3600 s) are bounds of the stored buckets, so each is exact; so
+are the usage histograms' (CPU as the times, RSS 32 MiB to 16 GiB by doubling:
+runtime/queue/usage.py).
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from runtime.errors import Error
-from runtime.queue import stats
+from runtime.queue import stats, usage
 from runtime.queue.client import Client
 from runtime.vocabulary import Count
 
@@ -79,6 +84,8 @@ TIMES = (
     ("wait", "seconds from put (or due time) to popped, today (UTC)"),
     ("run", "seconds from popped to completed, today (UTC)"),
 )
+CPU_HELP = "CPU seconds of each attempt (user + system, its subprocesses too), today (UTC)"
+RSS_HELP = "peak resident memory of each attempt's child, today (UTC)"
 EMPTY: dict[str, Any] = {"queues": {}, "groups": {}, "workers": {}}
 
 Kind = Literal["gauge", "counter", "histogram"]
@@ -150,6 +157,9 @@ def families(snapshot: Mapping[str, Any], up_s: float = UP_S) -> list[Family]:
                 list(_histograms(what, queues, hists)),
             )
         )
+    cpu, rss = usage.histograms([(q, c.get("stats", {})) for q, c in queues])
+    out.append(Family("runtime_job_cpu_seconds", "histogram", CPU_HELP, ("queue", "klass"), cpu))
+    out.append(Family("runtime_job_max_rss_bytes", "histogram", RSS_HELP, ("queue", "klass"), rss))
     groups = sorted(snapshot["groups"].items())
     out.append(
         Family(

@@ -46,7 +46,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from runtime.children import child, protocol
+from runtime.children import child, protocol, tracing
 from runtime.proctitle import set_title
 from runtime.sandbox import sandbox
 from runtime.sandbox.prctl import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, prctl
@@ -142,6 +142,8 @@ class ForkServer:
             log_level=cfg.get("log_level") or "INFO",
             namespace=cfg.get("namespace") or "",
             shards=cfg.get("shards") or "",
+            otel=bool(cfg.get("otel")),
+            otel_file=cfg.get("otel_file"),
         )
         spec = sandbox.Spec(
             workdir=settings.workdir,
@@ -275,6 +277,13 @@ def main(argv: list[str]) -> int:
     except BaseException as err:  # noqa: BLE001 - any failure to import is the master's to report
         send(ctl, {"kind": "error", "message": f"cannot import {module}: {err!r}"})
         return 1
+    if config.get("otel"):
+        try:
+            tracing.preload()
+        except ImportError as err:
+            message = f"tracing needs the otel extra (pip install 'runtime-worker[otel]'): {err}"
+            send(ctl, {"kind": "error", "message": message})
+            return 1
     send(ctl, {"kind": "ready", "pid": os.getpid()})
     return ForkServer(ctl, config, master).serve()
 

@@ -60,6 +60,7 @@ class Run(Message):
     cpu_limit_s: float | None = None
     start_at: float | None = None
     batch: str | None = None  # the bid of the job's batch (ctx.batch)
+    traceparent: str | None = None  # of the span that put it (runtime/children/tracing.py)
 
 
 @dataclass
@@ -108,12 +109,17 @@ class Heartbeat(Message):
 @dataclass
 class Done(Message):
     """The job returned. `result`: its return value as JSON text ("" for None);
-    `note`: why a value it returned is not kept (not JSON, too large)."""
+    `note`: why a value it returned is not kept (not JSON, too large); `cpu_s`,
+    `max_rss_mb`, `rss_of_job`: what the attempt cost (runtime/children/usage.py;
+    None: not measured)."""
 
     kind: ClassVar[str] = "done"
     jid: str
     result: str = field(default="", repr=False)
     note: str = ""
+    cpu_s: float | None = None
+    max_rss_mb: float | None = None
+    rss_of_job: bool = True
 
 
 @dataclass
@@ -149,6 +155,9 @@ class Failed(Message):
     retry: bool = True
     delay: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    cpu_s: float | None = None  # what the attempt cost, as in Done
+    max_rss_mb: float | None = None
+    rss_of_job: bool = True
 
 
 @dataclass

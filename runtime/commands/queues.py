@@ -26,7 +26,7 @@ from runtime.commands.common import (
     unknown_queues,
     when,
 )
-from runtime.commands.jobs import progress_text
+from runtime.commands.jobs import progress_text, usage_lines
 from runtime.errors import BadArgument
 from runtime.queue import wire
 from runtime.queue.client import Client
@@ -342,6 +342,8 @@ def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -
             click.echo(f"      {cuts}")
         for lower_s, n in times.histogram:
             click.echo(f"      >= {duration(lower_s):>7}  {n}")
+    for line in usage_lines(found.usage):
+        click.echo(line)
 
 
 @click.command()

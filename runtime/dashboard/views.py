@@ -24,6 +24,7 @@ from runtime.dashboard import jobreads, live, plots, reads
 from runtime.dashboard.render import HERE, page, query
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
+from runtime.queue.job import Job
 from runtime.queue.stats import today
 from runtime.vocabulary import JobState
 
@@ -142,6 +143,11 @@ def job(request: Request) -> Response:
         view=view,
         job=view.job,
         progress=live.progress_text(view.job.progress),
+        live_text=(
+            client.admin.live_tail(jid)[-live.LIVE_CHARS :]
+            if view.job.state == JobState.RUNNING
+            else None
+        ),
         started_ms=reads.started_ms(view.job),
         live_query=query(jid=jid),
     )
@@ -157,6 +163,13 @@ def batch(request: Request) -> Response:
         return page(request, "missing.html", what="batch", name=bid, now_ms=now_ms)
     failed = [j for j in client.get_jobs(list(found.failed_jids)) if j is not None]
     return page(request, "batch.html", now_ms=now_ms, batch=found, failed=failed)
+
+
+def _live_text(client: Client, job: Job | None) -> str | None:
+    """The end of what a running job printed lately (None for a job not running)."""
+    if job is None or job.state != JobState.RUNNING:
+        return None
+    return client.admin.live_tail(job.jid)[-live.LIVE_CHARS :]
 
 
 def find(request: Request) -> Response:
@@ -277,7 +290,12 @@ def live_json(request: Request) -> Response:
         values.update(live.queue_values(reads.queue_rows(counts, names)))
     if params.get("jid"):
         jid = params["jid"]
-        values.update(live.job_values(reads.of_job(request.app.state, jid).get_job(jid)))
+        of_job = reads.of_job(request.app.state, jid)
+        found = of_job.get_job(jid)
+        live_text = (
+            of_job.admin.live_tail(jid) if found and found.state == JobState.RUNNING else None
+        )
+        values.update(live.job_values(found, live_text))
     if params.get("plot"):
         html["plot.throughput"] = str(
             live.throughput_plot(counts.admin.throughput(live.PLOT_MINUTES))

@@ -21,6 +21,20 @@ STATES = tuple(JobState)
 RECORDS = 2
 
 
+def usage_of(value: Any) -> dict[str, Any] | None:
+    """An attempt's usage as stored ([cpu_s, max_rss_mb], a third value 0 when the
+    peak is the child's since it started: lua/lib/attempt.lua) as the public
+    {"cpu_s", "max_rss_mb"} (and "max_rss_of": "child" then); None for none."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) not in (2, 3):
+        raise TypeError("usage must be a list of two or three numbers")
+    usage: dict[str, Any] = {"cpu_s": float(value[0]), "max_rss_mb": float(value[1])}
+    if len(value) == 3:
+        usage["max_rss_of"] = "child"
+    return usage
+
+
 def _when(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
@@ -42,7 +56,8 @@ class HistoryEvent:
     """One step of a job's timeline: put, popped, lease-lost, retried, failed,
     completed, unfailed, requeued, released, priority, puts (the jobs it put:
     `count`, the first `jids`). `note`: what else there is to say (e.g. why a
-    result was not stored); `by`: on a put, the job that put it."""
+    result was not stored); `by`: on a put, the job that put it; `usage`: on the
+    event that ended an attempt, what it cost ({"cpu_s", "max_rss_mb"})."""
 
     event: str
     at_ms: int
@@ -57,6 +72,7 @@ class HistoryEvent:
     count: int | None = None
     jids: tuple[str, ...] = ()
     by: str | None = None
+    usage: dict[str, Any] | None = None  # the attempt that ended here: {"cpu_s", "max_rss_mb"}
 
     @classmethod
     def from_meta(cls, ev: dict[str, Any]) -> HistoryEvent:
@@ -74,6 +90,7 @@ class HistoryEvent:
             count=ev.get("c"),
             jids=tuple(ev.get("j", ())),
             by=ev.get("b"),
+            usage=usage_of(ev.get("u")),
         )
 
     @property
@@ -133,6 +150,7 @@ class Job:
     output: str = ""  # the output tail of its last attempt
     progress: dict[str, Any] | None = None  # {"done", "total", "message", "at_ms"}
     batch: str | None = None  # the bid of its batch (runtime.queue.batches)
+    usage: dict[str, Any] | None = None  # the last attempt's {"cpu_s", "max_rss_mb"}
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> Job:
@@ -170,6 +188,7 @@ class Job:
             output=str(reply.get("output", "")),
             progress=_progress(reply.get("progress")),
             batch=meta.get("b"),
+            usage=usage_of(meta.get("u")),
         )
 
     @property

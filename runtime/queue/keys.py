@@ -37,6 +37,9 @@ Key schema (the kind of each key in brackets):
     progress                 [hash]  jid -> its progress, JSON {"done","total","message",
                                      "at_ms"} (meta.pg; a new attempt starts without)
     q:<queue>:progressing    [zset]  running jobs that told their progress -> when (ms)
+    live:<jid>               [stream] what a running job prints, as its master sends it
+                                     (lua/live.lua): entries {o text, d lines dropped,
+                                     a attempt}; capped, expires live_ttl_s after the last
     wait:<jid>               [list]  wake-up tokens for clients waiting on the job
                                      (client.wait), pushed when it ends; with a TTL
     cancel:<worker>          [channel] jids of jobs the worker holds that were cancelled
@@ -112,6 +115,7 @@ TEMPLATES: dict[str, str] = {
     "output": "output",
     "progress": "progress",
     "progressing": "q:{queue}:progressing",
+    "live": "live:{jid}",
     "waited": "wait:{jid}",
     "cancels": "cancel:{worker}",
     "failed_groups": "failed",

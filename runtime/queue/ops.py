@@ -31,6 +31,7 @@ from runtime.queue.leases import (
     FailRow,
     Kind,
     Leased,
+    LiveRow,
     Outcomes,
     Popped,
     ProgressRow,
@@ -358,19 +359,20 @@ def _batch(name: str, worker: str, rows: Iterable[Iterable[Arg]]) -> Call[dict[s
 
 def complete(worker: str, rows: Iterable[CompleteRow]) -> Call[dict[str, str | Error]]:
     """Outputs are cut to the scripts' cap here."""
-    return _batch("complete", worker, ((j, t, o, r, wire.cap_output(out))
-                                       for j, t, o, r, out in rows))  # fmt: skip
+    return _batch("complete", worker, ((j, t, o, r, wire.cap_output(out), u)
+                                       for j, t, o, r, out, u in rows))  # fmt: skip
 
 
 def fail(worker: str, rows: Iterable[FailRow]) -> Call[dict[str, str | Error]]:
     """Messages and outputs are cut to the scripts' caps here."""
-    capped = ((j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in rows)
+    capped = ((j, t, g, wire.cap_message(m), wire.cap_output(o), u) for j, t, g, m, o, u in rows)
     return _batch("fail", worker, capped)
 
 
 def retry(worker: str, rows: Iterable[RetryRow]) -> Call[dict[str, str | Error]]:
     """Messages and outputs are cut to the scripts' caps here."""
-    capped = ((j, t, g, wire.cap_message(m), d, wire.cap_output(o)) for j, t, g, m, d, o in rows)
+    capped = ((j, t, g, wire.cap_message(m), d, wire.cap_output(o), u)
+              for j, t, g, m, d, o, u in rows)  # fmt: skip
     return _batch("retry", worker, capped)
 
 
@@ -379,6 +381,49 @@ def progress(worker: str, rows: Iterable[ProgressRow]) -> Call[dict[str, str | E
     flat = ((j, t, repr(wire.check_progress(d)), "" if n is None else repr(wire.check_progress(n)),
              m or "") for j, t, d, n, m in rows)  # fmt: skip
     return _batch("progress", worker, flat)
+
+
+def live(worker: str, rows: Iterable[LiveRow]) -> Call[dict[str, str | Error]]:
+    """What running jobs printed since their last batch (lua/live.lua)."""
+    return _batch("live", worker, ((j, t, text, d) for j, t, text, d in rows))
+
+
+def live_read(
+    keys: Keys, jid: str, after: str = "0-0", count: int = 100
+) -> Call[tuple[str, list[tuple[str, int]]]]:
+    """A running job's live output after entry `after` (lua/live.lua): the last
+    entry's id, and its batches as (text, lines dropped), oldest first."""
+    args: tuple[Arg, ...] = ("COUNT", count, "STREAMS", keys.key("live", jid=jid), after)
+
+    def decode(reply: Any) -> tuple[str, list[tuple[str, int]]]:
+        last, batches = after, []
+        streams = reply.values() if isinstance(reply, dict) else [e for _, e in reply or ()]
+        for entries in streams:  # one stream: RESP3 answers a map, RESP2 a list
+            for entry_id, values in entries:
+                fields = {text(k): v for k, v in _entry_fields(values)}
+                last = text(entry_id)
+                batches.append((text(fields.get("o", b"")), int(fields.get("d", 0))))
+        return last, batches
+
+    return Call("XREAD", args, decode, script=False, repeatable=True)
+
+
+def live_tail(keys: Keys, jid: str, count: int) -> Call[str]:
+    """The text of a running job's last `count` live batches, oldest first."""
+
+    def decode(reply: Any) -> str:
+        texts = [text(dict(_entry_fields(values)).get(b"o", b"")) for _, values in reply or ()]
+        return "".join(reversed(texts))
+
+    key = keys.key("live", jid=jid)
+    return Call("XREVRANGE", (key, "+", "-", "COUNT", count), decode, script=False, repeatable=True)
+
+
+def _entry_fields(values: Any) -> Iterable[tuple[Any, Any]]:
+    """A stream entry's fields as (name, value) pairs (a flat list, or a dict)."""
+    if isinstance(values, dict):
+        return values.items()
+    return zip(values[::2], values[1::2], strict=True)
 
 
 def release(
@@ -421,12 +466,12 @@ def exchange(
     progress or puts), then a pop, in one call (lua/exchange.lua). Never sent
     twice, like a pop: the reports are safe to send again, but a lost reply's
     jobs stay leased to `worker` until their lease runs out."""
-    completes = [
-        (j, t, o, r, wire.cap_output(out)) for j, t, o, r, out in outcomes.complete.values()
-    ]
-    retries = [(j, t, g, wire.cap_message(m), d, wire.cap_output(o))
-               for j, t, g, m, d, o in outcomes.retry]  # fmt: skip
-    fails = [(j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in outcomes.fail]
+    completes = [(j, t, o, r, wire.cap_output(out), u)
+                 for j, t, o, r, out, u in outcomes.complete.values()]  # fmt: skip
+    retries = [(j, t, g, wire.cap_message(m), d, wire.cap_output(o), u)
+               for j, t, g, m, d, o, u in outcomes.retry]  # fmt: skip
+    fails = [(j, t, g, wire.cap_message(m), wire.cap_output(o), u)
+             for j, t, g, m, o, u in outcomes.fail]  # fmt: skip
     args = (
         worker, count, wire.seed(), order, round(ahead_s * 1e6), wire.idle_arg(idle, rtt_s),
         len(completes), len(retries), len(fails),

@@ -132,7 +132,8 @@ class Scheduling:
             raise BadArgument(f"policy must be one of {', '.join(recur.POLICIES)}")
         if (every is None) == (cron is None):
             raise BadArgument("give every (seconds) or cron, one of them")
-        dropped = ("jid", "depends", "delay_ms", "at_ms", "unique_key")
+        # a recurrence's jobs are not the children of the span that defined it
+        dropped = ("jid", "depends", "delay_ms", "at_ms", "unique_key", "traceparent")
         options = {k: v for k, v in spec.options.items() if v is not None and k not in dropped}
         definition: dict[str, Any] = {
             "id": id or f"{queue}/{spec.klass}",

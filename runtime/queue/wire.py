@@ -11,6 +11,7 @@ import json
 import math
 import os
 import secrets
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -161,6 +162,20 @@ _WIRE_DEFAULTS: dict[str, Any] = {
 }
 
 
+def _trace_parent() -> str | None:
+    """The W3C traceparent of the span active where a job is put, or None. Without
+    opentelemetry loaded no span can be active: one dict look-up, nothing
+    imported (docs/operating.md, "Tracing")."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    flags = int(context.trace_flags)
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags:02x}"
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One job to put, checked and encoded (build it with `Queue.spec`)."""
@@ -221,6 +236,9 @@ class JobSpec:
             options["backoff"] = [lo, hi]
         if timeout is not None:
             options["timeout_s"] = check_seconds("timeout", timeout)
+        traceparent = _trace_parent()
+        if traceparent is not None:
+            options["traceparent"] = traceparent
         return cls(check_queue(queue), klass_path(klass), encode_data(data), options)
 
     def in_batch(self, bid: str) -> JobSpec:
@@ -322,6 +340,16 @@ def cap_head(text: str, cap: int) -> str:
 def cap_output(output: str) -> str:
     """An attempt's output cut to the scripts' cap, keeping its tail."""
     return _cap_tail(output, LIMITS["output_max_bytes"])
+
+
+def usage_text(cpu_s: float | None, max_rss_mb: float | None, of_job: bool = True) -> str:
+    """An attempt's usage as the report scripts take it (lua/lib/attempt.lua):
+    "" when not measured, else "<cpu_s> <max_rss_mb>", with " c" after when the
+    peak is the child's since it started (`of_job` False)."""
+    if cpu_s is None or max_rss_mb is None:
+        return ""
+    text = f"{max(0.0, cpu_s):.4f} {max(0.0, max_rss_mb):.1f}"
+    return text if of_job else text + " c"
 
 
 def cap_message(message: str) -> str:

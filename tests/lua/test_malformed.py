@@ -28,6 +28,8 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("put", (), BadArgument, "pairs"),
     ("put", (spec(),), BadArgument, "pairs"),
     ("put", ("not json", OK_DATA), BadArgument, "not a JSON object"),
+    ("put", (spec(traceparent="00-zz-01-01"), OK_DATA), BadArgument, "traceparent"),
+    ("put", (spec(traceparent=5), OK_DATA), BadArgument, "traceparent"),
     ("put", (spec(jid=...), OK_DATA), BadArgument, "jid"),
     ("put", (spec(jid="has space"), OK_DATA), BadArgument, "jid"),
     ("put", (spec(jid="x" * 129), OK_DATA), BadArgument, "jid"),
@@ -188,11 +190,12 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     # complete, fail, retry
     ("complete", ("w", "old"), BadArgument, "groups of jid"),
     ("complete", ("w", "old", "t", "{}"), BadArgument, "groups of jid"),
-    ("complete", ("w" * 201, "old", "t", "{}", "", ""), BadArgument, "worker"),
+    ("complete", ("w", "old", "t", "{}", "", ""), BadArgument, "groups of jid"),
+    ("complete", ("w" * 201, "old", "t", "{}", "", "", ""), BadArgument, "worker"),
     ("fail", ("w", "old", "t"), BadArgument, "groups"),
-    ("fail", ("w", "old", "t", "g", "m"), BadArgument, "groups"),
+    ("fail", ("w", "old", "t", "g", "m", ""), BadArgument, "groups"),
     ("retry", ("w", "old", "t", "g", "m"), BadArgument, "groups"),
-    ("retry", ("w", "old", "t", "g", "m", "0"), BadArgument, "groups"),
+    ("retry", ("w", "old", "t", "g", "m", "0", ""), BadArgument, "groups"),
     # exchange: the pop's arguments, then how many jobs each report carries
     (
         "exchange",
@@ -202,13 +205,13 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ),
     (
         "exchange",
-        ("w", 1, "seed", "ordered", 0, 0, 0, 1, 0, "old", "t", "g", "m", "0"),
+        ("w", 1, "seed", "ordered", 0, 0, 0, 1, 0, "old", "t", "g", "m", "0", ""),
         BadArgument,
         "fewer arguments",
     ),
     (
         "exchange",
-        ("w", 1, "seed", "ordered", 0, 0, 0, 0, 1, "old", "t", "g"),
+        ("w", 1, "seed", "ordered", 0, 0, 0, 0, 1, "old", "t", "g", "m", ""),
         BadArgument,
         "fewer arguments",
     ),
@@ -217,19 +220,19 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("exchange", ("w", 1, "seed", "ordered", 0, 0, 0, 0), BadArgument, "fails"),
     (
         "exchange",
-        ("", 1, "seed", "ordered", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "q"),
+        ("", 1, "seed", "ordered", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "", "q"),
         BadArgument,
         "worker",
     ),
     (
         "exchange",
-        ("w", 1, "seed", "random", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "q"),
+        ("w", 1, "seed", "random", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "", "q"),
         BadArgument,
         "order",
     ),
     (
         "exchange",
-        ("w", 1, "seed", "ordered", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "q:x"),
+        ("w", 1, "seed", "ordered", 0, 0, 1, 0, 0, "old", "t", "{}", "", "", "", "q:x"),
         BadArgument,
         "queue",
     ),
@@ -262,6 +265,8 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("unfail", ("", "q", 1), BadArgument, "group"),
     # progress, wait (issue 12)
     ("progress", ("w", "old", "t", "1", ""), BadArgument, "groups"),
+    ("live", ("w", "old", "t", "text"), BadArgument, "groups"),
+    ("live", ("", "old", "t", "text", "0"), BadArgument, "worker"),
     ("progress", ("", "old", "t", "1", "", ""), BadArgument, "worker"),
     ("wait", ("", 0), BadArgument, "jid"),
     ("wait", ("old",), BadArgument, "for_ms"),

@@ -246,6 +246,12 @@ STATS = st.fixed_dictionaries(
         "run:hist:ms100": AMOUNTS,
         "run:hist:h1": AMOUNTS,
         "run:hist:d365": AMOUNTS,
+        "u:cpu:0.01:app.jobs:f": AMOUNTS,
+        "u:cpu:inf:app.jobs:f": AMOUNTS,
+        "u:cpu:ms:app.jobs:f": AMOUNTS,
+        "u:rss:64:app.jobs:f": AMOUNTS,
+        "u:rss:mb:app.jobs:f": AMOUNTS,
+        "u:rss:inf:other": AMOUNTS,
     },
 )
 QUEUE: dict[str, st.SearchStrategy[Any]] = {state.value: AMOUNTS for state in STATES}

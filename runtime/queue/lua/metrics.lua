@@ -4,8 +4,9 @@
 -- ARGV     up_ms: a worker seen within this many ms is up
 -- Reply    {"now_ms": n,
 --           "queues": {"<queue>": {counts as counts.lua gives them,
---                      "stats": {today's statistics fields (lib/stats.lua) of wait
---                                and run: "wait:ms", "wait:ms2", "wait:hist:ms5", ...}}},
+--                      "stats": {today's statistics fields (lib/stats.lua) of wait,
+--                                run and usage: "wait:ms", "wait:hist:ms5", "u:cpu:1:k",
+--                                ...}}},
 --           "groups": {"<failure group>": n, ...},
 --           "workers": {"<worker>": {"seen_ms": n, "running": n}, ...} (those up),
 --           "batches": {"open": n, "oldest_ms": created ms of the oldest open batch,
@@ -19,13 +20,13 @@ local now_us = Clock.now_us()
 local now_ms = Clock.ms(now_us)
 local day = math.floor(now_us / 86400000000)
 
--- Today's wait and run fields of a queue, as a JSON object of numbers.
+-- Today's wait, run and usage fields of a queue, as a JSON object of numbers.
 local function today(queue)
   local flat = redis.call('HGETALL', K.stats(queue, day))
   local parts = {}
   for i = 1, #flat, 2 do
     local what = string.sub(flat[i], 1, 4)
-    if what == 'wait' or what == 'run:' then
+    if what == 'wait' or what == 'run:' or string.sub(what, 1, 2) == 'u:' then
       parts[#parts + 1] = cjson.encode(flat[i]) .. ':' .. flat[i + 1]
     end
   end

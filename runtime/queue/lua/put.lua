@@ -17,6 +17,8 @@
 --            batch                  the bid of a batch the job joins (lib/batch.lua):
 --                                   an open one, or a sealed one when `by` is a
 --                                   job of it that has not ended
+--            traceparent            the W3C traceparent of the span that put it
+--                                   (text, at most 64 bytes), kept as meta.tp
 --            by                     the jid of the job putting it (a running job's
 --                                   put that goes at once): recorded in its put
 --                                   event, and that job's history counts it ("puts")

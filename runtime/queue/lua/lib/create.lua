@@ -65,6 +65,14 @@ function Create.parse(spec, data, now_ms)
   if value ~= nil and value ~= null then
     job.unique_key = Check.token('unique_key', value, LIMITS.jid_max)
   end
+  value = spec.traceparent
+  if value ~= nil and value ~= null then -- W3C trace context of the put's span
+    if type(value) ~= 'string' or #value > 64
+        or not string.match(value, '^%x%x%-%x+%-%x+%-%x%x$') then
+      E.bad('traceparent must be a W3C traceparent (version-trace-parent-flags, hex)')
+    end
+    job.traceparent = value
+  end
   job.unique_for, job.timeout_s = unique_for, timeout_s
   local delay, at = Check.optional(spec.delay_ms), Check.optional(spec.at_ms)
   if delay ~= nil and at ~= nil then
@@ -189,6 +197,9 @@ function Create.job(job, now_us)
   end
   if job.batch then
     meta.b = job.batch
+  end
+  if job.traceparent then
+    meta.tp = job.traceparent
   end
   if #job.tags > 0 then
     local tags, seen = {}, {}

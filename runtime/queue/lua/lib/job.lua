@@ -29,9 +29,12 @@
 --   cr the stored record did not decode and was replaced by this failed one (1)
 --   rl a complete job's result: the last rl bytes of the record, after its data
 --   ot its last attempt's output is in K.output (1)    pg its progress is in K.progress (1)
+--   tp the W3C traceparent of the span that put it (docs/operating.md, "Tracing")
+--   u its last attempt's usage [cpu_s, max_rss_mb(, 0: the child's peak)] (lib/attempt.lua)
 --   wt someone waits for it to end until then (ms)    wn how many registered (lib/wait.lua)
 --   b its batch's bid (lib/batch.lua; a meta with it is never compact)
---   h events may carry: n a note, c a count and j jids (puts), b the job that put it
+--   h events may carry: n a note, c a count and j jids (puts), b the job that put it,
+--     u the usage of the attempt that ended there (completed, retried, failed)
 --
 -- A queued job's meta may also be stored compact (Job.compact: the shared
 -- setting compact-records at 1, or unset while every registered master reads

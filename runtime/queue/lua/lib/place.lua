@@ -211,8 +211,9 @@ function Place.release(jid, meta, data, worker, now_us, started)
 end
 
 -- Final failure of one job: it joins its group's list and its waiters wake
--- (lib/wait.lua). The caller saves the record.
-function Place.fail_only(jid, meta, group, message, worker, now_us)
+-- (lib/wait.lua). `usage`: the ending attempt's, when measured (lib/attempt.lua),
+-- for its event. The caller saves the record.
+function Place.fail_only(jid, meta, group, message, worker, now_us, usage)
   local now_ms, was = Clock.ms(now_us), meta.s
   Stats.count(meta.q, 'failed', now_us)
   Unique.release(jid, meta)
@@ -220,7 +221,7 @@ function Place.fail_only(jid, meta, group, message, worker, now_us)
   meta.f = { g = group, m = Job.cap_message(message), t = now_ms, w = worker }
   Stats.enter(jid, meta, now_us)
   Job.event(jid, meta, now_ms, 'failed',
-    { w = worker, g = group, n = Job.failure_note(group, message) })
+    { w = worker, g = group, n = Job.failure_note(group, message), u = usage })
   redis.call('LPUSH', K.failed(group), jid)
   redis.call('ZINCRBY', K.failed_groups, '1', group)
   Wait.notify(jid, meta, FAILED, now_ms)
@@ -255,8 +256,8 @@ end
 
 -- Final failure: Place.fail_only, then the jobs waiting on it fail too
 -- (Deps.fail_dependents, bound here by deps.lua). The caller saves the record.
-function Place.fail(jid, meta, group, message, worker, now_us)
-  Place.fail_only(jid, meta, group, message, worker, now_us)
+function Place.fail(jid, meta, group, message, worker, now_us, usage)
+  Place.fail_only(jid, meta, group, message, worker, now_us, usage)
   Place.cascade(jid, group, now_us)
 end
 

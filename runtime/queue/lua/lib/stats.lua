@@ -17,6 +17,7 @@
 --   m1 .. m59       1 min wide, below 1 h         (59)
 --   h1 .. h23       1 h wide, below 1 day         (23)
 --   d1 .. d365      1 day wide (d365: a year or more)
+-- Usage per klass goes in the same hash (Stats.usage, below).
 -- Only buckets that were hit exist: jobs of 1-500 ms fill at most 24 fields per
 -- histogram. A queue-day holds 2 sums x 2 + its buckets + 3 counts fields:
 -- about 15 to 70 in practice, 2 x 535 + 7 at most. Also counts: failures
@@ -175,6 +176,69 @@ function Stats.time(queue, what, seconds, now_us)
   end
   local field = hist_field(what, seconds)
   e.hist[field] = (e.hist[field] or 0) + 1
+end
+
+-- Usage per klass (an attempt's CPU seconds and peak RSS, lib/attempt.lua), in the
+-- same hash: a histogram each, one field per bucket named by its upper bound
+-- (USAGE_BOUNDS; "inf" above the last), klass last since a klass holds ":":
+-- u:cpu:<bound>:<klass>, u:rss:<bound>:<klass>; and the sums u:cpu:ms:<klass>
+-- (whole ms) and u:rss:mb:<klass> (whole MB). runtime/metrics.py reads them as
+-- runtime_job_cpu_seconds and runtime_job_max_rss_bytes by queue and klass.
+local USAGE_BOUNDS = {
+  cpu = { 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 600, 3600 }, -- seconds
+  rss = { 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384 }, -- MB
+}
+-- Field names made once per server: klass -> what -> {bucket index -> field,
+-- sum = field}; emptied past USAGE_NAMES_MAX klasses.
+local USAGE_NAMES_MAX = 1000
+local usage_names, usage_names_n = {}, 0
+
+local function usage_field(klass, what, value)
+  local of_klass = usage_names[klass]
+  if not of_klass then
+    if usage_names_n >= USAGE_NAMES_MAX then
+      usage_names, usage_names_n = {}, 0
+    end
+    of_klass = { cpu = {}, rss = {} }
+    usage_names[klass], usage_names_n = of_klass, usage_names_n + 1
+  end
+  local bounds, names = USAGE_BOUNDS[what], of_klass[what]
+  local i = #bounds + 1
+  for b = 1, #bounds do
+    if value <= bounds[b] then
+      i = b
+      break
+    end
+  end
+  local field = names[i]
+  if not field then
+    local bound = bounds[i] and tostring(bounds[i]) or 'inf'
+    field = 'u:' .. what .. ':' .. bound .. ':' .. klass
+    names[i] = field
+  end
+  return field, of_klass
+end
+
+-- Records one attempt's usage: `cpu_s` seconds, `rss_mb` MB, by queue and klass.
+function Stats.usage(queue, klass, cpu_s, rss_mb, now_us)
+  local e = entry(queue, now_us)
+  local hist = e.hist
+  local cpu_field, of_klass = usage_field(klass, 'cpu', cpu_s)
+  local rss_field = usage_field(klass, 'rss', rss_mb)
+  hist[cpu_field] = (hist[cpu_field] or 0) + 1
+  hist[rss_field] = (hist[rss_field] or 0) + 1
+  local sums = of_klass.sums
+  if not sums then
+    sums = { 'u:cpu:ms:' .. klass, 'u:rss:mb:' .. klass }
+    of_klass.sums = sums
+  end
+  local cpu_ms, mb = math.floor(cpu_s * 1000 + 0.5), math.floor(rss_mb + 0.5)
+  if cpu_ms > 0 then
+    hist[sums[1]] = (hist[sums[1]] or 0) + cpu_ms
+  end
+  if mb > 0 then
+    hist[sums[2]] = (hist[sums[2]] or 0) + mb
+  end
 end
 
 -- Counts a failure, a final failure or a retry.
