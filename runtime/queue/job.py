@@ -102,8 +102,9 @@ def _history(meta: dict[str, Any]) -> tuple[HistoryEvent, ...]:
 @dataclass(frozen=True)
 class Job:
     """A job as read from Redis: a plain value. A running job names its lease
-    holder (`worker`) and the lease's `token`; reporting on it takes the lease
-    handle a pop returned (runtime.queue.holder.Lease)."""
+    holder (`worker`), never the lease's token: that credential stays on the
+    lease handle a pop returned (runtime.queue.holder.Lease), and reporting on
+    the job takes that handle. The scripts leave it out of every read's reply."""
 
     jid: str
     klass: str
@@ -116,7 +117,6 @@ class Job:
     remaining: int
     attempt: int
     worker: str | None
-    token: str | None
     failure: Failure | None
     history: tuple[HistoryEvent, ...]
     put_at_ms: int
@@ -150,7 +150,6 @@ class Job:
             remaining=int(meta["m"]),
             attempt=int(meta.get("a", 0)),
             worker=meta.get("w"),
-            token=meta.get("l"),
             failure=None
             if failure is None
             else Failure(failure["g"], failure["m"], int(failure["t"]), failure.get("w")),

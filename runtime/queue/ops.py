@@ -295,11 +295,19 @@ def pop(
     return _op("pop", *args, decode=lambda r: Popped.from_reply(_object(r)))
 
 
-def pop_jobs(worker: str, count: int, queue: str) -> Call[list[Job]]:
-    """A pop by hand (not a master): the leased jobs as `Job` values (each names
-    its `worker` and lease `token`)."""
+def pop_jobs(worker: str, count: int, queue: str) -> Call[list[tuple[Job, str]]]:
+    """A pop by hand (not a master): each leased job as a `Job` value with its
+    lease token (which the value itself never carries)."""
     args = (worker, wire.check_count(count), wire.seed(), "ordered", 0, 0, queue)
-    return _op("pop", *args, decode=lambda r: [_job(j) for j in _object(r)["jobs"]])
+    return _op("pop", *args, decode=lambda r: [_leased_job(j) for j in _object(r)["jobs"]])
+
+
+def _leased_job(reply: Any) -> tuple[Job, str]:
+    job = _job(reply)
+    token = reply["meta"].get("l")
+    if not isinstance(token, str):
+        raise CorruptReply(f"a leased job carries no lease token: {job.jid}", job.jid)
+    return job, token
 
 
 def heartbeat(worker: str, leases: Mapping[str, str]) -> Call[Heartbeat]:

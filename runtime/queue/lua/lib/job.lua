@@ -779,17 +779,18 @@ function Job.visible_state(meta)
   return meta.s
 end
 
--- {"jid":..,"meta":{..},"data":{..}} plus any pre-encoded extra fields; `head`
--- is what Job.save returned for the meta, when at hand.
--- Extra field names are the scripts' own identifiers (nothing to escape); `tail`,
--- when given, is more fields already written as JSON (',"name":value...').
-function Job.reply(jid, meta, data, extra, head, tail)
+-- {"jid":..,"meta":{..},"data":{..}} plus any pre-encoded extra fields (names
+-- that are the scripts' own identifiers: nothing to escape): what a read
+-- answers. Its meta never carries the lease token (l): a token is the holder's
+-- credential, handed out by the lease replies alone (Job.lease_reply), so no
+-- reader, the dashboard's and the CLI's included, can report on a job it does
+-- not hold.
+function Job.reply(jid, meta, data, extra)
+  local token = meta.l
+  meta.l = nil
+  local head = fields_of(meta)
+  meta.l = token
   local object, result = Job.split(meta, data)
-  head = head or fields_of(meta)
-  if not (result or extra) then -- a popped job: one string made, not three
-    return '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. head .. ',"h":[' .. meta.h
-      .. ']},"data":' .. object .. (tail or '') .. '}'
-  end
   local text = '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. head .. ',"h":[' .. meta.h .. ']}'
     .. ',"data":' .. object
   if result then
@@ -800,7 +801,18 @@ function Job.reply(jid, meta, data, extra, head, tail)
       text = text .. ',"' .. extra[i][1] .. '":' .. extra[i][2]
     end
   end
-  return text .. (tail or '') .. '}'
+  return text .. '}'
+end
+
+-- The reply of a job just leased (lib/lease.lua): its meta with the lease
+-- token, then `tail` (more fields already written as JSON: ',"name":value...').
+-- `head` is what Job.save returned for the meta, when at hand. One string made,
+-- not three.
+function Job.lease_reply(jid, meta, data, head, tail)
+  local object = Job.split(meta, data)
+  return '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. (head or fields_of(meta)) .. ',"h":['
+    .. meta.h
+    .. ']},"data":' .. object .. tail .. '}'
 end
 
 -- Cuts a failure message to the cap, keeping its tail (where a traceback ends);
