@@ -15,6 +15,7 @@ from runtime.errors import (
     EmbeddedRedisError,
     Error,
     Fail,
+    JobCancelled,
     JobExists,
     JobFailed,
     KlassNotAllowed,
@@ -25,9 +26,10 @@ from runtime.errors import (
     WaitTimeout,
     WrongState,
 )
-from runtime.queue.job import Failure, HistoryEvent, Job
+from runtime.queue.job import Cancellation, Failure, HistoryEvent, Job
 from runtime.queue.wire import JobSpec
 from runtime.typed import JobFunction, PutOptions, job
+from runtime.vocabulary import CancelledBy
 
 if TYPE_CHECKING:
     from runtime.queue.client import Client, Queue
@@ -54,6 +56,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BadArgument",
+    "Cancellation",
+    "CancelledBy",
     "Client",
     "ConfigError",
     "DependedOn",
@@ -63,6 +67,7 @@ __all__ = [
     "Failure",
     "HistoryEvent",
     "Job",
+    "JobCancelled",
     "JobContext",
     "JobExists",
     "JobFailed",

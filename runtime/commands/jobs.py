@@ -12,7 +12,7 @@ from runtime import config
 from runtime.commands.common import check_jid, client_of, emit, fail, parse_data, when
 from runtime.queue.client import Client
 from runtime.queue.job import HistoryEvent, Job
-from runtime.vocabulary import JobState
+from runtime.vocabulary import CancelledBy, JobState
 
 
 @click.command()
@@ -201,7 +201,7 @@ def job(ctx: click.Context, jid: str, as_json: bool) -> None:
 @click.pass_context
 def cancel(ctx: click.Context, jids: Sequence[str]) -> None:
     """Cancel (delete) jobs; exits 1 if one of them did not exist."""
-    done = client_of(ctx).cancel(*jids)
+    done = client_of(ctx).cancel(*jids, by=CancelledBy.CLI)
     click.echo(f"cancelled {len(done)} of {len(jids)}")
     missing = sorted(set(jids) - set(done))
     if missing:

@@ -27,7 +27,7 @@ from typing import Any, Self
 import redis
 
 from runtime import config
-from runtime.errors import Error, JobExists, JobFailed, WaitTimeout
+from runtime.errors import BadArgument, Error, JobCancelled, JobExists, JobFailed, WaitTimeout
 from runtime.queue import ops, wire
 from runtime.queue.admin import Admin
 from runtime.queue.connection import RETRY_FOR_S, Connection
@@ -36,7 +36,7 @@ from runtime.queue.job import Job
 from runtime.queue.keys import Keys
 from runtime.queue.scheduling import Scheduling
 from runtime.queue.wire import JobSpec
-from runtime.vocabulary import JobState
+from runtime.vocabulary import CancelledBy, JobState
 
 WAIT_SLICE_S = 5.0  # a wait blocks at most this long per round trip (under the socket timeout)
 WAIT_MIN_S = 0.001  # BLPOP takes milliseconds (and 0 would wait forever)
@@ -153,15 +153,20 @@ class Client:
         done-with-backoff, or None: the job's state as a de-duplicating queue names it."""
         return self.conn.call(ops.message_status(jid))
 
-    def cancel(self, *jids: str) -> list[str]:
-        """Deletes the jobs; refuses (DependedOn) while others depend on one of them."""
-        return self.conn.call(ops.cancel(jids)) if jids else []
+    def cancel(self, *jids: str, by: CancelledBy | str = CancelledBy.API) -> list[str]:
+        """Deletes the jobs (their data at once); refuses (DependedOn) while others
+        depend on one of them. Each that had not ended leaves a tombstone, where
+        Redis has room, for the retention window: state cancelled, when and `by`
+        what (CancelledBy: cli, dashboard, api, dependency). Returns the jids
+        deleted (a tombstone is no job: not cancelled again)."""
+        return self.conn.call(ops.cancel(jids, _cancelled_by(by))) if jids else []
 
     def wait(self, jid: str, timeout: float | None = None) -> Any:
         """Waits for the job to end and returns its result (None for none). Raises
         JobFailed (with its group and message) if it failed for good, WaitTimeout
-        after `timeout` seconds (None: no limit), NoSuchJob if there is no such
-        job or it was cancelled. No polling: the script that ends the job wakes
+        after `timeout` seconds (None: no limit), JobCancelled (a NoSuchJob, with
+        when and by what) if it was cancelled, NoSuchJob if there is no such job
+        (or it was cancelled and left no tombstone). No polling: the script that ends the job wakes
         the waiters (lua/lib/wait.lua); each wake-up and the read of the job go
         in one round trip. The jid a job's duplicate put was given (ctx.put under
         a unique key) waits for the job it was folded into."""
@@ -181,6 +186,8 @@ class Client:
             )
         if ending.state == JobState.FAILED:
             raise JobFailed(jid, ending.group, ending.message)
+        if ending.state == JobState.CANCELLED:
+            raise JobCancelled(jid, ending.at_ms, ending.by)
         return ending.result
 
     # --- failures and domains ---------------------------------------------------------
@@ -278,6 +285,15 @@ class Queue:
 
     def resume(self) -> None:
         self.client.conn.call(ops.set_paused(self.name, False))
+
+
+def _cancelled_by(by: CancelledBy | str) -> CancelledBy:
+    """`by` as a CancelledBy; BadArgument (one line) for any other word."""
+    try:
+        return CancelledBy(by)
+    except ValueError:
+        known = ", ".join(CancelledBy)
+        raise BadArgument(f"by must be one of {known}, got {by!r}") from None
 
 
 def _slice_s(deadline: float | None) -> float:

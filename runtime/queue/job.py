@@ -38,11 +38,25 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Cancellation:
+    """What a cancelled job's tombstone tells: when (Redis time) and by what
+    (runtime.vocabulary.CancelledBy: cli, dashboard, api, dependency)."""
+
+    at_ms: int
+    by: str
+
+    @property
+    def at(self) -> datetime | None:
+        return _when(self.at_ms)
+
+
+@dataclass(frozen=True)
 class HistoryEvent:
     """One step of a job's timeline: put, popped, lease-lost, retried, failed,
     completed, unfailed, requeued, released, priority, puts (the jobs it put:
-    `count`, the first `jids`). `note`: what else there is to say (e.g. why a
-    result was not stored); `by`: on a put, the job that put it."""
+    `count`, the first `jids`), cancelled. `note`: what else there is to say
+    (e.g. why a result was not stored); `by`: on a put, the job that put it; on
+    a cancel, what cancelled it (cli, dashboard, api, dependency)."""
 
     event: str
     at_ms: int
@@ -132,12 +146,14 @@ class Job:
     result: Any = None  # a complete job's return value (decoded JSON), None for none
     output: str = ""  # the output tail of its last attempt
     progress: dict[str, Any] | None = None  # {"done", "total", "message", "at_ms"}
+    cancellation: Cancellation | None = None  # a tombstone's (state cancelled): when, by what
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> Job:
         meta: dict[str, Any] = reply["meta"]
         failure = meta.get("f")
         backoff = meta.get("bo")
+        cancelled = meta.get("cn")
         return cls(
             jid=reply["jid"],
             klass=meta["k"],
@@ -167,6 +183,9 @@ class Job:
             result=reply.get("result"),
             output=str(reply.get("output", "")),
             progress=_progress(reply.get("progress")),
+            cancellation=None
+            if cancelled is None
+            else Cancellation(int(cancelled["t"]), str(cancelled["b"])),
         )
 
     @property

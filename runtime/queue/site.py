@@ -27,6 +27,7 @@ from runtime.queue.job import Job
 from runtime.queue.shards import Shards
 from runtime.queue.stats import Throughput
 from runtime.queue.wire import JobSpec
+from runtime.vocabulary import CancelledBy
 
 
 class Site:
@@ -153,13 +154,14 @@ class Site:
         client = self.locate(jid)
         return None if client is None else client.message_status(jid)
 
-    def cancel(self, *jids: str) -> list[str]:
+    def cancel(self, *jids: str, by: CancelledBy | str = CancelledBy.API) -> list[str]:
         """Cancels the jobs, each in its namespace (one call per namespace)."""
-        by: dict[str, list[str]] = {}
+        of_ns: dict[str, list[str]] = {}
         for jid, job in zip(jids, self.get_jobs(list(jids)), strict=True):
             if job is not None:
-                by.setdefault(self.shards.namespace_of(job.queue), []).append(jid)
-        return [done for ns, mine in by.items() for done in self.clients[ns].cancel(*mine)]
+                of_ns.setdefault(self.shards.namespace_of(job.queue), []).append(jid)
+        clients = self.clients
+        return [done for ns, mine in of_ns.items() for done in clients[ns].cancel(*mine, by=by)]
 
     # --- counts, failures, domains -------------------------------------------------
 

@@ -30,6 +30,9 @@
 --   rl a complete job's result: the last rl bytes of the record, after its data
 --   ot its last attempt's output is in K.output (1)    pg its progress is in K.progress (1)
 --   wt someone waits for it to end until then (ms)    wn how many registered (lib/wait.lua)
+--   cn a tombstone's cancellation {t time (ms), b by what: cli, dashboard, api,
+--     dependency}: a job cancelled before it ended (state cancelled) keeps k, q,
+--     r, m, a, cn and a history of its put and its cancel, with data {} (Place.cancel)
 --   h events may carry: n a note, c a count and j jids (puts), b the job that put it
 --
 -- A queued job's meta may also be stored compact (Job.compact), when the
@@ -74,7 +77,7 @@ local TYPES = { p = 'number', g = 'table', a = 'number', o = 'number', d = 'numb
   dm = 'string', uk = 'string', uf = 'number', rq = 'number', w = 'string', l = 'string',
   lr = 'string', qt = 'number', pt = 'number', f = 'table', bo = 'table', to = 'number',
   tr = 'number', cr = 'number', rl = 'number', ot = 'number', pg = 'number', wt = 'number',
-  wn = 'number' }
+  wn = 'number', cn = 'table' }
 
 local function strings(list)
   for i = 1, #list do
@@ -97,7 +100,9 @@ local function structure_problem(meta)
   end
   local s = meta.s
   if ((s == WAITING or s == SCHEDULED) and not meta.o)
-      or (s == RUNNING and not (meta.w and meta.l)) or (s == FAILED and not f) then
+      or (s == RUNNING and not (meta.w and meta.l)) or (s == FAILED and not f)
+      or (s == CANCELLED and not (meta.cn and type(meta.cn.t) == 'number'
+        and type(meta.cn.b) == 'string')) then
     return 'lacks what a ' .. s .. ' job needs'
   end
   return nil
@@ -641,10 +646,15 @@ function Job.view(jid, for_reply)
   return meta, data
 end
 
+-- The record of `jid`, or NO_SUCH_JOB; a tombstone (state cancelled) is no
+-- job to change either, as before tombstones were kept.
 function Job.must(jid)
   local meta, data = Job.load(jid)
   if not meta then
     E.raise('NO_SUCH_JOB', 'no job ' .. jid)
+  elseif meta.s == CANCELLED then
+    E.raise('NO_SUCH_JOB', 'no job ' .. jid .. ': it was cancelled (by ' .. meta.cn.b
+      .. '); a cancelled job cannot run again, put it anew')
   end
   return meta, data
 end
@@ -681,7 +691,7 @@ function Job.save(jid, meta, data, done)
   local head, fields = fields_of(meta)
   local raw = head .. ',"h":[' .. meta.h .. ']}\n' .. data
   redis.call('HSET', K.jobs, jid, raw)
-  if meta.s == COMPLETE or meta.s == FAILED then
+  if meta.s == COMPLETE or meta.s == FAILED or meta.s == CANCELLED then
     forget(jid)
   else
     remember(jid, raw, fields, meta.h, data, Json.vouched(meta) and Json.vouched(data),

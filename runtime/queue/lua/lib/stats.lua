@@ -287,12 +287,15 @@ function Stats.flush()
   live_n, live_call = 0, 0 -- written
 end
 
--- The index of a queue that lists jobs in `state` (complete, failed), or nil.
+-- The index of a queue that lists jobs in `state` (complete, failed,
+-- cancelled: tombstones, listed by Place.cancel), or nil.
 local function index_of(state, queue)
   if state == COMPLETE then
     return K.complete_index(queue)
   elseif state == FAILED then
     return K.failed_index(queue)
+  elseif state == CANCELLED then
+    return K.cancelled_index(queue)
   end
   return nil
 end
@@ -401,6 +404,7 @@ function Stats.counts(queue, now_us)
     { DEPENDS, int(redis.call('SCARD', K.depends(queue))) },
     { COMPLETE, int(redis.call('ZCARD', K.complete_index(queue))) },
     { FAILED, int(redis.call('ZCARD', K.failed_index(queue))) },
+    { CANCELLED, int(redis.call('ZCARD', K.cancelled_index(queue))) },
     { 'paused', c[3] == '1' and 'true' or 'false' },
     { 'size_warning', cjson.encode(Config.get('size-warning', queue)) },
     { 'completed_total', int(tonumber(c[4]) or 0) },
