@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -70,7 +71,8 @@ RESULT_CHARS = 2000  # characters of a result shown
 
 def describe(job: Job, related: Mapping[str, Job | None] | None = None) -> list[str]:
     """`runtime job`: the job, what it waits on and what waits on it (with their
-    states, from `related`), its result, progress, failure, output and history."""
+    states, from `related`), its result, progress, cancellation (a tombstone's),
+    failure, output and history."""
     related = related or {}
     lines = [
         f"jid        {job.jid}",
@@ -91,6 +93,9 @@ def describe(job: Job, related: Mapping[str, Job | None] | None = None) -> list[
         lines.append(f"result     {_result(job.result)}")
     if job.progress is not None:
         lines.append(f"progress   {progress_text(job.progress)}")
+    if job.cancellation:
+        by, at = job.cancellation.by, when(job.cancellation.at_ms)
+        lines.append(f"cancelled  at {at} by {by} (its data deleted: a tombstone until retention)")
     if job.failure:
         lines.append(f"failure    {job.failure.group} at {when(job.failure.at_ms)}")
         lines += ["  " + line for line in job.failure.message.splitlines()]
@@ -190,6 +195,8 @@ def job(ctx: click.Context, jid: str, as_json: bool) -> None:
     related = related_jobs(client, found)
     if as_json:
         fields = {k: v for k, v in vars(found).items() if k != "client"}
+        if found.cancellation is not None:
+            fields["cancellation"] = dataclasses.asdict(found.cancellation)
         fields["related"] = {j: None if o is None else o.state for j, o in related.items()}
         emit(fields)
     else:

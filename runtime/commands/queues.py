@@ -131,6 +131,10 @@ _WHEN: dict[str, tuple[str, Any]] = {
     JobState.DEPENDS: ("put", lambda j: j.put_at_ms),
     JobState.COMPLETE: ("completed", lambda j: j.history[-1].at_ms if j.history else None),
     JobState.FAILED: ("failed", lambda j: j.failure.at_ms if j.failure else None),
+    JobState.CANCELLED: (
+        str(JobState.CANCELLED),
+        lambda j: j.cancellation.at_ms if j.cancellation else None,
+    ),
 }
 
 

@@ -32,7 +32,9 @@ for i = 2, #ARGV do
 end
 for i = 2, #ARGV do
   local jid = ARGV[i]
-  local meta, _, _, sound_meta = Job.read(jid) -- nothing is written before the checks pass
+  -- read as a reply reads it (what Python could not decode is corrupt: no tombstone);
+  -- nothing is written before the checks pass
+  local meta, _, _, sound_meta = Job.read(jid, true)
   sound[jid] = meta and true or nil
   if meta == false then
     meta = sound_meta or {}

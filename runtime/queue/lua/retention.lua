@@ -9,4 +9,5 @@
 -- Errors   BAD_ARG
 
 local batch = Check.int('batch', ARGV[1], 1, LIMITS.retention_batch)
-return Retention.trim(Clock.now_us(), batch, true)
+local now_us = Clock.now_us()
+return Retention.trim(now_us, batch) + Retention.trim_cancelled(now_us, batch)

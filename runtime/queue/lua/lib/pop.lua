@@ -54,6 +54,9 @@ function Pop.run(p, now_us, retention_batch)
     end
   end
   Retention.trim(now_us, retention_batch) -- old completed jobs go even when none complete
+  if next(scanned) then
+    Retention.sweep(now_us, retention_batch) -- and old tombstones, when nothing is cancelled
+  end
 
   Handoff.withdraw(worker, queues)
   local out = Handoff.collect(worker)

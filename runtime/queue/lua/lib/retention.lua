@@ -5,9 +5,11 @@
 -- there is not deleted but failed (Job.corrupt), like anywhere else.
 --
 -- Tombstones of cancelled jobs (Place.cancel) are kept the same way, counted
--- apart (jobs-history-count of each): every cancel trims them, and so do the
--- calls above, at most once a second for the library of a server (FCALL; a
--- script run by EVALSHA remembers nothing, so trims every time).
+-- apart (jobs-history-count of each): every cancel trims them, and so does a
+-- pop that scans its queues (Retention.sweep: at most once a second for the
+-- library of a server, FCALL; a script run by EVALSHA remembers nothing, so
+-- sweeps every time it scans). A pop scans at least every due_recheck_ms
+-- (lib/due.lua), so they go away when nothing is cancelled any more.
 
 local Retention = {}
 do -- this file's own locals end with it: a library's main chunk holds at most 200
@@ -46,10 +48,17 @@ function Retention.trim_cancelled(now_us, batch)
   return #doomed
 end
 
--- Deletes at most `batch` completed jobs past retention, then (when `sweep`,
--- or a second after the last sweep) at most `batch` tombstones. Returns how
--- many.
-function Retention.trim(now_us, batch, sweep)
+-- Deletes at most `batch` tombstones past retention, unless this library did
+-- within the last second (then nothing). Returns how many.
+function Retention.sweep(now_us, batch)
+  if swept_ns == NS and now_us >= swept_us and now_us - swept_us < SWEEP_US then
+    return 0
+  end
+  return Retention.trim_cancelled(now_us, batch)
+end
+
+-- Deletes at most `batch` completed jobs past retention. Returns how many.
+function Retention.trim(now_us, batch)
   local doomed = past(K.completed, now_us, batch)
   for _, jid in ipairs(doomed) do
     local meta, problem, raw, sound_meta = Job.read(jid)
@@ -62,10 +71,6 @@ function Retention.trim(now_us, batch, sweep)
       end
     end
   end
-  local n = #doomed
-  if sweep or swept_ns ~= NS or not (now_us >= swept_us and now_us - swept_us < SWEEP_US) then
-    n = n + Retention.trim_cancelled(now_us, batch)
-  end
-  return n
+  return #doomed
 end
 end -- of retention.lua's own locals
