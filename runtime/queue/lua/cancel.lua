@@ -11,7 +11,8 @@
 -- ARGV     by (what cancels: cli, dashboard, api or dependency), jid_1, jid_2, ...
 -- Reply    JSON list of the jids that existed and were deleted (a job whose
 --          record does not decode too: it is deleted as it is, with what its
---          meta, if sound, says it holds, and leaves no tombstone). A job
+--          meta, if sound, says it holds, and leaves no tombstone; data that
+--          only Python could not read is dropped with the rest). A job
 --          that had ended (complete, failed) is deleted and leaves none
 --          either; a tombstone is no job: it is not cancelled again, nor
 --          listed in the reply.
@@ -32,9 +33,7 @@ for i = 2, #ARGV do
 end
 for i = 2, #ARGV do
   local jid = ARGV[i]
-  -- read as a reply reads it (what Python could not decode is corrupt: no tombstone);
-  -- nothing is written before the checks pass
-  local meta, _, _, sound_meta = Job.read(jid, true)
+  local meta, _, _, sound_meta = Job.read(jid) -- nothing is written before the checks pass
   sound[jid] = meta and true or nil
   if meta == false then
     meta = sound_meta or {}
@@ -53,6 +52,9 @@ for i = 2, #ARGV do
 end
 local now_us = Clock.now_us()
 local now_ms = Clock.ms(now_us)
+-- the deletes first: a Redis 6.2 that is full refuses a script's first write
+-- that may grow memory (a waiter's token), not the ones after it
+Place.cancel(found, sound, by, now_us)
 for _, jid in ipairs(found) do
   local meta = found[jid]
   Wait.notify(jid, meta, CANCELLED, now_ms)
@@ -60,6 +62,5 @@ for _, jid in ipairs(found) do
     redis.call('PUBLISH', K.cancels(meta.w), jid)
   end
 end
-Place.cancel(found, sound, by, now_us)
 Retention.trim_cancelled(now_us, LIMITS.retention_batch)
 return Json.array(cancelled)
