@@ -15,8 +15,8 @@ import pytest
 
 from runtime import Client, JobCancelled, NoSuchJob
 from runtime.errors import RedisCondition, RedisTransient
-from runtime.queue import ops
 from runtime.metrics import families
+from runtime.queue import ops
 from tests.conftest import _binaries, _short_tmp
 from tests.support import redis_faults
 from tests.support.clock import FrozenClock
