@@ -46,7 +46,8 @@
 --
 -- The indexes K.complete_index(queue) and K.failed_index(queue) (jid -> time,
 -- ms) list a queue's complete and failed jobs; the scripts that move a job into
--- or out of those states call Stats.enter and Stats.leave. Entries are written
+-- or out of those states call Stats.enter and Stats.leave. K.cancelled_index
+-- lists its tombstones: Place.cancel writes it, Stats.leave takes them out. Entries are written
 -- once per index and call (a ZADD per job was a tenth of a completion's cost).
 
 local Stats = {}
