@@ -114,6 +114,20 @@ def test_a_user_without_function_rights_runs_everything_by_evalsha(
     assert not limited.conn.session.functions
 
 
+def test_a_user_without_info_cancels_and_gets_tombstones(
+    make_user: MakeUser, plain_client: Client, default_server: ServerProcess
+) -> None:
+    """INFO is optional: a cancel asks it whether Redis has room for tombstones
+    (lib/place.lua) and, refused, writes them."""
+    ns = plain_client.keys.namespace
+    url = make_user(acl.rules(ns, functions=_major(default_server) >= 7, optional=False))
+    limited = Client.from_url(url, namespace=ns)
+    jid = limited.queue("q").put(f"{J}:noop")
+    assert limited.cancel(jid) == [jid]
+    tomb = limited.get_job(jid)
+    assert tomb is not None and tomb.state == "cancelled"
+
+
 @pytest.mark.parametrize(
     ("drop", "add", "says"),
     [
