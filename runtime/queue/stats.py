@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
+from runtime.vocabulary import JobState
+
 UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 PERCENTILES = (0.5, 0.95, 0.99)
 LAST_DAY_BUCKET_S = 365 * 86400
@@ -102,6 +104,7 @@ class QueueStats:
     failures: int  # attempts that failed (retried or not)
     failed: int  # jobs that failed for good
     retries: int  # retries scheduled
+    cancelled: int = 0  # jobs cancelled before they ended that left a tombstone
 
 
 @dataclass(frozen=True)
@@ -204,4 +207,5 @@ def parse(queue: str, day: date, fields: Mapping[str, str]) -> QueueStats:
         failures=int(fields.get("failures", 0)),
         failed=int(fields.get("failed", 0)),
         retries=int(fields.get("retries", 0)),
+        cancelled=int(fields.get(JobState.CANCELLED, 0)),
     )

@@ -7,6 +7,7 @@ what the other operations make of one."""
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -100,6 +101,8 @@ def test_a_cancel_frees_the_job_and_leaves_a_tombstone_of_when_and_by_what(
     assert job.put_at_ms == put_ms and job.progress is None and job.worker is None
     counts = client.queue("q").counts()
     assert counts["cancelled"] == 1 and counts[state] == 0
+    day = datetime.fromtimestamp(clock.now_us / 1e6, UTC).date()
+    assert client.admin.stats("q", day).cancelled == 1, "the day's statistics count it"
 
 
 @pytest.mark.parametrize("state", ["complete", "failed"])
@@ -116,6 +119,8 @@ def test_a_job_that_ended_is_deleted_without_a_tombstone(
     assert client.cancel("j1") == ["j1"]
     assert client.get_job("j1") is None
     assert q.counts()["cancelled"] == 0
+    day = datetime.fromtimestamp(clock.now_us / 1e6, UTC).date()
+    assert client.admin.stats("q", day).cancelled == 0
 
 
 def test_tombstones_are_counted_and_listed_newest_first(client: Client, clock: FrozenClock) -> None:

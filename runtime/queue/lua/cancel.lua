@@ -63,4 +63,5 @@ for _, jid in ipairs(found) do
   end
 end
 Retention.trim_cancelled(now_us, LIMITS.retention_batch)
+Stats.flush()
 return Json.array(cancelled)

@@ -315,7 +315,9 @@ end
 -- b: `by`} and a history of their put and their cancel (event cancelled, b
 -- `by`, w the holder of a running job), data {}. Tombstones are listed in
 -- K.cancelled (us) and in their queue's index; retention deletes them as it
--- does completed jobs (lib/retention.lua). Returns how many were written.
+-- does completed jobs (lib/retention.lua), and counted in the day's statistics
+-- of their queue (field cancelled; the caller flushes them). Returns how many
+-- were written.
 function Place.cancel(found, sound, by, now_us)
   local tombs = {}
   for _, jid in ipairs(found) do
@@ -338,6 +340,7 @@ function Place.cancel(found, sound, by, now_us)
       cn = { t = now_ms, b = by }, h = Job.first_event('put', Job.put_ms(meta)) }
     Job.append(tomb, now_ms, 'cancelled', { b = by, w = meta.s == RUNNING and meta.w or nil })
     Job.save(jid, tomb, '{}')
+    Stats.count(meta.q, CANCELLED, now_us) -- the day's statistics (written by Stats.flush)
     local index = K.cancelled_index(meta.q)
     listed[index] = listed[index] or {}
     append_entry(listed[index], now_ms, jid)

@@ -18,9 +18,10 @@
 --   h1 .. h23       1 h wide, below 1 day         (23)
 --   d1 .. d365      1 day wide (d365: a year or more)
 -- Only buckets that were hit exist: jobs of 1-500 ms fill at most 24 fields per
--- histogram. A queue-day holds 2 sums x 2 + its buckets + 3 counts fields:
--- about 15 to 70 in practice, 2 x 535 + 7 at most. Also counts: failures
--- (attempts that failed), failed (final), retries.
+-- histogram. A queue-day holds 2 sums x 2 + its buckets + 4 counts fields:
+-- about 15 to 70 in practice, 2 x 535 + 8 at most. Also counts: failures
+-- (attempts that failed), failed (final), retries, cancelled (jobs cancelled
+-- before they ended that left a tombstone: Place.cancel).
 -- Days written by earlier versions hold the moments as count, mean and M2
 -- (wait:n, wait:mean, wait:m2, in seconds, merged read-modify-write: Welford)
 -- instead of the sums, and may have one s0 bucket for everything below a
