@@ -5,7 +5,8 @@
 -- seed, order, ahead_us, idle, then the queues up to `last`), checked before any
 -- write: {worker, count, seed, order, ahead_us, idle, queues}.
 -- Pop.run(p, now_us, retention_batch): leases the jobs and returns the reply
--- (JSON text); deletes at most retention_batch completed jobs past retention.
+-- (JSON text); deletes at most retention_batch completed jobs past retention,
+-- and, when it scanned a queue, as many tombstones (Retention.sweep).
 -- The caller flushes the statistics (Stats.flush) once its call is done.
 
 local Pop = {}

@@ -13,7 +13,7 @@
 
 local Retention = {}
 do -- this file's own locals end with it: a library's main chunk holds at most 200
-local SWEEP_US = 1000000 -- tombstones are looked at this often by pops and completions
+local SWEEP_US = 1000000 -- tombstones are looked at this often by pops (Retention.sweep)
 local swept_us, swept_ns = nil, nil
 
 -- The jids of `key` (a zset scored by time, us) past retention: the too old,
