@@ -422,6 +422,7 @@ LIMITS: dict[str, int] = {
     "retention_batch": 100,  # completed jobs one complete call may delete
     "retention_pop_batch": 10,  # completed jobs one pop may delete (when none complete)
     "cancel_max": 10_000,
+    "tombstone_bytes": 512,  # room a cancelled job's tombstone is given (Redis memory, bytes)
     "get_max": 1000,
     "counts_max": 10_000,
     "peek_max": 1000,

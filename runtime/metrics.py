@@ -13,8 +13,8 @@ samples, it took 1.7 million calls and over 200 ms a scrape, against a target of
 
 Metrics (no jid in any label):
 
-    runtime_jobs{queue,state}                    gauge: jobs by state (complete: still
-                                                 kept by retention)
+    runtime_jobs{queue,state}                    gauge: jobs by state (complete, cancelled:
+                                                 still kept by retention)
     runtime_queue_paused{queue}                  gauge: 1 while paused
     runtime_queue_oldest_waiting_seconds{queue}  gauge: age of the oldest waiting job
     runtime_failed_jobs{group}                   gauge: failed jobs by failure group

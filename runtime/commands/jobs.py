@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ from runtime.commands.common import (
 from runtime.queue.client import Client
 from runtime.queue.job import HistoryEvent, Job
 from runtime.queue.usage import KlassUsage
-from runtime.vocabulary import JobState
+from runtime.vocabulary import CancelledBy, JobState
 
 
 @click.command()
@@ -84,7 +85,8 @@ RESULT_CHARS = 2000  # characters of a result shown
 
 def describe(job: Job, related: Mapping[str, Job | None] | None = None) -> list[str]:
     """`runtime job`: the job, what it waits on and what waits on it (with their
-    states, from `related`), its result, progress, failure, output and history."""
+    states, from `related`), its result, progress, cancellation (a tombstone's),
+    failure, output and history."""
     related = related or {}
     lines = [
         f"jid        {job.jid}",
@@ -107,6 +109,9 @@ def describe(job: Job, related: Mapping[str, Job | None] | None = None) -> list[
         lines.append(f"progress   {progress_text(job.progress)}")
     if job.usage is not None:
         lines.append(f"usage      {usage_text(job.usage)} (last attempt)")
+    if job.cancellation:
+        by, at = job.cancellation.by, when(job.cancellation.at_ms)
+        lines.append(f"cancelled  at {at} by {by} (its data deleted: a tombstone until retention)")
     if job.failure:
         lines.append(f"failure    {job.failure.group} at {when(job.failure.at_ms)}")
         lines += ["  " + line for line in job.failure.message.splitlines()]
@@ -234,6 +239,8 @@ def job(ctx: click.Context, jid: str, as_json: bool) -> None:
     related = related_jobs(client, found)
     if as_json:
         fields = {k: v for k, v in vars(found).items() if k != "client"}
+        if found.cancellation is not None:
+            fields["cancellation"] = dataclasses.asdict(found.cancellation)
         fields["related"] = {j: None if o is None else o.state for j, o in related.items()}
         emit(fields)
     else:
@@ -245,7 +252,7 @@ def job(ctx: click.Context, jid: str, as_json: bool) -> None:
 @click.pass_context
 def cancel(ctx: click.Context, jids: Sequence[str]) -> None:
     """Cancel (delete) jobs; exits 1 if one of them did not exist."""
-    done = client_of(ctx).cancel(*jids)
+    done = client_of(ctx).cancel(*jids, by=CancelledBy.CLI)
     click.echo(f"cancelled {len(done)} of {len(jids)}")
     missing = sorted(set(jids) - set(done))
     if missing:

@@ -148,6 +148,10 @@ _WHEN: dict[str, tuple[str, Any]] = {
     JobState.DEPENDS: ("put", lambda j: j.put_at_ms),
     JobState.COMPLETE: ("completed", lambda j: j.history[-1].at_ms if j.history else None),
     JobState.FAILED: ("failed", lambda j: j.failure.at_ms if j.failure else None),
+    JobState.CANCELLED: (
+        str(JobState.CANCELLED),
+        lambda j: j.cancellation.at_ms if j.cancellation else None,
+    ),
 }
 
 
@@ -316,8 +320,8 @@ def config_cmd(
 @click.pass_context
 def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -> None:
     """Wait and run times of a queue's jobs (percentiles, histogram with millisecond
-    buckets below a second), with failures, failed and retries; exits 1 if QUEUE
-    was never used."""
+    buckets below a second), with failures, failed, retries and cancels; exits 1
+    if QUEUE was never used."""
     client = client_of(ctx)
     found = client.admin.stats(queue, day.date() if day else None)
     if not client.admin.queue_known(queue):
@@ -327,7 +331,7 @@ def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -
         return
     click.echo(
         f"{queue} on {found.day}: failures {found.failures}, failed {found.failed}, "
-        f"retries {found.retries}"
+        f"retries {found.retries}, cancelled {found.cancelled}"
     )
     for name, times in (("wait", found.wait), ("run", found.run)):
         click.echo(

@@ -20,6 +20,7 @@ from runtime.queue import ops
 from runtime.queue.client import Client, Site
 from runtime.queue.job import Job
 from runtime.queue.stats import QueueStats, Times
+from runtime.vocabulary import CancelledBy
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def delete_group(client: Client, group: str) -> int:
     deleted = 0
     while True:
         _, jobs = client.admin.failed_jobs(group, 0, DELETE_BATCH)
-        gone = client.cancel(*[j.jid for j in jobs]) if jobs else []
+        gone = client.cancel(*[j.jid for j in jobs], by=CancelledBy.DASHBOARD) if jobs else []
         if not gone:
             return deleted
         deleted += len(gone)

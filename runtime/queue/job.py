@@ -52,12 +52,26 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Cancellation:
+    """What a cancelled job's tombstone tells: when (Redis time) and by what
+    (runtime.vocabulary.CancelledBy: cli, dashboard, api, dependency)."""
+
+    at_ms: int
+    by: str
+
+    @property
+    def at(self) -> datetime | None:
+        return _when(self.at_ms)
+
+
+@dataclass(frozen=True)
 class HistoryEvent:
     """One step of a job's timeline: put, popped, lease-lost, retried, failed,
     completed, unfailed, requeued, released, priority, puts (the jobs it put:
-    `count`, the first `jids`). `note`: what else there is to say (e.g. why a
-    result was not stored); `by`: on a put, the job that put it; `usage`: on the
-    event that ended an attempt, what it cost ({"cpu_s", "max_rss_mb"})."""
+    `count`, the first `jids`), cancelled. `note`: what else there is to say
+    (e.g. why a result was not stored); `by`: on a put, the job that put it; on
+    a cancel, what cancelled it (cli, dashboard, api, dependency); `usage`: on
+    the event that ended an attempt, what it cost ({"cpu_s", "max_rss_mb"})."""
 
     event: str
     at_ms: int
@@ -119,8 +133,9 @@ def _history(meta: dict[str, Any]) -> tuple[HistoryEvent, ...]:
 @dataclass(frozen=True)
 class Job:
     """A job as read from Redis: a plain value. A running job names its lease
-    holder (`worker`) and the lease's `token`; reporting on it takes the lease
-    handle a pop returned (runtime.queue.holder.Lease)."""
+    holder (`worker`), never the lease's token: that credential stays on the
+    lease handle a pop returned (runtime.queue.holder.Lease), and reporting on
+    the job takes that handle. The scripts leave it out of every read's reply."""
 
     jid: str
     klass: str
@@ -133,7 +148,6 @@ class Job:
     remaining: int
     attempt: int
     worker: str | None
-    token: str | None
     failure: Failure | None
     history: tuple[HistoryEvent, ...]
     put_at_ms: int
@@ -151,12 +165,14 @@ class Job:
     progress: dict[str, Any] | None = None  # {"done", "total", "message", "at_ms"}
     batch: str | None = None  # the bid of its batch (runtime.queue.batches)
     usage: dict[str, Any] | None = None  # the last attempt's {"cpu_s", "max_rss_mb"}
+    cancellation: Cancellation | None = None  # a tombstone's (state cancelled): when, by what
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> Job:
         meta: dict[str, Any] = reply["meta"]
         failure = meta.get("f")
         backoff = meta.get("bo")
+        cancelled = meta.get("cn")
         return cls(
             jid=reply["jid"],
             klass=meta["k"],
@@ -169,7 +185,6 @@ class Job:
             remaining=int(meta["m"]),
             attempt=int(meta.get("a", 0)),
             worker=meta.get("w"),
-            token=meta.get("l"),
             failure=None
             if failure is None
             else Failure(failure["g"], failure["m"], int(failure["t"]), failure.get("w")),
@@ -189,6 +204,9 @@ class Job:
             progress=_progress(reply.get("progress")),
             batch=meta.get("b"),
             usage=usage_of(meta.get("u")),
+            cancellation=None
+            if cancelled is None
+            else Cancellation(int(cancelled["t"]), str(cancelled["b"])),
         )
 
     @property

@@ -28,11 +28,14 @@ Key schema (the kind of each key in brackets):
     q:<queue>:depends        [set]   jids waiting on other jobs
     q:<queue>:complete       [zset]  complete jids still kept by retention -> completion (ms)
     q:<queue>:failed         [zset]  failed jids of the queue -> failure time (ms)
+    q:<queue>:cancelled      [zset]  the queue's tombstones (cancelled jobs) still kept by
+                                     retention -> cancel time (ms)
     q:<queue>:idle           [zset]  masters waiting for the queue's jobs -> since (ms; a
                                      fraction: a slow link's first lease, handoff.lua)
     wake:<queue>             [list]  at most one token: an idle master BLPOPs it
     wake-worker:<worker>     [list]  jobs handed to an idle master (JSON), and tokens
     completed                [zset]  jid -> completion time (us), for retention
+    cancelled                [zset]  tombstone jid -> cancel time (us), for retention
     output                   [hash]  jid -> the output tail of its last attempt (meta.ot)
     progress                 [hash]  jid -> its progress, JSON {"done","total","message",
                                      "at_ms"} (meta.pg; a new attempt starts without)
@@ -108,10 +111,12 @@ TEMPLATES: dict[str, str] = {
     "depends": "q:{queue}:depends",
     "complete_index": "q:{queue}:complete",
     "failed_index": "q:{queue}:failed",
+    "cancelled_index": "q:{queue}:cancelled",
     "idle": "q:{queue}:idle",
     "wake": "wake:{queue}",
     "worker_wake": "wake-worker:{worker}",
     "completed": "completed",
+    "cancelled": "cancelled",
     "output": "output",
     "progress": "progress",
     "progressing": "q:{queue}:progressing",

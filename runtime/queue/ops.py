@@ -168,7 +168,8 @@ def _object(reply: Any) -> Any:
 @dataclass(frozen=True)
 class Ending:
     """How a job ended, as wait.lua answers: state "complete" (with its result),
-    "failed" (with group and message), or another state while it has not ended.
+    "failed" (with group and message), "cancelled" (its tombstone: `at_ms`, Redis
+    time, and `by`), or another state while it has not ended.
     `jid`: the job's own jid when the one asked for was folded into it (a running
     job's duplicate put under a unique key), else "" ."""
 
@@ -177,6 +178,8 @@ class Ending:
     group: str = ""
     message: str = ""
     jid: str = ""
+    at_ms: int = 0
+    by: str = ""
 
     @property
     def ended(self) -> bool:
@@ -193,6 +196,8 @@ def wait(jid: str, for_ms: int) -> Call[Ending]:
         if state == JobState.FAILED:
             group, message = str(value["group"]), str(value["message"])
             return Ending(state, group=group, message=message, jid=folded)
+        if state == JobState.CANCELLED:
+            return Ending(state, at_ms=int(value["at_ms"]), by=str(value["by"]), jid=folded)
         return Ending(state, result=value.get("result"), jid=folded)
 
     return _op("wait", jid, for_ms, decode=decode, repeatable=True)
@@ -212,8 +217,10 @@ def wait_for_end(key: str, timeout_s: float) -> Call[str | None]:
 # --- changing jobs (never sent twice: a repeat would not be the same change) ---------------
 
 
-def cancel(jids: Sequence[str]) -> Call[list[str]]:
-    return _op("cancel", *jids, decode=_strings)
+def cancel(jids: Sequence[str], by: str = vocabulary.CancelledBy.API) -> Call[list[str]]:
+    """Deletes the jobs, leaving a tombstone of those not ended (where memory
+    allows) that says `by` what (runtime.vocabulary.CancelledBy): the jids deleted."""
+    return _op("cancel", by, *jids, decode=_strings)
 
 
 def depends(jid: str, verb: str, on: Sequence[str]) -> Call[str]:
@@ -330,11 +337,19 @@ def pop(
     return _op("pop", *args, decode=lambda r: Popped.from_reply(_object(r)))
 
 
-def pop_jobs(worker: str, count: int, queue: str) -> Call[list[Job]]:
-    """A pop by hand (not a master): the leased jobs as `Job` values (each names
-    its `worker` and lease `token`)."""
+def pop_jobs(worker: str, count: int, queue: str) -> Call[list[tuple[Job, str]]]:
+    """A pop by hand (not a master): each leased job as a `Job` value with its
+    lease token (which the value itself never carries)."""
     args = (worker, wire.check_count(count), wire.seed(), "ordered", 0, 0, queue)
-    return _op("pop", *args, decode=lambda r: [_job(j) for j in _object(r)["jobs"]])
+    return _op("pop", *args, decode=lambda r: [_leased_job(j) for j in _object(r)["jobs"]])
+
+
+def _leased_job(reply: Any) -> tuple[Job, str]:
+    job = _job(reply)
+    token = reply["meta"].get("l")
+    if not isinstance(token, str):
+        raise CorruptReply(f"a leased job carries no lease token: {job.jid}", job.jid)
+    return job, token
 
 
 def heartbeat(worker: str, leases: Mapping[str, str]) -> Call[Heartbeat]:

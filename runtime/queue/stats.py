@@ -26,6 +26,7 @@ from datetime import UTC, date, datetime
 
 from runtime.queue import usage
 from runtime.queue.usage import KlassUsage
+from runtime.vocabulary import JobState
 
 UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -106,6 +107,7 @@ class QueueStats:
     failed: int  # jobs that failed for good
     retries: int  # retries scheduled
     usage: tuple[KlassUsage, ...] = ()  # by klass: what its attempts cost (queue/usage.py)
+    cancelled: int = 0  # jobs cancelled before they ended that left a tombstone
 
 
 @dataclass(frozen=True)
@@ -209,4 +211,5 @@ def parse(queue: str, day: date, fields: Mapping[str, str]) -> QueueStats:
         failed=int(fields.get("failed", 0)),
         retries=int(fields.get("retries", 0)),
         usage=tuple(u for _, u in sorted(usage.by_klass(fields).items()) if u.count),
+        cancelled=int(fields.get(JobState.CANCELLED, 0)),
     )

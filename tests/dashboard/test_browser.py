@@ -153,7 +153,9 @@ def test_a_running_job_is_cancelled_from_its_page(
     page.get_by_role("button", name="Cancel").click()
     expect(page.locator(".flash")).to_have_text(f"cancelled {jid}")
     expect(page.locator("h1")).to_contain_text("Queue slow")
-    assert client.get_job(jid) is None
+    tomb = client.get_job(jid)
+    assert tomb is not None and tomb.cancellation is not None
+    assert (tomb.state, tomb.cancellation.by) == ("cancelled", "dashboard")
 
     def let_go() -> bool:
         return all(jid not in info.get("jobs", ()) for info in client.admin.workers().values())

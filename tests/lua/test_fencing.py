@@ -165,3 +165,30 @@ def test_a_malformed_report_item_answers_bad_arg_and_changes_nothing(
     assert "\n" not in reply[0]["message"]
     assert snapshot(client) == before
     assert leased.complete() == "complete", "the lease is intact"
+
+
+def test_no_read_of_a_job_carries_its_lease_token(client: Client, clock: FrozenClock) -> None:
+    """The token is the holder's credential: only the lease replies (pop, exchange,
+    a hand-off) carry it; the reads answer every job without it, running or
+    not, its last token kept in the record or not."""
+    q = client.queue("q")
+    for jid in ("run", "done", "bad", "back"):
+        q.put("a.b:c", {}, jid=jid, retries=0, tags=["t"])
+    leases = {lease.jid: lease for lease in q.pop(4, worker="holder")}
+    leases["done"].complete()
+    leases["bad"].fail("g", "m")
+    leases["back"].release()  # waiting again, its last token still in its record
+    stored = json.loads((raw_record(client, "back") or b"").decode().partition("\n")[0])
+    assert stored["l"] == leases["back"].token
+    replies = {
+        "get": client.conn.run_json("get", "run", "done", "bad", "back"),
+        **{
+            f"jobs-{state}": client.conn.run_json("jobs", "q", state, 0, 10, "newest")["jobs"]
+            for state in ("running", "complete", "failed", "waiting")
+        },
+        "peek": client.conn.run_json("peek", "q", 10),
+        "failed": client.conn.run_json("failed", "g", 0, 10)["jobs"],
+    }
+    metas = {name: [job["meta"] for job in jobs] for name, jobs in replies.items()}
+    assert all(metas.values()), metas
+    assert [name for name, of in metas.items() if any("l" in meta for meta in of)] == []

@@ -238,7 +238,10 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ),
     ("exchange", ("w", 1001, "seed", "ordered", 0, 0, 0, 0, 0, "q"), BadArgument, "count"),
     # cancel, priority, get, counts, peek, pause, failed, unfail
-    ("cancel", tuple(f"j{i}" for i in range(10_001)), BadArgument, "at most"),
+    ("cancel", ("api", *(f"j{i}" for i in range(10_001))), BadArgument, "at most"),
+    ("cancel", ("nobody", "old"), BadArgument, "by must be one of"),
+    ("cancel", ("", "old"), BadArgument, "by must be one of"),
+    ("cancel", (), BadArgument, "by must be one of"),
     ("priority", ("old", "1.5"), BadArgument, "priority"),
     ("priority", ("old", "x"), BadArgument, "priority"),
     ("priority", ("missing", "1"), NoSuchJob, "missing"),

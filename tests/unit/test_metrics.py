@@ -35,6 +35,7 @@ COUNTS = {
     "depends": 0,
     "complete": 7,
     "failed": 1,
+    "cancelled": 2,
     "paused": True,
     "size_warning": 0,
     "completed_total": 9,

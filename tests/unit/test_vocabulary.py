@@ -60,6 +60,8 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("queue/lua/domains.lua", r"\{ 'throttled', int\(", "a domain's jobs in throttled lanes"),
     # the history events and the counters of lib/stats.lua
     ("queue/lua/lib/place.lua", r"Job\.(event|append)\(.*'failed'", "the history event failed"),
+    ("queue/lua/lib/place.lua", r"Job\.append\(tomb, .*'cancelled'", "the history event cancelled"),
+    ("master/reasons.py", r'Ending\(FailureGroup\.CANCELLED, "cancelled"', "an Ending's text"),
     ("queue/lua/lib/place.lua", r"Stats\.count\(meta\.q, 'failed'", "the stats counter failed"),
     (
         "queue/lua/lib/report.lua",
@@ -159,6 +161,7 @@ def test_states_compare_and_hash_as_the_strings_of_the_spec() -> None:
         "depends",
         "complete",
         "failed",
+        "cancelled",
     ]
 
 

@@ -104,8 +104,11 @@ function Create.check(args, first, now_ms, by)
   for i = first, #args, 2 do
     local job = Create.parse(Json.decode('job spec', args[i]), args[i + 1], now_ms)
     job.by = job.by or by
-    if in_call[job.jid] or redis.call('HEXISTS', K.jobs, job.jid) == 1 then
+    if in_call[job.jid] then
       E.raise('JOB_EXISTS', 'a job with jid ' .. job.jid .. ' already exists')
+    elseif redis.call('HEXISTS', K.jobs, job.jid) == 1 then
+      job.tomb = Place.tombstone(job.jid) -- a cancelled job's jid may be put anew
+        or E.raise('JOB_EXISTS', 'a job with jid ' .. job.jid .. ' already exists')
     end
     in_call[job.jid] = true
     jobs[#jobs + 1] = job
@@ -126,6 +129,8 @@ function Create.check(args, first, now_ms, by)
       end
       if not in_call[dep] and redis.call('HEXISTS', K.jobs, dep) == 0 then
         dep = Unique.folded_into(dep) or E.bad('unknown dependency ' .. dep)
+      elseif not in_call[dep] and Place.tombstone(dep) then
+        E.bad('dependency ' .. dep .. ' was cancelled')
       end
       adding[dep] = (adding[dep] or 0) + 1
       Deps.check_dependents(dep, adding[dep])
@@ -173,6 +178,9 @@ function Create.job(job, now_us)
     end
   end
   local jid, now_ms = job.jid, Clock.ms(now_us)
+  if job.tomb then
+    Place.delete(jid, job.tomb)
+  end
   local meta = {
     k = job.klass, q = job.queue, r = job.retries, m = job.retries,
     -- its queue: meta.q, or the first move's fq

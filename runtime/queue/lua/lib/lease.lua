@@ -199,7 +199,7 @@ function Lease.hand(jid, meta, data, worker, seed, now_us, start_us, first_lease
   if first_lease_s then
     extra = extra .. ',"handed":true'
   end
-  return Job.reply(jid, meta, data, nil, head, extra)
+  return Job.lease_reply(jid, meta, data, head, extra)
 end
 
 -- The lease expiry (us), or nil when the job is not in its queue's running set.

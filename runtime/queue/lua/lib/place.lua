@@ -3,6 +3,10 @@
 --   waiting   a lane of its queue (lanes.lua)     scheduled  K.scheduled(queue)
 --   running   K.running(queue) (lease.lua)        depends    K.depends(queue)
 --   failed    K.failed(group), K.failed_groups    complete   K.completed
+--   cancelled K.cancelled (a tombstone: Place.cancel)
+--
+-- Complete, failed and cancelled jobs are also listed in their queue's index
+-- of that state (Stats.enter, Stats.leave).
 --
 -- Every move into waiting first promotes the queue's due scheduled jobs, so
 -- order tickets follow eligible time.
@@ -282,6 +286,8 @@ function Place.remove(jid, meta, oldest_first)
     end
   elseif state == COMPLETE then
     redis.call('ZREM', K.completed, jid)
+  elseif state == CANCELLED then
+    redis.call('ZREM', K.cancelled, jid)
   end
 end
 
@@ -302,6 +308,93 @@ function Place.delete(jid, meta)
   Attempt.forget(jid, meta)
   redis.call('HDEL', K.jobs, jid)
 end
+
+-- The meta of `jid`'s tombstone (a job cancelled before it ended), or nil
+-- when its record is none (or a job). Cheap: the meta is glanced at only.
+function Place.tombstone(jid)
+  local meta = Job.glance(jid)
+  if meta and meta.s == CANCELLED and type(meta.cn) == 'table' then
+    return meta
+  end
+  return nil
+end
+
+do -- this part's own locals end with it: a library's main chunk holds at most 200
+
+local ZADD_ARGS = 2000 -- score and member pairs of one ZADD, counted as values
+
+local function append_entry(entries, score, member)
+  entries[#entries + 1] = int(score)
+  entries[#entries + 1] = member
+end
+
+-- Whether Redis has room for `bytes` more below its maxmemory (none set: room),
+-- as INFO memory tells it now, counted as Redis counts for its out-of-memory
+-- refusals (without mem_not_counted_for_evict). A user whose ACL refuses INFO
+-- (it is optional: runtime/queue/acl.py) is told there is room.
+local function has_room(bytes)
+  local info = redis.pcall('INFO', 'memory')
+  if type(info) ~= 'string' then
+    return true
+  end
+  local max = tonumber(string.match(info, '\nmaxmemory:(%d+)'))
+  local used = tonumber(string.match(info, '\nused_memory:(%d+)'))
+  if not (max and used) or max == 0 then
+    return true
+  end
+  local uncounted = tonumber(string.match(info, '\nmem_not_counted_for_evict:(%d+)')) or 0
+  return used - uncounted + bytes <= max
+end
+
+-- Cancels jobs: `found` lists jids (found[jid] = the meta each was read
+-- with), `sound[jid]` is true for a record that decoded. Each is deleted with
+-- every trace of it (Place.delete): a cancel frees its memory at once. Then
+-- the jobs cancelled before they ended (waiting, scheduled, running, depends)
+-- that decoded get a tombstone, where memory allows (room for each one's
+-- tombstone_bytes left below maxmemory, after the deletes): a record in state
+-- cancelled of their klass, queue, retries and attempts, meta.cn {t: now (ms),
+-- b: `by`} and a history of their put and their cancel (event cancelled, b
+-- `by`, w the holder of a running job), data {}. Tombstones are listed in
+-- K.cancelled (us) and in their queue's index; retention deletes them as it
+-- does completed jobs (lib/retention.lua), and counted in the day's statistics
+-- of their queue (field cancelled; the caller flushes them). Returns how many
+-- were written.
+function Place.cancel(found, sound, by, now_us)
+  local tombs = {}
+  for _, jid in ipairs(found) do
+    local meta = found[jid]
+    Place.delete(jid, meta)
+    local s = meta.s
+    if sound[jid] and (s == WAITING or s == SCHEDULED or s == RUNNING or s == DEPENDS)
+        and Text.utf8(meta.k) and Text.utf8(meta.q) then
+      tombs[#tombs + 1] = jid
+    end
+  end
+  if #tombs == 0 or not has_room(#tombs * LIMITS.tombstone_bytes) then
+    return 0
+  end
+  local now_ms = Clock.ms(now_us)
+  local listed = { [K.cancelled] = {} } -- index -> {score, jid, ...}
+  for _, jid in ipairs(tombs) do
+    local meta = found[jid]
+    local tomb = { k = meta.k, q = meta.q, s = CANCELLED, r = meta.r, m = meta.m, a = meta.a,
+      cn = { t = now_ms, b = by }, h = Job.first_event('put', Job.put_ms(meta)) }
+    Job.append(tomb, now_ms, 'cancelled', { b = by, w = meta.s == RUNNING and meta.w or nil })
+    Job.save(jid, tomb, '{}')
+    Stats.count(meta.q, CANCELLED, now_us) -- the day's statistics (written by Stats.flush)
+    local index = K.cancelled_index(meta.q)
+    listed[index] = listed[index] or {}
+    append_entry(listed[index], now_ms, jid)
+    append_entry(listed[K.cancelled], now_us, jid)
+  end
+  for index, entries in pairs(listed) do
+    for first = 1, #entries, ZADD_ARGS do -- unpack takes at most ~8000 values
+      redis.call('ZADD', index, unpack(entries, first, math.min(#entries, first + ZADD_ARGS - 1)))
+    end
+  end
+  return #tombs
+end
+end -- of the tombstones' own locals
 
 -- A job completed: each job waiting on it that waits on nothing else moves on, once.
 -- A job has at most graph_max dependents (Deps.check_dependents, where edges are added).

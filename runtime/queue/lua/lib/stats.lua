@@ -19,9 +19,10 @@
 --   d1 .. d365      1 day wide (d365: a year or more)
 -- Usage per klass goes in the same hash (Stats.usage, below).
 -- Only buckets that were hit exist: jobs of 1-500 ms fill at most 24 fields per
--- histogram. A queue-day holds 2 sums x 2 + its buckets + 3 counts fields:
--- about 15 to 70 in practice, 2 x 535 + 7 at most. Also counts: failures
--- (attempts that failed), failed (final), retries.
+-- histogram. A queue-day holds 2 sums x 2 + its buckets + 4 counts fields:
+-- about 15 to 70 in practice, 2 x 535 + 8 at most. Also counts: failures
+-- (attempts that failed), failed (final), retries, cancelled (jobs cancelled
+-- before they ended that left a tombstone: Place.cancel).
 -- Days written by earlier versions hold the moments as count, mean and M2
 -- (wait:n, wait:mean, wait:m2, in seconds, merged read-modify-write: Welford)
 -- instead of the sums, and may have one s0 bucket for everything below a
@@ -47,7 +48,8 @@
 --
 -- The indexes K.complete_index(queue) and K.failed_index(queue) (jid -> time,
 -- ms) list a queue's complete and failed jobs; the scripts that move a job into
--- or out of those states call Stats.enter and Stats.leave. Entries are written
+-- or out of those states call Stats.enter and Stats.leave. K.cancelled_index
+-- lists its tombstones: Place.cancel writes it, Stats.leave takes them out. Entries are written
 -- once per index and call (a ZADD per job was a tenth of a completion's cost).
 
 local Stats = {}
@@ -351,12 +353,15 @@ function Stats.flush()
   live_n, live_call = 0, 0 -- written
 end
 
--- The index of a queue that lists jobs in `state` (complete, failed), or nil.
+-- The index of a queue that lists jobs in `state` (complete, failed,
+-- cancelled: tombstones, listed by Place.cancel), or nil.
 local function index_of(state, queue)
   if state == COMPLETE then
     return K.complete_index(queue)
   elseif state == FAILED then
     return K.failed_index(queue)
+  elseif state == CANCELLED then
+    return K.cancelled_index(queue)
   end
   return nil
 end
@@ -465,6 +470,7 @@ function Stats.counts(queue, now_us)
     { DEPENDS, int(redis.call('SCARD', K.depends(queue))) },
     { COMPLETE, int(redis.call('ZCARD', K.complete_index(queue))) },
     { FAILED, int(redis.call('ZCARD', K.failed_index(queue))) },
+    { CANCELLED, int(redis.call('ZCARD', K.cancelled_index(queue))) },
     { 'paused', c[3] == '1' and 'true' or 'false' },
     { 'size_warning', cjson.encode(Config.get('size-warning', queue)) },
     { 'completed_total', int(tonumber(c[4]) or 0) },
