@@ -196,11 +196,17 @@ class Client:
         return self.conn.call(ops.unfail(group, target, count))
 
     def set_domain_limit(
-        self, domain: str, rate: float, period: float = 1.0, burst: int | None = None
+        self,
+        domain: str,
+        rate: float | None = None,
+        period: float = 1.0,
+        burst: int | None = None,
+        concurrency: int | None = None,
     ) -> None:
         """Limits `domain` to `rate` job starts per `period` seconds (+ `burst`)
-        (client.scheduling has the other domain operations)."""
-        self.scheduling.set_domain_limit(domain, rate, period, burst)
+        and/or to `concurrency` jobs holding a lease at once (client.scheduling
+        has the other domain operations)."""
+        self.scheduling.set_domain_limit(domain, rate, period, burst, concurrency)
 
 
 class Queue:
@@ -232,6 +238,8 @@ class Queue:
         backoff: tuple[float, float] | None = None,
         timeout: float | None = None,
         tracked: bool = False,
+        expires_in: float | None = None,
+        debounce: float | None = None,
     ) -> str:
         """Puts one job; returns its jid (or, for a duplicate of a unique key, the jid
         of the job holding that key)."""
@@ -253,6 +261,8 @@ class Queue:
             backoff=backoff,
             timeout=timeout,
             tracked=tracked,
+            expires_in=expires_in,
+            debounce=debounce,
         )
         return self.client.put_many([spec])[0]
 

@@ -63,7 +63,9 @@ Key schema (the kind of each key in brackets):
                                      queues, concurrency, started_ms); expires (worker_info.lua)
     deps:<jid>               [set]   jids this job waits on
     dependents:<jid>         [set]   jids waiting on this job
-    domain-limits            [hash]  domain -> {"rate":..,"period":..,"burst":..}
+    domain-limits            [hash]  domain -> {"rate":..,"period":..,"burst":..,
+                                     "concurrency":.., "paused":..} (each optional)
+    domain-slots             [hash]  domain -> its jobs holding a lease now (no field: 0)
     domain-tat               [zset]  domain -> theoretical arrival time (us), GCRA
     domain-lanes:<domain>    [zset]  "<prio>|<queue>" of the domain's non-empty lanes (score 0)
     grace                    [hash]  post-outage grace window (lua/lib/lease.lua): from_us,
@@ -121,6 +123,7 @@ TEMPLATES: dict[str, str] = {
     "dependents": "dependents:{jid}",
     "domain_limits": "domain-limits",
     "domain_tat": "domain-tat",
+    "domain_slots": "domain-slots",
     "domain_lanes": "domain-lanes:{domain}",
     "grace": "grace",
     "test_clock": "test-clock",

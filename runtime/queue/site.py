@@ -204,13 +204,18 @@ class Site:
         return moved
 
     def set_domain_limit(
-        self, domain: str, rate: float, period: float = 1.0, burst: int | None = None
+        self,
+        domain: str,
+        rate: float | None = None,
+        period: float = 1.0,
+        burst: int | None = None,
+        concurrency: int | None = None,
     ) -> None:
         """Sets the limit in every namespace: each shard enforces it on its own jobs,
-        so a domain whose jobs run in N shards may start up to N times `rate`
-        (keep a rate-limited domain's queues in one shard)."""
+        so a domain whose jobs run in N shards may start up to N times `rate`, and
+        run up to N times `concurrency` (keep a limited domain's queues in one shard)."""
         for client in self.clients.values():
-            client.set_domain_limit(domain, rate, period, burst)
+            client.set_domain_limit(domain, rate, period, burst, concurrency)
 
 
 class SiteAdmin:

@@ -31,6 +31,10 @@
 --   ot its last attempt's output is in K.output (1)    pg its progress is in K.progress (1)
 --   wt someone waits for it to end until then (ms)    wn how many registered (lib/wait.lua)
 --   h events may carry: n a note, c a count and j jids (puts), b the job that put it
+--   x its deadline to start (ms; expires_in after its due time; gone once it
+--     started)   xi that expires_in (ms)
+--   af a debounced job put while the holder of its key ran waits for that
+--     run to end (its jid)   db its debounce (ms) (lib/unique.lua)
 --
 -- A queued job's meta may also be stored compact (Job.compact), when the
 -- shared setting compact-records is 1: a state letter (w waiting, s
@@ -74,7 +78,7 @@ local TYPES = { p = 'number', g = 'table', a = 'number', o = 'number', d = 'numb
   dm = 'string', uk = 'string', uf = 'number', rq = 'number', w = 'string', l = 'string',
   lr = 'string', qt = 'number', pt = 'number', f = 'table', bo = 'table', to = 'number',
   tr = 'number', cr = 'number', rl = 'number', ot = 'number', pg = 'number', wt = 'number',
-  wn = 'number' }
+  wn = 'number', x = 'number', xi = 'number', af = 'string', db = 'number' }
 
 local function strings(list)
   for i = 1, #list do

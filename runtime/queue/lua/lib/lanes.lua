@@ -370,6 +370,7 @@ end
 function Lanes.pop(queue, room, now_us, take, ahead_us)
   shrunk()
   local taken, skips, dropped, spent = 0, 0, 0, false
+  local fair = Config.get('fair', queue) == 1
   while taken < room and skips < LIMITS.pop_skips and not spent do
     local before = taken
     local prio = redis.call('ZRANGE', K.prios(queue), '0', '0')[1]
@@ -406,12 +407,19 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
         local meta, data, raw, sound_meta = Job.read(jid, true) -- its data goes in a reply
         local drop
         drop, spent = drop_head(queue, jid, meta, data, raw, sound_meta)
+        if not drop and not spent and meta.x and now_us > meta.x * 1000 then
+          spent = not Job.may_drop() -- past its deadline: it fails, never starts
+          drop = not spent
+          if drop then
+            Job.expire(jid, meta, data, now_us)
+          end
+        end
         if spent then
           break
         elseif drop then
           done = done + 1
           dropped = dropped + 1
-        elseif bound and meta.o > bound then
+        elseif bound and meta.o > bound and not fair then
           redis.call('ZADD', ready, meta.o, domain) -- the score was stale: choose again
           break
         else
@@ -434,6 +442,15 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
               throttle(queue, prio, domain, free_at, left)
             end
             Lanes.throttle_domain(domain, free_at)
+            break
+          end
+          if fair and granted then -- its turn is over: the lane goes last
+            take_off()
+            if at < #heads or redis.call('LLEN', lane) > 0 then
+              redis.call('ZADD', ready, redis.call('HINCRBY', K.queue(queue), 'seq', 1), domain)
+            else
+              drop_empty(queue, prio, domain)
+            end
             break
           end
         end
