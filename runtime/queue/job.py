@@ -132,6 +132,7 @@ class Job:
     result: Any = None  # a complete job's return value (decoded JSON), None for none
     output: str = ""  # the output tail of its last attempt
     progress: dict[str, Any] | None = None  # {"done", "total", "message", "at_ms"}
+    expires_at_ms: int | None = None  # expires_in: the latest start (gone once it started)
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> Job:
@@ -168,6 +169,7 @@ class Job:
             result=reply.get("result"),
             output=str(reply.get("output", "")),
             progress=_progress(reply.get("progress")),
+            expires_at_ms=meta.get("x"),
         )
 
     @property

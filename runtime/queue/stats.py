@@ -102,6 +102,7 @@ class QueueStats:
     failures: int  # attempts that failed (retried or not)
     failed: int  # jobs that failed for good
     retries: int  # retries scheduled
+    expired: int = 0  # jobs failed as runtime.Expired (not started by their deadline)
 
 
 @dataclass(frozen=True)
@@ -204,4 +205,5 @@ def parse(queue: str, day: date, fields: Mapping[str, str]) -> QueueStats:
         failures=int(fields.get("failures", 0)),
         failed=int(fields.get("failed", 0)),
         retries=int(fields.get("retries", 0)),
+        expired=int(fields.get("expired", 0)),
     )
