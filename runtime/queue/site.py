@@ -263,7 +263,9 @@ class SiteAdmin:
         """One metrics snapshot (Admin.snapshot) of each namespace, summed: queues'
         counts and today's statistics, failure groups, and workers (a worker in
         several namespaces is one, running the jobs of all)."""
-        out: dict[str, Any] = {"now_ms": 0, "queues": {}, "groups": {}, "workers": {}}
+        out: dict[str, Any] = {
+            "now_ms": 0, "queues": {}, "groups": {}, "workers": {}, "domains": {},
+        }  # fmt: skip
         for client in self.site.clients.values():
             part = client.admin.snapshot(up_s)
             out["now_ms"] = max(out["now_ms"], int(part.get("now_ms") or 0))
@@ -286,6 +288,10 @@ class SiteAdmin:
                 else:
                     into["seen_ms"] = max(into.get("seen_ms") or 0, info.get("seen_ms") or 0)
                     into["running"] = (into.get("running") or 0) + (info.get("running") or 0)
+            for domain, info in part.get("domains", {}).items():
+                held = out["domains"].setdefault(domain, {"slots": 0, "concurrency": None})
+                held["slots"] += info["slots"]  # each namespace enforces its own cap
+                held["concurrency"] = info["concurrency"] or held["concurrency"]
         return out
 
 

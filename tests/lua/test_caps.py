@@ -268,3 +268,30 @@ def test_a_corrupt_or_stray_lease_end_never_frees_a_slot_twice(
     assert slots(client, "api.com") == 0
     assert jids(pop(client, "q")) == ["c1"]
     assert slots(client, "api.com") == 1
+
+
+def test_metrics_show_each_domains_slots_in_use_and_cap(client: Client, clock: FrozenClock) -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from runtime.metrics import make_registry
+
+    client.set_domain_limit("api.com", concurrency=2)
+    client.set_domain_limit("idle.com", concurrency=4)
+    put_jobs(client, "q", "c", 3, "api.com")
+    put_jobs(client, "q", "o", 1, "other.com")
+    pop(client, "q")
+    text = generate_latest(make_registry(client)).decode()
+    samples = {
+        (s.name, tuple(s.labels.values())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("runtime_domain_")
+    }
+    assert samples == {
+        ("runtime_domain_slots_in_use", ("api.com",)): 2,
+        ("runtime_domain_slots_in_use", ("idle.com",)): 0,
+        ("runtime_domain_slots_in_use", ("other.com",)): 1,
+        ("runtime_domain_concurrency_limit", ("api.com",)): 2,
+        ("runtime_domain_concurrency_limit", ("idle.com",)): 4,
+    }

@@ -7,8 +7,11 @@
 --                      "stats": {today's statistics fields (lib/stats.lua) of wait
 --                                and run: "wait:ms", "wait:ms2", "wait:hist:ms5", ...}}},
 --           "groups": {"<failure group>": n, ...},
---           "workers": {"<worker>": {"seen_ms": n, "running": n}, ...} (those up)}
---          Every known queue, at most counts_max; workers at most workers_max.
+--           "workers": {"<worker>": {"seen_ms": n, "running": n}, ...} (those up),
+--           "domains": {"<domain>": {"slots": n (its jobs holding a lease),
+--                       "concurrency": n | null (its cap)}, ...}}
+--          Every known queue, at most counts_max; workers at most workers_max;
+--          domains with jobs holding a lease or a cap, at most workers_max of each.
 -- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   BAD_ARG
 
@@ -51,6 +54,27 @@ for i = 1, #seen, 2 do
     .. ',"running":' .. redis.call('SCARD', K.worker_jobs(seen[i])) .. '}'
 end
 
+local domains, listed = {}, {}
+local function domain_entry(domain)
+  if not listed[domain] then
+    listed[domain] = true
+    local lim = Domains.limit(domain)
+    domains[#domains + 1] = cjson.encode(domain) .. ':{"slots":' .. int(Domains.slots(domain))
+      .. ',"concurrency":' .. (lim and lim.cap and int(lim.cap) or 'null') .. '}'
+  end
+end
+local using = redis.call('HSCAN', K.domain_slots, 0, 'COUNT', LIMITS.workers_max)[2]
+for i = 1, #using, 2 do
+  domain_entry(using[i])
+end
+local own = redis.call('HSCAN', K.domain_limits, 0, 'COUNT', LIMITS.workers_max)[2]
+for i = 1, #own, 2 do
+  local lim = Domains.limit(own[i])
+  if lim and lim.cap then
+    domain_entry(own[i])
+  end
+end
+
 return '{"now_ms":' .. int(now_ms) .. ',"queues":{' .. table.concat(queues, ',')
   .. '},"groups":{' .. table.concat(groups, ',') .. '},"workers":{'
-  .. table.concat(workers, ',') .. '}}'
+  .. table.concat(workers, ',') .. '},"domains":{' .. table.concat(domains, ',') .. '}}'
