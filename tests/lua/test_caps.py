@@ -295,3 +295,25 @@ def test_metrics_show_each_domains_slots_in_use_and_cap(client: Client, clock: F
         ("runtime_domain_concurrency_limit", ("api.com",)): 2,
         ("runtime_domain_concurrency_limit", ("idle.com",)): 4,
     }
+
+
+def test_the_dashboard_shows_slots_in_use_and_pauses(client: Client, clock: FrozenClock) -> None:
+    import warnings
+
+    from starlette.testclient import TestClient
+
+    from runtime.dashboard.app import create_app
+
+    client.set_domain_limit("api.com", concurrency=2)
+    client.scheduling.pause_domain("held.com")
+    put_jobs(client, "q", "c", 3, "api.com")
+    put_jobs(client, "q", "h", 1, "held.com")
+    pop(client, "q")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # starlette's test client warns about httpx
+        with TestClient(create_app(client, registry=None), base_url="http://localhost") as http:
+            page = http.get("/domains").text
+    assert "the default rate, at most 2 at once" in page
+    assert '<td class="num slots">2 / 2</td>' in page
+    assert "when a slot frees" in page
+    assert "(paused)" in page and "when resumed" in page
