@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import click
 
 from runtime import config
-from runtime.commands import dashboard, jobs, queues, recurring, workers
+from runtime.commands import dashboard, domains, jobs, queues, recurring, workers
 from runtime.commands import embedded as embedded_verbs
 from runtime.commands import metrics as metrics_verbs
 from runtime.commands.common import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, fail
@@ -53,7 +53,7 @@ def log_level_of(verbose: int, setting: str | None) -> str | None:
     return setting
 
 
-for module in (jobs, queues, recurring, workers, dashboard):
+for module in (jobs, queues, domains, recurring, workers, dashboard):
     for command in module.COMMANDS:
         cli.add_command(command)
 for command in (*embedded_verbs.COMMANDS, *metrics_verbs.COMMANDS):

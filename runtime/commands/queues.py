@@ -1,5 +1,5 @@
-"""Verbs about queues: status, jobs, pause, resume, queue forget, failed, unfail,
-config, stats, limit."""
+"""Verbs about queues: status, jobs, pause, resume (of a queue or a domain), queue
+forget, failed, unfail, config, stats."""
 
 from __future__ import annotations
 
@@ -257,25 +257,41 @@ def _warn_unknown(client: Client, queue: str) -> None:
         )
 
 
+def _queue_or_domain(queue: str | None, domain: str | None) -> str:
+    if (queue is None) == (domain is None):
+        raise BadArgument("give a QUEUE or --domain DOMAIN, one of them")
+    return queue or ""
+
+
 @click.command()
-@click.argument("queue")
+@click.argument("queue", required=False)
+@click.option("--domain", help="Pause DOMAIN's jobs in every queue instead (others run).")
 @click.pass_context
-def pause(ctx: click.Context, queue: str) -> None:
-    """Stop masters from leasing jobs of QUEUE."""
+def pause(ctx: click.Context, queue: str | None, domain: str | None) -> None:
+    """Stop masters from leasing jobs of QUEUE (or of --domain DOMAIN)."""
     client = client_of(ctx)
-    _warn_unknown(client, queue)
-    client.queue(queue).pause()
+    if not _queue_or_domain(queue, domain):
+        client.scheduling.pause_domain(domain or "")
+        click.echo(f"paused domain {domain}")
+        return
+    _warn_unknown(client, queue or "")
+    client.queue(queue or "").pause()
     click.echo(f"paused {queue}")
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", required=False)
+@click.option("--domain", help="Resume DOMAIN's jobs instead.")
 @click.pass_context
-def resume(ctx: click.Context, queue: str) -> None:
-    """Let masters lease jobs of QUEUE again."""
+def resume(ctx: click.Context, queue: str | None, domain: str | None) -> None:
+    """Let masters lease jobs of QUEUE (or of --domain DOMAIN) again."""
     client = client_of(ctx)
-    _warn_unknown(client, queue)
-    client.queue(queue).resume()
+    if not _queue_or_domain(queue, domain):
+        client.scheduling.resume_domain(domain or "")
+        click.echo(f"resumed domain {domain}")
+        return
+    _warn_unknown(client, queue or "")
+    client.queue(queue or "").resume()
     click.echo(f"resumed {queue}")
 
 
@@ -380,35 +396,4 @@ def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -
             click.echo(f"      >= {duration(lower_s):>7}  {n}")
 
 
-@click.command()
-@click.argument("domain", required=False)
-@click.argument("rate", required=False)
-@click.option("--burst", type=click.IntRange(0), help="Extra starts allowed at once.")
-@click.option("--clear", is_flag=True, help="Remove DOMAIN's own limit.")
-@click.pass_context
-def limit(
-    ctx: click.Context, domain: str | None, rate: str | None, burst: int | None, clear: bool
-) -> None:
-    """Limit DOMAIN to RATE job starts, as N/SECONDS (e.g. 10/1, 100/60); no
-    arguments: list the limits."""
-    client = client_of(ctx)
-    if domain is None:
-        for name, lim in sorted(client.scheduling.domain_limits().items()):
-            click.echo(f"{name}  {lim['rate']:g}/{lim['period']:g}s burst {lim['burst']}")
-        return
-    if clear:
-        client.scheduling.clear_domain_limit(domain)
-        click.echo(f"cleared {domain}")
-        return
-    if rate is None:
-        raise BadArgument("give RATE as N/SECONDS, e.g. 10/1")
-    count, _, period = rate.partition("/")
-    try:
-        starts, seconds = float(count), float(period or 1)
-    except ValueError:
-        raise BadArgument(f"RATE must look like N/SECONDS, got {rate!r}") from None
-    client.set_domain_limit(domain, starts, seconds, burst)
-    click.echo(f"{domain}: {rate} (burst {burst or 0})")
-
-
-COMMANDS = [status, jobs_cmd, pause, resume, queue_group, failed, unfail, config_cmd, stats, limit]
+COMMANDS = [status, jobs_cmd, pause, resume, queue_group, failed, unfail, config_cmd, stats]

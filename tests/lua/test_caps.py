@@ -7,12 +7,17 @@ resumes, and a cap combines with a rate."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
 
 from runtime import Client, LeaseLost
-
+from runtime.dashboard.app import create_app
+from runtime.metrics import make_registry
 from tests.support.clock import FrozenClock
 
 S = 1_000_000
@@ -28,7 +33,9 @@ def pop(client: Client, *queues: str, count: int = 100, worker: str = "w") -> li
 
 
 def pop_reply(client: Client, *queues: str, count: int = 100) -> dict[str, Any]:
-    reply: dict[str, Any] = client.conn.run_json("pop", "w", count, "seed", "ordered", 0, 0, *queues)
+    reply: dict[str, Any] = client.conn.run_json(
+        "pop", "w", count, "seed", "ordered", 0, 0, *queues
+    )
     return reply
 
 
@@ -43,12 +50,13 @@ def slots(client: Client, domain: str) -> int:
 
 def throttled_score(client: Client, queue: str, lane: str) -> float | None:
     score: Any = client.redis.zscore(client.keys.key("throttled", queue=queue), lane)
-    return score
+    return None if score is None else float(score)
 
 
 def ready_domains(client: Client, queue: str, prio: int = 0) -> list[str]:
     key = client.keys.key("ready", queue=queue, prio=prio)
-    return [m.decode() for m in client.redis.zrange(key, 0, -1)]
+    found: Any = client.redis.zrange(key, 0, -1)
+    return [m.decode() for m in found]
 
 
 def put_jobs(client: Client, queue: str, prefix: str, n: int, domain: str | None) -> None:
@@ -271,11 +279,6 @@ def test_a_corrupt_or_stray_lease_end_never_frees_a_slot_twice(
 
 
 def test_metrics_show_each_domains_slots_in_use_and_cap(client: Client, clock: FrozenClock) -> None:
-    from prometheus_client import generate_latest
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from runtime.metrics import make_registry
-
     client.set_domain_limit("api.com", concurrency=2)
     client.set_domain_limit("idle.com", concurrency=4)
     put_jobs(client, "q", "c", 3, "api.com")
@@ -298,12 +301,6 @@ def test_metrics_show_each_domains_slots_in_use_and_cap(client: Client, clock: F
 
 
 def test_the_dashboard_shows_slots_in_use_and_pauses(client: Client, clock: FrozenClock) -> None:
-    import warnings
-
-    from starlette.testclient import TestClient
-
-    from runtime.dashboard.app import create_app
-
     client.set_domain_limit("api.com", concurrency=2)
     client.scheduling.pause_domain("held.com")
     put_jobs(client, "q", "c", 3, "api.com")

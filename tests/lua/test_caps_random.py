@@ -25,11 +25,11 @@ WORKERS = ("w1", "w2")
 HELD_US = 9e15  # lib/due.lua: Due.HELD
 
 PUT = st.tuples(
-        st.just("put"),
-        st.sampled_from(QUEUES),
-        st.sampled_from(("d1", "d1", "d2", None)),
-        st.sampled_from([0, 0, 0, 0, 0.5, 3.0]),
-        st.sampled_from([None, None, 1.0, 5.0]),
+    st.just("put"),
+    st.sampled_from(QUEUES),
+    st.sampled_from(("d1", "d1", "d2", None)),
+    st.sampled_from([0, 0, 0, 0, 0.5, 3.0]),
+    st.sampled_from([None, None, 1.0, 5.0]),
 )
 POP = st.tuples(
     st.just("pop"),
@@ -137,7 +137,8 @@ class Run:
         counts = dict.fromkeys(DOMAINS, 0)
         for queue in QUEUES:
             key = self.client.keys.key("running", queue=queue)
-            for jid in self.client.redis.zrange(key, 0, -1):
+            found: Any = self.client.redis.zrange(key, 0, -1)
+            for jid in found:
                 job = self.client.get_job(jid.decode())
                 assert job is not None and job.state == "running"
                 if job.domain:
@@ -150,7 +151,8 @@ class Run:
         limits = self.client.scheduling.domain_limits()
         for queue in QUEUES:
             key = self.client.keys.key("throttled", queue=queue)
-            for lane, score in self.client.redis.zrange(key, 0, -1, withscores=True):
+            lanes: Any = self.client.redis.zrange(key, 0, -1, withscores=True)
+            for lane, score in lanes:
                 domain = lane.decode().split("|", 1)[1]
                 if score < HELD_US:
                     continue

@@ -22,9 +22,7 @@ def job_of(client: Client, jid: str) -> Any:
 
 def expired(client: Client, jid: str) -> bool:
     job = job_of(client, jid)
-    return bool(
-        job.state == "failed" and job.failure and job.failure.group == "runtime.Expired"
-    )
+    return bool(job.state == "failed" and job.failure and job.failure.group == "runtime.Expired")
 
 
 def test_a_job_not_started_by_its_deadline_fails_as_expired_at_the_pop(
@@ -39,7 +37,9 @@ def test_a_job_not_started_by_its_deadline_fails_as_expired_at_the_pop(
     job = job_of(client, "late")
     assert (job.state, job.attempt, job.data, job.worker) == ("failed", 0, {"n": 1}, None)
     assert job.failure.group == "runtime.Expired"
-    assert job.failure.message == "not started by its deadline (expires_in): 1 ms late; it did not run"
+    assert (
+        job.failure.message == "not started by its deadline (expires_in): 1 ms late; it did not run"
+    )
     assert [e.event for e in job.history] == ["put", "failed"]
     assert expired(client, "fresh") is False
     child = job_of(client, "child")
@@ -70,7 +70,9 @@ def test_jobs_of_a_paused_queue_expire_when_it_resumes(client: Client, clock: Fr
     assert client.failed()["runtime.Expired"] == 20
 
 
-def test_a_delayed_job_expires_counted_from_its_due_time(client: Client, clock: FrozenClock) -> None:
+def test_a_delayed_job_expires_counted_from_its_due_time(
+    client: Client, clock: FrozenClock
+) -> None:
     q = client.queue("q")
     q.put("a.b:c", {}, jid="ok", delay=2, expires_in=1)
     q.put("a.b:c", {}, jid="missed", delay=2, expires_in=1)

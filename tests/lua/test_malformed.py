@@ -273,8 +273,12 @@ CASES: list[tuple[str, tuple[object, ...], type[Error], str]] = [
     ("put", (spec(debounce_ms=1000), OK_DATA), BadArgument, "debounce needs a unique_key"),
     ("put", (spec(debounce_ms=0, unique_key="k"), OK_DATA), BadArgument, "debounce_ms"),
     ("put", (spec(debounce_ms=5, unique_key="k", delay_ms=1), OK_DATA), BadArgument, "debounce"),
-    ("put", (spec(debounce_ms=5, unique_key="k", requeue_if_running=True), OK_DATA),
-     BadArgument, "debounce"),
+    (
+        "put",
+        (spec(debounce_ms=5, unique_key="k", requeue_if_running=True), OK_DATA),
+        BadArgument,
+        "debounce",
+    ),
     ("put", (spec(by=5), OK_DATA), BadArgument, "by"),
     # resumed
     ("resumed", (), BadArgument, "worker"),
