@@ -74,13 +74,13 @@ def test_a_cap_of_three_holds_over_three_masters_and_free_jobs_pass(
     plain_client.set_domain_limit("api.example.com", concurrency=3)
     capped_path, free_path = workdir / "capped.log", workdir / "free.log"
     q = plain_client.queue("q")
+    for _ in range(3):  # all nine children wait before the first put
+        start_master("q", "--concurrency", "3")
     capped = [
         q.put(f"{J}:record", {"path": str(capped_path), "seconds": 0.2}, domain="api.example.com")
         for _ in range(60)
     ]
     free = [q.put(f"{J}:record", {"path": str(free_path), "seconds": 0.2}) for _ in range(60)]
-    for _ in range(3):
-        start_master("q", "--concurrency", "3")
     wait_for(lambda: all_complete(plain_client, capped + free), timeout_s=120, what="all jobs")
     capped_runs, free_runs = runs(capped_path), runs(free_path)
     assert sorted(r[0] for r in capped_runs) == sorted(capped), "each capped job ran once"
@@ -90,6 +90,7 @@ def test_a_cap_of_three_holds_over_three_masters_and_free_jobs_pass(
     assert len({r[4] for r in capped_runs}) > 3, "the capped jobs ran in many children"
     last_free_end = max(r[3] for r in free_runs)
     capped_starts = sorted(r[2] for r in capped_runs)
+    t0 = min(r[2] for r in capped_runs + free_runs)
     assert last_free_end < capped_starts[-10], "free jobs were not held behind capped ones"
     assert slots(plain_client, "api.example.com") == 0
 
