@@ -22,7 +22,8 @@ Key schema (the kind of each key in brackets):
     q:<queue>:prios          [zset]  priorities that have ready lanes (score = priority)
     q:<queue>:ready:<prio>   [zset]  domains whose lane is ready (score = head's ticket)
     q:<queue>:lane:<prio>:<domain> [list] jids waiting, oldest first ('' = no domain)
-    q:<queue>:throttled      [zset]  "<prio>|<domain>" lanes over their limit -> free at (us)
+    q:<queue>:throttled      [zset]  "<prio>|<domain>" lanes over their limit -> free at (us;
+                                     9e15: when a slot frees or the domain resumes)
     q:<queue>:scheduled      [zset]  jid -> due time (us)
     q:<queue>:running        [zset]  jid -> lease expiry (us)
     q:<queue>:depends        [set]   jids waiting on other jobs

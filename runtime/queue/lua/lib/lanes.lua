@@ -28,6 +28,24 @@
 -- write costs a script more than a read (its propagation to the AOF and
 -- replicas), and a put is mostly writes.
 --
+-- A domain at its concurrency cap, or paused (domains.lua), may start nothing
+-- whatever the time: its lanes are throttled until Due.HELD, a score no
+-- release reaches, and wait there at no cost to any pop; the end of a lease
+-- that frees a slot readies them (Lanes.rescore_domain), as a resume does.
+--
+-- Fair queues (the queue's setting fair = 1): a ready lane's score is its
+-- place in a rotation instead of a bound of its head's ticket. A pop takes one
+-- job from the lane with the lowest score, then gives the lane a new ticket
+-- (the queue's seq): it goes after every lane ready now, and a lane that
+-- becomes ready comes in with its head's ticket, after the lanes served
+-- before its job was put. So a domain's backlog delays another domain's
+-- first job by at most one job per other ready domain. (Lanes.peek still
+-- lists a fair queue by age.)
+--
+-- A job past its deadline (meta.x, expires_in) met at a lane's head fails as
+-- runtime.Expired (Job.expire, place.lua) instead of being taken, counted
+-- against the call's drop budget.
+--
 -- A call that put a job into a ready lane of a queue, and took none out of a
 -- lane nor throttled one, knows the queue has a ready job when it ends
 -- (Lanes.surely_ready): the hand-off at its end reads no counters to learn it.
