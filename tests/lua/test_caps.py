@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from starlette.testclient import TestClient
 
 from runtime import Client, LeaseLost
 from runtime.dashboard.app import create_app
@@ -308,6 +307,8 @@ def test_the_dashboard_shows_slots_in_use_and_pauses(client: Client, clock: Froz
     pop(client, "q")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # starlette's test client warns about httpx
+        from starlette.testclient import TestClient  # noqa: PLC0415 - its import warns
+
         with TestClient(create_app(client, registry=None), base_url="http://localhost") as http:
             page = http.get("/domains").text
     assert "the default rate, at most 2 at once" in page

@@ -192,3 +192,13 @@ def test_a_plain_unique_put_while_running_still_returns_the_holder(
     first = q.put("a.b:c", {}, unique_key="u")
     pop(client, "q")
     assert q.put("a.b:c", {}, unique_key="u") == first
+
+
+def test_a_job_with_a_deadline_is_leased_ahead_of_its_due_time(
+    client: Client, clock: FrozenClock
+) -> None:
+    client.queue("q").put("a.b:c", {}, jid="soon", delay=0.05, expires_in=1)
+    reply: dict[str, Any] = client.conn.run_json("pop", "w", 5, "seed", "ordered", 100_000, 0, "q")
+    assert [j["jid"] for j in reply["jobs"]] == ["soon"], "to start at its due time"
+    assert reply["jobs"][0]["start_in_us"] == 50_000
+    assert job_of(client, "soon").expires_at_ms is None, "it started in time"

@@ -145,6 +145,9 @@ function Place.take_soon(queue, now_us, ahead_us, room, take)
     local meta, data, raw, sound_meta = Job.read(jid, true) -- its data goes in a reply
     if not in_state(jid, SCHEDULED, queue, meta, data, raw, sound_meta) then
       redis.call('ZREM', key, member)
+    elseif meta.x and now_us > meta.x * 1000 then -- overdue past its deadline
+      redis.call('ZREM', key, member)
+      Place.expire(jid, meta, data, now_us)
     elseif not (meta.dm or meta.af) then -- (those wait for their promotion)
       redis.call('ZREM', key, member)
       meta.d, meta.qt = nil, Clock.ms(tonumber(found[i + 1]))
