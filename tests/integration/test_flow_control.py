@@ -90,7 +90,6 @@ def test_a_cap_of_three_holds_over_three_masters_and_free_jobs_pass(
     assert len({r[4] for r in capped_runs}) > 3, "the capped jobs ran in many children"
     last_free_end = max(r[3] for r in free_runs)
     capped_starts = sorted(r[2] for r in capped_runs)
-    t0 = min(r[2] for r in capped_runs + free_runs)
     assert last_free_end < capped_starts[-10], "free jobs were not held behind capped ones"
     assert slots(plain_client, "api.example.com") == 0
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runtime import Client
+from tests.conftest import record
 from tests.lua.test_caps import jids, pop
 from tests.support.clock import FrozenClock
 
@@ -202,3 +203,33 @@ def test_a_job_with_a_deadline_is_leased_ahead_of_its_due_time(
     assert [j["jid"] for j in reply["jobs"]] == ["soon"], "to start at its due time"
     assert reply["jobs"][0]["start_in_us"] == 50_000
     assert job_of(client, "soon").expires_at_ms is None, "it started in time"
+
+
+def test_whole_records_of_an_expired_and_a_debounced_job(
+    client: Client, clock: FrozenClock
+) -> None:
+    q = client.queue("q")
+    t0 = clock.now_ms
+    q.put("a.b:c", {"n": 1}, jid="x", expires_in=1)
+    q.put("a.b:c", {"v": 1}, jid="d", unique_key="k", debounce=1)
+    clock.advance(0.5)
+    q.put("a.b:c", {"v": 2}, jid="d2", unique_key="k", debounce=1, expires_in=2)
+    assert record(client, "d") == (
+        {
+            "k": "a.b:c", "q": "q", "s": "scheduled", "r": 5, "m": 5, "o": 2, "uk": "k",
+            "d": t0 + 1500, "qt": t0 + 1500, "x": t0 + 3500, "xi": 2000,
+            "h": [{"e": "put", "t": t0}, {"e": "debounced", "t": t0 + 500, "dl": 1000}],
+        },
+        '{"v":2}',
+    )  # fmt: skip
+    clock.advance(1)
+    pop(client, "q")
+    message = "not started by its deadline (expires_in): 500 ms late; it did not run"
+    assert record(client, "x") == (
+        {
+            "k": "a.b:c", "q": "q", "s": "failed", "r": 5, "m": 5,
+            "f": {"g": "runtime.Expired", "m": message, "t": t0 + 1500},
+            "h": [{"e": "put", "t": t0}, {"e": "failed", "t": t0 + 1500, "g": "runtime.Expired"}],
+        },
+        '{"n":1}',
+    )  # fmt: skip

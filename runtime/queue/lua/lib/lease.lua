@@ -154,7 +154,7 @@ function Lease.grant(jid, meta, worker, seed, now_us, lease_s)
   meta.s, meta.w, meta.lr, meta.pt = RUNNING, worker, nil, Clock.ms(now_us)
   Attempt.restart(jid, meta)
   meta.l = string.sub(redis.sha1hex(seed .. jid .. int(meta.a)), 1, 24)
-  meta.x = nil -- it started: its deadline (expires_in) is met
+  meta.x, meta.xi = nil, nil -- it started: its deadline (expires_in) is met
   Due.lower(meta.q, expires_us)
   if redis.call('ZADD', K.running(meta.q), int(expires_us), jid) == 1 and meta.dm then
     Domains.take_slot(meta.dm) -- its domain's slot, held with the lease (domains.lua)

@@ -259,7 +259,7 @@ end
 -- index it sat in; the record is saved.
 function Place.expire(jid, meta, data, now_us)
   local late_ms = Clock.ms(now_us) - meta.x
-  meta.x, meta.af, meta.db = nil, nil, nil
+  meta.x, meta.xi, meta.af, meta.db = nil, nil, nil, nil
   Stats.count(meta.q, 'expired', now_us)
   Place.fail(jid, meta, GROUP.EXPIRED, 'not started by its deadline (expires_in): '
     .. int(late_ms) .. ' ms late; it did not run', nil, now_us)
