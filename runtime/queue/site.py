@@ -217,6 +217,15 @@ class Site:
         for client in self.clients.values():
             client.set_domain_limit(domain, rate, period, burst, concurrency)
 
+    def pause_domain(self, domain: str) -> None:
+        """Pauses the domain in every namespace (client.scheduling.pause_domain)."""
+        for client in self.clients.values():
+            client.scheduling.pause_domain(domain)
+
+    def resume_domain(self, domain: str) -> None:
+        for client in self.clients.values():
+            client.scheduling.resume_domain(domain)
+
 
 class SiteAdmin:
     """What `client.admin` reads for status, metrics and the dashboard's numbers,
