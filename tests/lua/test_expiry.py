@@ -233,3 +233,20 @@ def test_whole_records_of_an_expired_and_a_debounced_job(
         },
         '{"n":1}',
     )  # fmt: skip
+
+
+def test_typed_jobs_and_put_many_take_expires_in_and_debounce(
+    client: Client, clock: FrozenClock
+) -> None:
+    from tests.integration.typed_jobs import greet  # noqa: PLC0415 - a job module
+
+    typed = greet.using(client).options(expires_in=2)
+    jid = typed.put(name="a", path="/nowhere")
+    [other] = typed.put_many([{"name": "b", "path": "/nowhere"}])
+    [spec_jid] = client.put_many(
+        [client.queue("q").spec("a.b:c", {}, expires_in=3, unique_key="u", debounce=1)]
+    )
+    assert job_of(client, jid).expires_at_ms == clock.now_ms + 2000
+    assert job_of(client, other).expires_at_ms == clock.now_ms + 2000
+    assert job_of(client, spec_jid).expires_at_ms == clock.now_ms + 4000
+    assert job_of(client, spec_jid).due_at_ms == clock.now_ms + 1000

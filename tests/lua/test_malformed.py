@@ -366,6 +366,13 @@ def test_malformed_arguments_raise_a_typed_error_and_write_nothing(
         ({"retries": -2}, "retries"),
         ({"tags": "single"}, "lists"),
         ({"at": 5, "delay": 5}, "not both"),
+        ({"expires_in": 0}, "expires_in must be above 0"),
+        ({"expires_in": -1}, "expires_in"),
+        ({"expires_in": "soon"}, "expires_in"),
+        ({"debounce": 1}, "debounce needs a unique_key"),
+        ({"debounce": 0, "unique_key": "k"}, "debounce must be above 0"),
+        ({"debounce": 1, "unique_key": "k", "delay": 2}, "without delay"),
+        ({"debounce": 1, "unique_key": "k", "requeue_if_running": True}, "without delay"),
     ],
 )
 def test_the_client_checks_arguments_before_sending(
