@@ -7,6 +7,7 @@ resumes, and a cap combines with a rate."""
 from __future__ import annotations
 
 import contextlib
+import json
 import warnings
 from typing import Any
 
@@ -315,3 +316,22 @@ def test_the_dashboard_shows_slots_in_use_and_pauses(client: Client, clock: Froz
     assert '<td class="num slots">2 / 2</td>' in page
     assert "when a slot frees" in page
     assert "(paused)" in page and "when resumed" in page
+
+
+def test_a_lease_taken_by_an_earlier_release_gives_back_no_slot(
+    client: Client, clock: FrozenClock
+) -> None:
+    client.set_domain_limit("api.com", concurrency=2)
+    put_jobs(client, "q", "c", 3, "api.com")
+    old, new = pop(client, "q", count=2)
+    jobs_key = client.keys.key("jobs")
+    raw: Any = client.redis.hget(jobs_key, old["jid"])
+    meta_text, data = raw.decode().split("\n", 1)
+    meta = json.loads(meta_text)
+    assert meta.pop("sl") == 1, "a lease that took a slot says so"
+    client.redis.hset(jobs_key, old["jid"], json.dumps(meta, separators=(",", ":")) + "\n" + data)
+    client.redis.hincrby(client.keys.key("domain_slots"), "api.com", -1)  # as if never taken
+    client.leases.complete(old["jid"], "w", old["meta"]["l"])
+    assert slots(client, "api.com") == 1, "only the slot it took goes back"
+    client.leases.complete(new["jid"], "w", new["meta"]["l"])
+    assert slots(client, "api.com") == 0

@@ -19,10 +19,10 @@
 -- Concurrency caps. A domain's own record may also hold `concurrency` (K: at
 -- most K of its jobs hold a lease at once, every queue and master together)
 -- and `paused` (none of its jobs starts). K.domain_slots counts, for every
--- domain, its jobs in a running set: a lease taken adds one (Lease.grant), its
--- end takes one back (Lease.drop: complete, fail, retry, release, cancel, a
--- reclaimed lease), so a dead master's slots come back when its leases are
--- reclaimed. A domain at its cap, or paused, may start nothing: its lanes
+-- domain, its jobs in a running set: a lease taken adds one (Lease.grant,
+-- which marks the record: meta.sl), its end takes one back (Lease.drop:
+-- complete, fail, retry, release, cancel, a reclaimed lease), so a dead
+-- master's slots come back when its leases are reclaimed. A domain at its cap, or paused, may start nothing: its lanes
 -- are throttled until Due.HELD (no time frees them), and the end that frees
 -- a slot readies them again (Domains.give_slot, then Lanes.rescore_domain).
 -- A rate and a cap combine: a start needs both. A record without a rate of

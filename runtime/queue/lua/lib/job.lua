@@ -33,6 +33,7 @@
 --   h events may carry: n a note, c a count and j jids (puts), b the job that put it
 --   x its deadline to start (ms; expires_in after its due time; gone once it
 --     started)   xi that expires_in (ms)
+--   sl it holds a slot of its domain (running; lib/domains.lua)
 --   af a debounced job put while the holder of its key ran waits for that
 --     run to end (its jid)   db its debounce (ms) (lib/unique.lua)
 --
@@ -78,7 +79,7 @@ local TYPES = { p = 'number', g = 'table', a = 'number', o = 'number', d = 'numb
   dm = 'string', uk = 'string', uf = 'number', rq = 'number', w = 'string', l = 'string',
   lr = 'string', qt = 'number', pt = 'number', f = 'table', bo = 'table', to = 'number',
   tr = 'number', cr = 'number', rl = 'number', ot = 'number', pg = 'number', wt = 'number',
-  wn = 'number', x = 'number', xi = 'number', af = 'string', db = 'number' }
+  wn = 'number', x = 'number', xi = 'number', af = 'string', db = 'number', sl = 'number' }
 
 local function strings(list)
   for i = 1, #list do

@@ -158,6 +158,7 @@ function Lease.grant(jid, meta, worker, seed, now_us, lease_s)
   Due.lower(meta.q, expires_us)
   if redis.call('ZADD', K.running(meta.q), int(expires_us), jid) == 1 and meta.dm then
     Domains.take_slot(meta.dm) -- its domain's slot, held with the lease (domains.lua)
+    meta.sl = 1
   end
   redis.call('SADD', K.worker_jobs(worker), jid)
   return expires_us
@@ -227,13 +228,16 @@ function Lease.renew(jid, meta, now_us)
   return expires_us
 end
 
--- The lease ends (whatever ended it): the job leaves its running set, and its
--- domain's slot comes back; a slot that makes room under the domain's cap
--- readies its lanes (Lease.slot_freed, bound by place.lua).
+-- The lease ends (whatever ended it): the job leaves its running set, and the
+-- slot it took (meta.sl: a lease of an earlier release took none) goes back to
+-- its domain; a slot that makes room under the domain's cap readies its lanes
+-- (Lease.slot_freed, bound by place.lua). The caller saves the record.
 function Lease.drop(jid, meta)
-  if redis.call('ZREM', K.running(meta.q), jid) == 1 and meta.dm
-      and Domains.give_slot(meta.dm) then
-    Lease.slot_freed(meta.dm)
+  if redis.call('ZREM', K.running(meta.q), jid) == 1 and meta.sl then
+    meta.sl = nil
+    if Domains.give_slot(meta.dm) then
+      Lease.slot_freed(meta.dm)
+    end
   end
   Attempt.stopped(jid, meta)
   if meta.w then
