@@ -14,6 +14,12 @@
 --                                   for one more run after it
 --            backoff                [min s, max s] or null; timeout_s: number or null
 --            tracked                boolean
+--            expires_in_ms          integer >= 1: not started this many ms after its due
+--                                   time, it fails as runtime.Expired (place.lua)
+--            debounce_ms            integer >= 1, with unique_key, without delay, at
+--                                   or requeue_if_running: due this many ms from now; a
+--                                   holder of the key that has not started takes this
+--                                   put's data and due time instead (create.lua)
 --            by                     the jid of the job putting it (a running job's
 --                                   put that goes at once): recorded in its put
 --                                   event, and that job's history counts it ("puts")
