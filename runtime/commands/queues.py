@@ -372,14 +372,14 @@ def config_cmd(
 @click.pass_context
 def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -> None:
     """Wait and run times of a queue's jobs (percentiles, histogram with millisecond
-    buckets below a second), with failures, failed and retries."""
+    buckets below a second), with failures, failed, retries and expired jobs."""
     found = client_of(ctx).admin.stats(queue, day.date() if day else None)
     if as_json:
         emit(dataclasses.asdict(found))
         return
     click.echo(
         f"{queue} on {found.day}: failures {found.failures}, failed {found.failed}, "
-        f"retries {found.retries}"
+        f"retries {found.retries}" + (f", expired {found.expired}" if found.expired else "")
     )
     for name, times in (("wait", found.wait), ("run", found.run)):
         click.echo(
