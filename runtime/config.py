@@ -340,6 +340,15 @@ SHARED: dict[str, SharedSetting] = {
             "largest retry delay in seconds",
         ),
         SharedSetting(
+            "fair",
+            0,
+            0,
+            1,
+            True,
+            "1: pops take the queue's ready domains in rotation, not oldest job first",
+            integer=True,
+        ),
+        SharedSetting(
             "domain-rate",
             0,
             0,
@@ -400,6 +409,7 @@ LIMITS: dict[str, int] = {
     "tags_max": 64,
     "depends_max": 100,
     "domain_max": 255,
+    "concurrency_max": 1_000_000,  # a domain's cap on jobs holding a lease at once
     "delay_max_ms": 10 * 365 * 86400 * 1000,
     "message_max_bytes": 64 * 1024,  # failure messages and tracebacks keep their tail
     "history_max": 100,  # a job's history keeps its first event and the newest ones

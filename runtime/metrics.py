@@ -186,7 +186,25 @@ def families(snapshot: Mapping[str, Any], up_s: float = UP_S) -> list[Family]:
         )
     )
     out.extend(_batch_gauges(snapshot))
-    return out
+    return out + _domain_gauges(sorted(snapshot.get("domains", {}).items()))
+
+
+def _domain_gauges(domains: list[tuple[str, Mapping[str, Any]]]) -> list[Family]:
+    slots = Family(
+        "runtime_domain_slots_in_use",
+        "gauge",
+        "jobs of the domain holding a lease (all queues and masters)",
+        ("domain",),
+        [((d,), info["slots"]) for d, info in domains],
+    )
+    caps = Family(
+        "runtime_domain_concurrency_limit",
+        "gauge",
+        "the domain's cap on jobs holding a lease at once",
+        ("domain",),
+        [((d,), info["concurrency"]) for d, info in domains if info["concurrency"] is not None],
+    )
+    return [slots, caps]
 
 
 def _batch_gauges(snapshot: Mapping[str, Any]) -> list[Family]:

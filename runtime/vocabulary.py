@@ -108,6 +108,7 @@ class FailureGroup(StrEnum):
     DEPENDENCY_FAILED = "runtime.DependencyFailed"  # a job it depends on failed for good
     PUT_REFUSED = "runtime.PutRefused"  # a completion whose puts were refused
     LEASE_EXPIRED = "runtime.LeaseExpired"  # its lease expired (reaped, or fenced)
+    EXPIRED = "runtime.Expired"  # not started by its expires_in deadline
     RETRY = "runtime.Retry"  # the job raised Retry
     # Not failures: the job goes back to its queue, or is no longer ours.
     LEASE_LOST = "runtime.LeaseLost"

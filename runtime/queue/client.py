@@ -247,11 +247,17 @@ class Client:
         return self.conn.call(ops.unfail(group, target, count))
 
     def set_domain_limit(
-        self, domain: str, rate: float, period: float = 1.0, burst: int | None = None
+        self,
+        domain: str,
+        rate: float | None = None,
+        period: float = 1.0,
+        burst: int | None = None,
+        concurrency: int | None = None,
     ) -> None:
         """Limits `domain` to `rate` job starts per `period` seconds (+ `burst`)
-        (client.scheduling has the other domain operations)."""
-        self.scheduling.set_domain_limit(domain, rate, period, burst)
+        and/or to `concurrency` jobs holding a lease at once (client.scheduling
+        has the other domain operations)."""
+        self.scheduling.set_domain_limit(domain, rate, period, burst, concurrency)
 
 
 class Queue:
@@ -283,6 +289,8 @@ class Queue:
         backoff: tuple[float, float] | None = None,
         timeout: float | None = None,
         tracked: bool = False,
+        expires_in: float | None = None,
+        debounce: float | None = None,
     ) -> str:
         """Puts one job; returns its jid (or, for a duplicate of a unique key, the jid
         of the job holding that key)."""
@@ -304,6 +312,8 @@ class Queue:
             backoff=backoff,
             timeout=timeout,
             tracked=tracked,
+            expires_in=expires_in,
+            debounce=debounce,
         )
         return self.client.put_many([spec])[0]
 
@@ -518,13 +528,22 @@ class Site(Client):
         return moved
 
     def set_domain_limit(
-        self, domain: str, rate: float, period: float = 1.0, burst: int | None = None
+        self,
+        domain: str,
+        rate: float | None = None,
+        period: float = 1.0,
+        burst: int | None = None,
+        concurrency: int | None = None,
     ) -> None:
-        """Sets the limit in every namespace: each shard enforces it on its own jobs,
-        so a domain whose jobs run in N shards may start up to N times `rate`
-        (keep a rate-limited domain's queues in one shard)."""
-        for client in self.clients.values():
-            client.set_domain_limit(domain, rate, period, burst)
+        """Sets the limits in every namespace (SiteScheduling.set_domain_limit)."""
+        self.scheduling.set_domain_limit(domain, rate, period, burst, concurrency)
+
+    def pause_domain(self, domain: str) -> None:
+        """Pauses the domain in every namespace (client.scheduling.pause_domain)."""
+        self.scheduling.pause_domain(domain)
+
+    def resume_domain(self, domain: str) -> None:
+        self.scheduling.resume_domain(domain)
 
 
 class SiteQueue(Queue):

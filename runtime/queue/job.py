@@ -166,6 +166,7 @@ class Job:
     batch: str | None = None  # the bid of its batch (runtime.queue.batches)
     usage: dict[str, Any] | None = None  # the last attempt's {"cpu_s", "max_rss_mb"}
     cancellation: Cancellation | None = None  # a tombstone's (state cancelled): when, by what
+    expires_at_ms: int | None = None  # expires_in: the latest start (gone once it started)
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> Job:
@@ -207,6 +208,7 @@ class Job:
             cancellation=None
             if cancelled is None
             else Cancellation(int(cancelled["t"]), str(cancelled["b"])),
+            expires_at_ms=meta.get("x"),
         )
 
     @property

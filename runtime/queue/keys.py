@@ -22,7 +22,8 @@ Key schema (the kind of each key in brackets):
     q:<queue>:prios          [zset]  priorities that have ready lanes (score = priority)
     q:<queue>:ready:<prio>   [zset]  domains whose lane is ready (score = head's ticket)
     q:<queue>:lane:<prio>:<domain> [list] jids waiting, oldest first ('' = no domain)
-    q:<queue>:throttled      [zset]  "<prio>|<domain>" lanes over their limit -> free at (us)
+    q:<queue>:throttled      [zset]  "<prio>|<domain>" lanes over their limit -> free at (us;
+                                     9e15: when a slot frees or the domain resumes)
     q:<queue>:scheduled      [zset]  jid -> due time (us)
     q:<queue>:running        [zset]  jid -> lease expiry (us)
     q:<queue>:depends        [set]   jids waiting on other jobs
@@ -73,7 +74,9 @@ Key schema (the kind of each key in brackets):
                                      10 s; lua/lib/job.lua)
     deps:<jid>               [set]   jids this job waits on
     dependents:<jid>         [set]   jids waiting on this job
-    domain-limits            [hash]  domain -> {"rate":..,"period":..,"burst":..}
+    domain-limits            [hash]  domain -> {"rate":..,"period":..,"burst":..,
+                                     "concurrency":.., "paused":..} (each optional)
+    domain-slots             [hash]  domain -> its jobs holding a lease now (no field: 0)
     domain-tat               [zset]  domain -> theoretical arrival time (us), GCRA
     domain-lanes:<domain>    [zset]  "<prio>|<queue>" of the domain's non-empty lanes (score 0)
     grace                    [hash]  post-outage grace window (lua/lib/lease.lua): from_us,
@@ -143,6 +146,7 @@ TEMPLATES: dict[str, str] = {
     "dependents": "dependents:{jid}",
     "domain_limits": "domain-limits",
     "domain_tat": "domain-tat",
+    "domain_slots": "domain-slots",
     "domain_lanes": "domain-lanes:{domain}",
     "grace": "grace",
     "batch": "batch:{bid}",

@@ -255,6 +255,10 @@ def domain_limit(domain: str, limit: str) -> Call[int]:
     return _op("domain_limit", domain, limit, decode=int)
 
 
+def domain_pause(domain: str, paused: bool) -> Call[int]:
+    return _op("domain_pause", domain, "1" if paused else "0", decode=int)
+
+
 def recur(definition: str, data: str, ticks: Sequence[int]) -> Call[Recurrence]:
     return _op("recur", definition, data, *ticks, decode=Recurrence.from_definition)
 

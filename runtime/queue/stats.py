@@ -108,6 +108,7 @@ class QueueStats:
     retries: int  # retries scheduled
     usage: tuple[KlassUsage, ...] = ()  # by klass: what its attempts cost (queue/usage.py)
     cancelled: int = 0  # jobs cancelled before they ended that left a tombstone
+    expired: int = 0  # jobs failed as runtime.Expired (not started by their deadline)
 
 
 @dataclass(frozen=True)
@@ -212,4 +213,5 @@ def parse(queue: str, day: date, fields: Mapping[str, str]) -> QueueStats:
         retries=int(fields.get("retries", 0)),
         usage=tuple(u for _, u in sorted(usage.by_klass(fields).items()) if u.count),
         cancelled=int(fields.get(JobState.CANCELLED, 0)),
+        expired=int(fields.get("expired", 0)),
     )

@@ -149,6 +149,14 @@ def epoch_ms(at: Any) -> int:
     return round(check_seconds("at", at) * 1000)
 
 
+def _positive_ms(what: str, seconds: Any) -> int:
+    """Seconds as whole milliseconds, at least 1 and at most delay_max_ms."""
+    ms = math.ceil(check_seconds(what, seconds) * 1000)
+    if not 1 <= ms <= LIMITS["delay_max_ms"]:
+        raise BadArgument(f"{what} must be above 0 and at most ten years, got {seconds!r}")
+    return ms
+
+
 _ABSENT = object()
 # Options put.lua takes as these when a spec leaves them out.
 _WIRE_DEFAULTS: dict[str, Any] = {
@@ -174,6 +182,21 @@ def _trace_parent() -> str | None:
         return None
     flags = int(context.trace_flags)
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags:02x}"
+
+
+def _flow_options(
+    options: dict[str, Any], expires_in: float | None, debounce: float | None, timed: bool
+) -> None:
+    """A put's flow controls into its options (expires_in_ms, debounce_ms), checked:
+    debounce needs the job's unique_key and no delay, at or requeue_if_running."""
+    if expires_in is not None:
+        options["expires_in_ms"] = _positive_ms("expires_in", expires_in)
+    if debounce is not None:
+        if options["unique_key"] is None:
+            raise BadArgument("debounce needs a unique_key")
+        if timed or options.get("requeue_if_running"):
+            raise BadArgument("give debounce without delay, at or requeue_if_running")
+        options["debounce_ms"] = _positive_ms("debounce", debounce)
 
 
 @dataclass(frozen=True)
@@ -206,6 +229,8 @@ class JobSpec:
         backoff: tuple[float, float] | None = None,
         timeout: float | None = None,
         tracked: bool = False,
+        expires_in: float | None = None,
+        debounce: float | None = None,
     ) -> JobSpec:
         if isinstance(tags, str) or isinstance(depends, str):
             raise BadArgument("tags and depends must be lists of strings, not one string")
@@ -239,6 +264,8 @@ class JobSpec:
         traceparent = _trace_parent()
         if traceparent is not None:
             options["traceparent"] = traceparent
+        if expires_in is not None or debounce is not None:
+            _flow_options(options, expires_in, debounce, at is not None or bool(delay))
         return cls(check_queue(queue), klass_path(klass), encode_data(data), options)
 
     def in_batch(self, bid: str) -> JobSpec:
@@ -393,7 +420,7 @@ def raise_lost(lost: Iterable[str]) -> NoReturn:
     raise LeaseLost(f"lease lost on {', '.join(lost)}")
 
 
-def domain_limit(domain: str, rate: float, period: float, burst: int | None) -> str:
+def check_domain(domain: Any) -> str:
     if (
         not isinstance(domain, str)
         or not domain
@@ -401,9 +428,29 @@ def domain_limit(domain: str, rate: float, period: float, burst: int | None) -> 
         or any(c.isspace() for c in domain)
     ):
         raise BadArgument(f"domain must be 1-255 characters without blanks, got {domain!r}")
-    rate_ = check_seconds("rate", rate)
-    period_ = check_seconds("period", period)
-    if rate_ <= 0 or period_ <= 0:
-        raise BadArgument("rate and period must be above 0")
-    burst_ = check_int("burst", burst or 0, 0, 10**9)
-    return dumps({"rate": rate_, "period": period_, "burst": burst_})
+    return domain
+
+
+def domain_limit(
+    domain: str,
+    rate: float | None,
+    period: float,
+    burst: int | None,
+    concurrency: int | None = None,
+) -> str:
+    """A domain's limits as lua/domain_limit.lua takes them."""
+    check_domain(domain)
+    if rate is None and concurrency is None:
+        raise BadArgument("give a rate, a concurrency or both")
+    limit: dict[str, Any] = {}
+    if rate is not None:
+        rate_ = check_seconds("rate", rate)
+        period_ = check_seconds("period", period)
+        if rate_ <= 0 or period_ <= 0:
+            raise BadArgument("rate and period must be above 0")
+        limit.update(rate=rate_, period=period_, burst=check_int("burst", burst or 0, 0, 10**9))
+    elif burst:
+        raise BadArgument("burst goes with a rate")
+    if concurrency is not None:
+        limit["concurrency"] = check_int("concurrency", concurrency, 1, LIMITS["concurrency_max"])
+    return dumps(limit)

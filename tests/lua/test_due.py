@@ -98,6 +98,7 @@ OPS = st.one_of(
     st.tuples(st.just("heartbeat"), st.integers(0, 9)),
     st.tuples(st.just("heartbeat_config"), st.sampled_from([1, 5, 60])),
     st.tuples(st.just("domain_limit"), st.sampled_from([1, 2, 50]), st.sampled_from([1.0, 60.0])),
+    st.tuples(st.just("domain_cap"), st.sampled_from([1, 2]), st.booleans()),
     st.tuples(st.just("cancel"), st.integers(0, 30)),
     st.tuples(st.just("requeue"), st.integers(0, 30), queue_st),
     st.tuples(st.just("recur"), queue_st, st.sampled_from([0.5, 3.0, 90.0]), st.integers(0, 2)),
@@ -163,6 +164,12 @@ class Run:
 
     def domain_limit(self, rate: int, period: float) -> None:
         self.client.set_domain_limit("d.example", rate=rate, period=period)
+
+    def domain_cap(self, cap: int, paused: bool) -> None:
+        """A concurrency cap with the rate (full lanes wait for no time), or a pause."""
+        self.client.set_domain_limit("d.example", rate=1, period=1.0, concurrency=cap)
+        if paused:
+            self.client.scheduling.pause_domain("d.example")
 
     def cancel(self, i: int) -> None:
         if self.jids:

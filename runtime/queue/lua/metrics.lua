@@ -10,8 +10,11 @@
 --           "groups": {"<failure group>": n, ...},
 --           "workers": {"<worker>": {"seen_ms": n, "running": n}, ...} (those up),
 --           "batches": {"open": n, "oldest_ms": created ms of the oldest open batch,
---                       or null} (lib/batch.lua)}
---          Every known queue, at most counts_max; workers at most workers_max.
+--                       or null} (lib/batch.lua),
+--           "domains": {"<domain>": {"slots": n (its jobs holding a lease),
+--                       "concurrency": n | null (its cap)}, ...}}
+--          Every known queue, at most counts_max; workers at most workers_max;
+--          domains with jobs holding a lease or a cap, at most workers_max of each.
 -- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   BAD_ARG
 
@@ -58,6 +61,28 @@ local oldest = redis.call('ZRANGE', K.batches, 0, 0, 'WITHSCORES')
 local batches = '{"open":' .. redis.call('ZCARD', K.batches) .. ',"oldest_ms":'
   .. (oldest[2] and int(tonumber(oldest[2])) or 'null') .. '}'
 
+local domains, listed = {}, {}
+local function domain_entry(domain)
+  if not listed[domain] then
+    listed[domain] = true
+    local lim = Domains.limit(domain)
+    domains[#domains + 1] = cjson.encode(domain) .. ':{"slots":' .. int(Domains.slots(domain))
+      .. ',"concurrency":' .. (lim and lim.cap and int(lim.cap) or 'null') .. '}'
+  end
+end
+local using = redis.call('HSCAN', K.domain_slots, 0, 'COUNT', LIMITS.workers_max)[2]
+for i = 1, #using, 2 do
+  domain_entry(using[i])
+end
+local own = redis.call('HSCAN', K.domain_limits, 0, 'COUNT', LIMITS.workers_max)[2]
+for i = 1, #own, 2 do
+  local lim = Domains.limit(own[i])
+  if lim and lim.cap then
+    domain_entry(own[i])
+  end
+end
+
 return '{"now_ms":' .. int(now_ms) .. ',"queues":{' .. table.concat(queues, ',')
   .. '},"groups":{' .. table.concat(groups, ',') .. '},"workers":{'
-  .. table.concat(workers, ',') .. '},"batches":' .. batches .. '}'
+  .. table.concat(workers, ',') .. '},"batches":' .. batches
+  .. ',"domains":{' .. table.concat(domains, ',') .. '}}'

@@ -82,6 +82,20 @@ function Create.parse(spec, data, now_ms)
   elseif at ~= nil then
     job.due_ms = Check.int('at_ms', at, 0, now_ms + LIMITS.delay_max_ms)
   end
+  value = Check.optional(spec.expires_in_ms)
+  if value ~= nil then
+    job.expires_in_ms = Check.int('expires_in_ms', value, 1, LIMITS.delay_max_ms)
+  end
+  value = Check.optional(spec.debounce_ms)
+  if value ~= nil then
+    job.debounce_ms = Check.int('debounce_ms', value, 1, LIMITS.delay_max_ms)
+    if not job.unique_key then
+      E.bad('debounce needs a unique_key')
+    elseif job.due_ms or job.requeue then
+      E.bad('give debounce without delay, at or requeue_if_running')
+    end
+    job.due_ms = now_ms + job.debounce_ms
+  end
   local backoff = Check.optional(spec.backoff)
   if backoff ~= nil then
     if type(backoff) ~= 'table' or #backoff ~= 2 then
@@ -165,12 +179,35 @@ function Create.puts_event(jids)
   return { c = #jids, j = kept }
 end
 
+-- A debounced put (debounce_ms, with a unique key) meets `holder`, the job
+-- holding its key: one that has not started takes the put's data and moves
+-- its due time to now + debounce (Place.debounce). Returns started (the
+-- holder has started: the put makes a new job) and, while the holder runs,
+-- its jid: the new job waits for that run to end (meta.af, Place.promote).
+function Create.debounce(holder, job, now_us)
+  local meta, data = Job.load(holder)
+  if not meta or meta.s == COMPLETE then
+    return true, nil
+  elseif meta.s == RUNNING then
+    return true, holder
+  end
+  Place.debounce(holder, meta, job.data, job.due_ms, job.expires_in_ms, now_us)
+  return false, nil
+end
+
 -- Writes a checked job; returns its jid, or the jid of the job holding its unique key
 -- (a running job's put, whose jid that job already has, is folded into it: unique.lua).
 function Create.job(job, now_us)
+  local after -- a debounced put's running holder: the new job waits for its run
   if job.unique_key then
     local holder = Unique.holder(job.unique_key, job.requeue)
-    if holder then
+    if holder and job.debounce_ms then
+      local started
+      started, after = Create.debounce(holder, job, now_us)
+      if not started then
+        return holder
+      end
+    elseif holder then
       if job.by and holder ~= job.jid then
         Unique.fold(job.jid, holder)
       end
@@ -208,6 +245,12 @@ function Create.job(job, now_us)
   end
   if job.traceparent then
     meta.tp = job.traceparent
+  end
+  if job.expires_in_ms then
+    meta.x, meta.xi = (job.due_ms or now_ms) + job.expires_in_ms, job.expires_in_ms
+  end
+  if after then
+    meta.af, meta.db = after, job.debounce_ms
   end
   if #job.tags > 0 then
     local tags, seen = {}, {}

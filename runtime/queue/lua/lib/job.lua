@@ -38,6 +38,11 @@
 --     r, m, a, cn and a history of its put and its cancel, with data {} (Place.cancel)
 --   h events may carry: n a note, c a count and j jids (puts), b the job that put it,
 --     u the usage of the attempt that ended there (completed, retried, failed)
+--   x its deadline to start (ms; expires_in after its due time; gone once it
+--     started)   xi that expires_in (ms)
+--   sl it holds a slot of its domain (running; lib/domains.lua)
+--   af a debounced job put while the holder of its key ran waits for that
+--     run to end (its jid)   db its debounce (ms) (lib/unique.lua)
 --
 -- A queued job's meta may also be stored compact (Job.compact: the shared
 -- setting compact-records at 1, or unset while every registered master reads
@@ -81,7 +86,8 @@ local TYPES = { p = 'number', g = 'table', a = 'number', o = 'number', d = 'numb
   dm = 'string', uk = 'string', uf = 'number', rq = 'number', w = 'string', l = 'string',
   lr = 'string', qt = 'number', pt = 'number', f = 'table', bo = 'table', to = 'number',
   tr = 'number', cr = 'number', rl = 'number', ot = 'number', pg = 'number', wt = 'number',
-  wn = 'number', b = 'string', cn = 'table' }
+  wn = 'number', b = 'string', cn = 'table', x = 'number', xi = 'number', af = 'string',
+  db = 'number', sl = 'number' }
 
 local function strings(list)
   for i = 1, #list do

@@ -112,12 +112,30 @@ function Place.promote(queue, now_us)
     local jid = scheduled_jid(member)
     local meta, data, raw, sound_meta = Job.read(jid)
     if in_state(jid, SCHEDULED, queue, meta, data, raw, sound_meta) then
-      meta.s, meta.d = WAITING, nil
-      Lanes.push(queue, jid, meta, now_us, false)
-      Job.save(jid, meta, data)
+      if meta.x and now_us > meta.x * 1000 then
+        Place.expire(jid, meta, data, now_us)
+      elseif meta.af and Place.after_running(meta) then
+        Place.enqueue(jid, meta, data, Clock.ms(now_us) + meta.db, now_us, false)
+      else
+        meta.s, meta.d = WAITING, nil
+        Lanes.push(queue, jid, meta, now_us, false)
+        Job.save(jid, meta, data)
+      end
     end
   end
   Place.wake(queue)
+end
+
+-- A debounced job put while the holder of its key ran (meta.af, lib/unique.lua)
+-- waits for that run to end: true while it runs (its promotion is then put off
+-- by its debounce again, meta.db ms); false, and the mark gone, once it ended.
+function Place.after_running(meta)
+  local other = Job.load(meta.af)
+  if other and other.s == RUNNING then
+    return true
+  end
+  meta.af, meta.db = nil, nil
+  return false
 end
 
 -- Scheduled jobs of the queue that come due within ahead_us, taken straight to
@@ -140,7 +158,10 @@ function Place.take_soon(queue, now_us, ahead_us, room, take)
     local meta, data, raw, sound_meta = Job.read(jid, true) -- its data goes in a reply
     if not in_state(jid, SCHEDULED, queue, meta, data, raw, sound_meta) then
       redis.call('ZREM', key, member)
-    elseif not meta.dm then
+    elseif meta.x and now_us > meta.x * 1000 then -- overdue past its deadline
+      redis.call('ZREM', key, member)
+      Place.expire(jid, meta, data, now_us)
+    elseif not (meta.dm or meta.af) then -- (those wait for their promotion)
       redis.call('ZREM', key, member)
       meta.d, meta.qt = nil, Clock.ms(tonumber(found[i + 1]))
       meta.o = redis.call('HINCRBY', K.queue(queue), 'seq', 1)
@@ -196,6 +217,25 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend, put_ms)
   if meta.b then
     Place.counted(jid, meta, was, now_us)
   end
+end
+
+-- A debounced put (lib/unique.lua) for a job that has not started: the job
+-- takes the put's data and waits until due_ms (a job in depends keeps waiting
+-- for its jobs, then until due_ms). Its deadline, if it has one, moves along:
+-- expires_in_ms (the put's, else its own) after due_ms. The record is saved.
+function Place.debounce(jid, meta, data, due_ms, expires_in_ms, now_us)
+  Job.event(jid, meta, Clock.ms(now_us), 'debounced', { dl = due_ms - Clock.ms(now_us) })
+  expires_in_ms = expires_in_ms or meta.xi
+  if expires_in_ms then
+    meta.x, meta.xi = due_ms + expires_in_ms, expires_in_ms
+  end
+  if meta.s == DEPENDS then
+    meta.d = due_ms
+    Job.save(jid, meta, data)
+    return
+  end
+  Place.remove(jid, meta)
+  Place.enqueue(jid, meta, data, due_ms, now_us, false)
 end
 
 -- The lease holder gives the job back unfinished: to the head of its lane, its
@@ -257,6 +297,20 @@ function Place.depend_again(jid, meta, now_us)
     Place.counted(jid, meta, was, now_us)
   end
 end
+
+-- A job that did not start by its deadline (meta.x, ms: expires_in after its
+-- due time) fails as runtime.Expired without running, counted, and the jobs
+-- waiting on it fail (runtime.DependencyFailed). The caller took it out of the
+-- index it sat in; the record is saved.
+function Place.expire(jid, meta, data, now_us)
+  local late_ms = Clock.ms(now_us) - meta.x
+  meta.x, meta.xi, meta.af, meta.db = nil, nil, nil, nil
+  Stats.count(meta.q, 'expired', now_us)
+  Place.fail(jid, meta, GROUP.EXPIRED, 'not started by its deadline (expires_in): '
+    .. int(late_ms) .. ' ms late; it did not run', nil, now_us)
+  Job.save(jid, meta, data)
+end
+Job.expire = Place.expire
 
 -- Final failure: Place.fail_only, then the jobs waiting on it fail too
 -- (Deps.fail_dependents, bound here by deps.lua). The caller saves the record.
@@ -534,3 +588,12 @@ function Place.corrupt(jid, problem, raw, sound_meta, out)
 end
 Job.corrupt = Place.corrupt
 Job.corrupt_view = Place.corrupt_view
+
+-- A slot of a capped domain came back (Lease.drop): its lanes held for one
+-- are readied (or wait for its rate), and the masters idling on their queues
+-- are handed the jobs.
+function Lease.slot_freed(domain)
+  for _, queue in ipairs(Lanes.rescore_domain(domain, Clock.now_us())) do
+    Place.wake(queue)
+  end
+end

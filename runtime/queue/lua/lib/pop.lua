@@ -116,6 +116,9 @@ function Pop.run(p, now_us, retention_batch)
     local keys = { K.scheduled(queue), K.throttled(queue), K.running(queue), K.recurring(queue) }
     for i, key in ipairs(keys) do
       local first = tonumber(redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+      if first and first >= Due.HELD then
+        first = nil -- lanes held for a slot or a resume: no time frees them
+      end
       if first and (not earliest or first < earliest) then
         earliest = first
       end
