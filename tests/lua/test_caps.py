@@ -74,7 +74,8 @@ def test_a_capped_domain_leases_at_most_its_cap_and_the_rest_wait_throttled(
     assert slots(client, "api.com") == 2
     assert client.queue("q").counts() == {
         "waiting": 0, "throttled": 3, "scheduled": 0, "running": 4, "stalled": 0,
-        "depends": 0, "complete": 0, "failed": 0, "paused": False, "oldest_waiting_ms": 0,
+        "depends": 0, "complete": 0, "failed": 0, "cancelled": 0, "paused": False,
+        "oldest_waiting_ms": 0,
         "completed_total": 0, "failed_total": 0, "retried_total": 0, "size_warning": 0,
     }  # fmt: skip
     job = client.get_job("c2")

@@ -39,9 +39,12 @@ def first_score(client: Client, queue: str, name: str) -> float | None:
     return got[0][1] if got else None
 
 
+HELD = 9e15  # a held lane's score (lib/due.lua Due.HELD): a full or paused domain's, never due
+
+
 def earliest(client: Client, queue: str) -> float:
     scores = [first_score(client, queue, name) for name in SETS]
-    return min((s for s in scores if s is not None), default=math.inf)
+    return min((s for s in scores if s is not None and s < HELD), default=math.inf)
 
 
 def kept(client: Client, queue: str) -> float | None:
