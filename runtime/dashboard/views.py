@@ -20,13 +20,13 @@ from starlette.responses import (
     Response,
 )
 
-from runtime.dashboard import jobreads, live, plots, reads
+from runtime.dashboard import jobreads, live, offers, plots, reads
 from runtime.dashboard.render import HERE, page, query
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
 from runtime.queue.site import Site
 from runtime.queue.stats import today
-from runtime.vocabulary import JobState
+from runtime.vocabulary import Count, JobState
 
 OVERVIEW_QUEUES = 20  # the overview lists the largest queues; the queues page lists all
 ORDERS = ("newest", "oldest")
@@ -98,6 +98,7 @@ def queues(request: Request) -> Response:
         filter=text,
         pages=pages,
         states=reads.QUEUE_STATES,
+        listed_as=offers.LISTED_AS,
         live_query=query(queue=shown),
     )
 
@@ -124,6 +125,8 @@ def queue(request: Request) -> Response:
         state=state,
         order=order,
         states=reads.LISTED_STATES,
+        stalled_with=offers.LISTED_AS[Count.STALLED],
+        listing=offers.listing(JobState(state)),
         found=found,
         pages=_pages(found.total, number),
         live_query=query(queue=name),
@@ -143,6 +146,8 @@ def job(request: Request) -> Response:
         now_ms=now_ms,
         view=view,
         job=view.job,
+        actions=offers.job_actions(view.job.state),
+        runs=offers.runs(view.job.state),
         progress=live.progress_text(view.job.progress),
         started_ms=reads.started_ms(view.job),
         live_query=query(jid=jid),
@@ -158,7 +163,8 @@ def batch(request: Request) -> Response:
     if found is None:
         return page(request, "missing.html", what="batch", name=bid, now_ms=now_ms)
     failed = [j for j in client.get_jobs(list(found.failed_jids)) if j is not None]
-    return page(request, "batch.html", now_ms=now_ms, batch=found, failed=failed)
+    look = JobState.RUNNING if found.open else JobState.COMPLETE  # its badge: open, settled
+    return page(request, "batch.html", now_ms=now_ms, batch=found, failed=failed, look=look)
 
 
 def find(request: Request) -> Response:
