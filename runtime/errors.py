@@ -150,7 +150,7 @@ class KlassNotFound(Error):
 
 
 class ProtocolError(Error):
-    """A message on a master-child pipe was malformed or too large."""
+    """A message on a master-child pipe or a fork server's socket was malformed or too large."""
 
 
 class SandboxError(Error):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from runtime import config
-from runtime.children import protocol, tracing
+from runtime.children import control, protocol, tracing
 from runtime.errors import Error, ProtocolError
 from runtime.master import events
 from runtime.master.output import Output
@@ -226,31 +226,29 @@ class Processes:
         root = self.worker.sandbox_dir or (self.settings.state_dir / "sandboxes")
         return root / self.worker_id
 
-    def _server_config(self) -> dict[str, object]:
+    def _server_setup(self) -> control.Setup:
         w = self.worker
-        return {
-            "modules": list(w.modules),
-            "worker": self.worker_id,
-            "sandbox_root": str(self.sandbox_root),
-            "sys_path": list(sys.path),
-            "sentry_dsn": self.settings.sentry_dsn,
-            "namespace": self.settings.namespace,
-            "shards": self.settings.shards,
-            "log_level": self.worker.log_level,
-            "otel": tracing.wanted(w.otel, str(w.otel_file or ""), os.environ),
-            "otel_file": str(w.otel_file) if w.otel_file else None,
-            "user": w.user,
-            "group": w.group,
-            "limits": {
-                "address_space_mib": w.address_space_mib,
-                "open_files": w.open_files,
-                "processes": w.max_processes,
-            },
-        }
+        return control.Setup(
+            worker=self.worker_id,
+            modules=tuple(w.modules),
+            sandbox_root=str(self.sandbox_root),
+            sys_path=tuple(sys.path),
+            address_space_mib=w.address_space_mib,
+            open_files=w.open_files,
+            processes=w.max_processes,
+            user=w.user,
+            group=w.group,
+            sentry_dsn=self.settings.sentry_dsn,
+            log_level=w.log_level,
+            namespace=self.settings.namespace,
+            shards=self.settings.shards,
+            otel=tracing.wanted(w.otel, str(w.otel_file or ""), os.environ),
+            otel_file=str(w.otel_file) if w.otel_file else None,
+        )
 
     async def _start_server(self) -> Spawner:
         env = sandbox.clean_environment(os.environ, self.worker.env)
-        server = Spawner(self._server_config(), env, self._on_exit, self._on_server_gone)
+        server = Spawner(self._server_setup(), env, self._on_exit, self._on_server_gone)
         await server.start()
         return server
 

@@ -230,7 +230,8 @@ def test_the_served_text_is_the_registrys_with_odd_labels_and_large_values() -> 
 def test_an_empty_deployment_writes_every_help_and_type() -> None:
     served, through_registry = served_and_registry({"queues": {}, "groups": {}, "workers": {}})
     same_text(served, through_registry)
-    assert served.count(b"# HELP ") == 14 and served.count(b"# TYPE ") == 14
+    # 12 families, the 2 of open batches, the 2 of domain slots, the 2 of usage
+    assert served.count(b"# HELP ") == 18 and served.count(b"# TYPE ") == 18
 
 
 NAMES = st.text(max_size=8)
