@@ -39,3 +39,13 @@ def count_and_print(job: Any) -> None:
     and klass and keeps it in the job's output)."""
     print(f"counting for {job.data['key']} in attempt {job.attempt}")
     count(job)
+
+
+def chatter(job: Any) -> None:
+    """Prints a line every data["every_s"] for data["seconds"] (a job to follow)."""
+    end = time.monotonic() + float(job.data.get("seconds", 5))
+    i = 0
+    while time.monotonic() < end:
+        print(f"line {i}", flush=True)
+        i += 1
+        time.sleep(float(job.data.get("every_s", 0.01)))

@@ -15,6 +15,7 @@ from runtime.errors import (
     EmbeddedRedisError,
     Error,
     Fail,
+    JobCancelled,
     JobExists,
     JobFailed,
     KlassNotAllowed,
@@ -25,9 +26,10 @@ from runtime.errors import (
     WaitTimeout,
     WrongState,
 )
-from runtime.queue.job import Failure, HistoryEvent, Job
+from runtime.queue.job import Cancellation, Failure, HistoryEvent, Job
 from runtime.queue.wire import JobSpec
 from runtime.typed import JobFunction, PutOptions, job
+from runtime.vocabulary import CancelledBy
 
 if TYPE_CHECKING:
     from runtime.queue.api.aclient import AsyncClient
@@ -63,6 +65,8 @@ __all__ = [
     "BadArgument",
     "Batch",
     "BatchStatus",
+    "Cancellation",
+    "CancelledBy",
     "Client",
     "ConfigError",
     "DependedOn",
@@ -72,6 +76,7 @@ __all__ = [
     "Failure",
     "HistoryEvent",
     "Job",
+    "JobCancelled",
     "JobContext",
     "JobExists",
     "JobFailed",

@@ -15,7 +15,17 @@ from collections.abc import Sequence
 import click
 
 from runtime import config
-from runtime.commands import batches, dashboard, failures, jobs, queues, recurring, workers
+from runtime.commands import (
+    batches,
+    dashboard,
+    domains,
+    failures,
+    jobs,
+    logs,
+    queues,
+    recurring,
+    workers,
+)
 from runtime.commands import embedded as embedded_verbs
 from runtime.commands import metrics as metrics_verbs
 from runtime.commands.common import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, fail
@@ -53,7 +63,7 @@ def log_level_of(verbose: int, setting: str | None) -> str | None:
     return setting
 
 
-for module in (jobs, batches, queues, failures, recurring, workers, dashboard):
+for module in (jobs, batches, logs, queues, domains, failures, recurring, workers, dashboard):
     for command in module.COMMANDS:
         cli.add_command(command)
 for command in (*embedded_verbs.COMMANDS, *metrics_verbs.COMMANDS):

@@ -179,6 +179,8 @@ class WorkerSettings:
     allow_no_aof: bool = False  # no warning when Redis keeps no append-only file
     env: tuple[str, ...] = ()  # variables children see even when they look secret
     log_level: str = WORKER_LOG_LEVEL  # the worker's; children's logging follows it
+    otel: bool = False  # each attempt in a span (also on when OTEL_* names an exporter)
+    otel_file: Path | None = None  # also write each span as a JSON line here
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "log_level", log_level(self.log_level))
@@ -338,6 +340,15 @@ SHARED: dict[str, SharedSetting] = {
             "largest retry delay in seconds",
         ),
         SharedSetting(
+            "fair",
+            0,
+            0,
+            1,
+            True,
+            "1: pops take the queue's ready domains in rotation, not oldest job first",
+            integer=True,
+        ),
+        SharedSetting(
             "domain-rate",
             0,
             0,
@@ -398,6 +409,7 @@ LIMITS: dict[str, int] = {
     "tags_max": 64,
     "depends_max": 100,
     "domain_max": 255,
+    "concurrency_max": 1_000_000,  # a domain's cap on jobs holding a lease at once
     "delay_max_ms": 10 * 365 * 86400 * 1000,
     "message_max_bytes": 64 * 1024,  # failure messages and tracebacks keep their tail
     "history_max": 100,  # a job's history keeps its first event and the newest ones
@@ -420,6 +432,7 @@ LIMITS: dict[str, int] = {
     "retention_batch": 100,  # completed jobs one complete call may delete
     "retention_pop_batch": 10,  # completed jobs one pop may delete (when none complete)
     "cancel_max": 10_000,
+    "tombstone_bytes": 512,  # room a cancelled job's tombstone is given (Redis memory, bytes)
     "get_max": 1000,
     "counts_max": 10_000,
     "peek_max": 1000,
@@ -440,6 +453,9 @@ LIMITS: dict[str, int] = {
     "output_max_bytes": 64 * 1024,  # an attempt's output kept with its job (its tail)
     "note_max_bytes": 1024,  # a note in a job's history (its head)
     "progress_message_max_bytes": 1024,  # a progress message (its head)
+    "live_max_bytes": 64 * 1024,  # one batch of a running job's live output (its tail)
+    "live_entries": 1000,  # batches a job's live stream keeps (about: MAXLEN ~)
+    "live_ttl_s": 3600,  # a live stream lives this long after its last batch
     "puts_max": 1000,  # jobs one completion may put
     "put_jids_kept": 10,  # jids of the jobs it put that a job's history keeps per event
     "wait_max_ms": 3600 * 1000,  # longest one registration of client.wait

@@ -99,6 +99,8 @@ def clear_earlier(client: Client) -> int:
     ours, page_size = f"{__name__}:", config.LIMITS["get_max"]
     doomed: list[str] = []
     for state in LISTED_STATES:
+        if state is JobState.CANCELLED:  # tombstones: no job to delete, retention takes them
+            continue
         start, total = 0, 1
         while start < total:
             total, page = client.admin.jobs(QUEUE, state, start, page_size)

@@ -33,6 +33,18 @@ class NoSuchJob(Error, LookupError):
     """The job id names no job (never put, cancelled, or removed by retention)."""
 
 
+class JobCancelled(NoSuchJob):
+    """The job waited for (`Client.wait`) was cancelled: its tombstone says when
+    (`at_ms`, Redis time) and by what (`by`: cli, dashboard, api, dependency). A
+    NoSuchJob, as a wait for a cancelled job raised before tombstones were kept."""
+
+    def __init__(self, jid: str, at_ms: int, by: str) -> None:
+        super().__init__(f"job {jid} was cancelled (by {by})")
+        self.jid = jid
+        self.at_ms = at_ms
+        self.by = by
+
+
 class LeaseLost(Error):
     """The caller does not hold the job's lease (wrong worker or token, or it expired)."""
 
@@ -138,7 +150,7 @@ class KlassNotFound(Error):
 
 
 class ProtocolError(Error):
-    """A message on a master-child pipe was malformed or too large."""
+    """A message on a master-child pipe or a fork server's socket was malformed or too large."""
 
 
 class SandboxError(Error):

@@ -13,8 +13,8 @@ samples, it took 1.7 million calls and over 200 ms a scrape, against a target of
 
 Metrics (no jid in any label):
 
-    runtime_jobs{queue,state}                    gauge: jobs by state (complete: still
-                                                 kept by retention)
+    runtime_jobs{queue,state}                    gauge: jobs by state (complete, cancelled:
+                                                 still kept by retention)
     runtime_queue_paused{queue}                  gauge: 1 while paused
     runtime_queue_oldest_waiting_seconds{queue}  gauge: age of the oldest waiting job
     runtime_failed_jobs{group}                   gauge: failed jobs by failure group
@@ -29,12 +29,17 @@ Metrics (no jid in any label):
                                                  pending, or not closed)
     runtime_batch_oldest_open_seconds            gauge: age of the oldest open batch
                                                  (0 when none is open)
+    runtime_job_cpu_seconds{queue,klass}         histogram: CPU of each attempt (user +
+                                                 system, with its waited-for subprocesses)
+    runtime_job_max_rss_bytes{queue,klass}       histogram: each attempt's peak RSS
     runtime_redis_up                             gauge: 1 if Redis answered the scrape
 
 The histograms cover the current UTC day (lua/lib/stats.lua keeps statistics per
 day): they start again at midnight UTC, which Prometheus reads as a counter reset;
 a queue that saw no job today has none. Their buckets (1, 5, 10, 50, 100, 500 ms,
-1, 5, 10, 60, 600, 3600 s) are bounds of the stored buckets, so each is exact.
+1, 5, 10, 60, 600, 3600 s) are bounds of the stored buckets, so each is exact; so
+are the usage histograms' (CPU as the times, RSS 32 MiB to 16 GiB by doubling:
+runtime/queue/usage.py).
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from runtime.errors import Error
-from runtime.queue import stats
+from runtime.queue import stats, usage
 from runtime.queue.client import Client
 from runtime.vocabulary import Count
 
@@ -79,6 +84,8 @@ TIMES = (
     ("wait", "seconds from put (or due time) to popped, today (UTC)"),
     ("run", "seconds from popped to completed, today (UTC)"),
 )
+CPU_HELP = "CPU seconds of each attempt (user + system, its subprocesses too), today (UTC)"
+RSS_HELP = "peak resident memory of each attempt's child, today (UTC)"
 EMPTY: dict[str, Any] = {"queues": {}, "groups": {}, "workers": {}}
 
 Kind = Literal["gauge", "counter", "histogram"]
@@ -150,6 +157,9 @@ def families(snapshot: Mapping[str, Any], up_s: float = UP_S) -> list[Family]:
                 list(_histograms(what, queues, hists)),
             )
         )
+    cpu, rss = usage.histograms([(q, c.get("stats", {})) for q, c in queues])
+    out.append(Family("runtime_job_cpu_seconds", "histogram", CPU_HELP, ("queue", "klass"), cpu))
+    out.append(Family("runtime_job_max_rss_bytes", "histogram", RSS_HELP, ("queue", "klass"), rss))
     groups = sorted(snapshot["groups"].items())
     out.append(
         Family(
@@ -176,7 +186,25 @@ def families(snapshot: Mapping[str, Any], up_s: float = UP_S) -> list[Family]:
         )
     )
     out.extend(_batch_gauges(snapshot))
-    return out
+    return out + _domain_gauges(sorted(snapshot.get("domains", {}).items()))
+
+
+def _domain_gauges(domains: list[tuple[str, Mapping[str, Any]]]) -> list[Family]:
+    slots = Family(
+        "runtime_domain_slots_in_use",
+        "gauge",
+        "jobs of the domain holding a lease (all queues and masters)",
+        ("domain",),
+        [((d,), info["slots"]) for d, info in domains],
+    )
+    caps = Family(
+        "runtime_domain_concurrency_limit",
+        "gauge",
+        "the domain's cap on jobs holding a lease at once",
+        ("domain",),
+        [((d,), info["concurrency"]) for d, info in domains if info["concurrency"] is not None],
+    )
+    return [slots, caps]
 
 
 def _batch_gauges(snapshot: Mapping[str, Any]) -> list[Family]:

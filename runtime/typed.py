@@ -84,6 +84,8 @@ class PutOptions(TypedDict, total=False):
     backoff: tuple[float, float]
     timeout: float
     tracked: bool
+    expires_in: float
+    debounce: float
 
 
 OPTION_NAMES = frozenset(PutOptions.__optional_keys__)

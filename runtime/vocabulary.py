@@ -28,8 +28,10 @@ from enum import StrEnum
 
 
 class JobState(StrEnum):
-    """A job's state (docs/semantics.md, *States*). A stored job is in one of them except THROTTLED,
-    which a reader sees for a waiting job whose domain is over its limit."""
+    """A job's state (docs/semantics.md, *States*). A stored job is in one of them
+    except THROTTLED, which a reader sees for a waiting job whose domain is over
+    its limit. CANCELLED is a tombstone: what is left of a job cancelled before it
+    ended (when, by what), its data gone, kept for the retention window."""
 
     SCHEDULED = "scheduled"
     WAITING = "waiting"
@@ -38,12 +40,13 @@ class JobState(StrEnum):
     FAILED = "failed"
     DEPENDS = "depends"
     THROTTLED = "throttled"
+    CANCELLED = "cancelled"
 
 
 # The states stored in a job's record (meta.s).
 STORED_STATES = tuple(s for s in JobState if s is not JobState.THROTTLED)
 # The states a job has ended in.
-ENDED_STATES = (JobState.COMPLETE, JobState.FAILED)
+ENDED_STATES = (JobState.COMPLETE, JobState.FAILED, JobState.CANCELLED)
 # The states a queue's jobs are listed by (`jobs`, the CLI, the dashboard), in the
 # order they are offered; stalled jobs are listed with the running.
 LISTED_STATES = (
@@ -54,7 +57,17 @@ LISTED_STATES = (
     JobState.DEPENDS,
     JobState.COMPLETE,
     JobState.FAILED,
+    JobState.CANCELLED,
 )
+
+
+class CancelledBy(StrEnum):
+    """What cancelled a job, as its tombstone tells (`Job.cancellation.by`)."""
+
+    CLI = "cli"  # runtime cancel
+    DASHBOARD = "dashboard"
+    API = "api"  # Client.cancel, the default
+    DEPENDENCY = "dependency"  # a job it depends on failed, and its caller cancelled it
 
 
 class Count(StrEnum):
@@ -70,6 +83,7 @@ class Count(StrEnum):
     DEPENDS = JobState.DEPENDS.value
     COMPLETE = JobState.COMPLETE.value
     FAILED = JobState.FAILED.value
+    CANCELLED = JobState.CANCELLED.value  # tombstones still kept by retention
 
 
 class FailureGroup(StrEnum):
@@ -94,6 +108,7 @@ class FailureGroup(StrEnum):
     DEPENDENCY_FAILED = "runtime.DependencyFailed"  # a job it depends on failed for good
     PUT_REFUSED = "runtime.PutRefused"  # a completion whose puts were refused
     LEASE_EXPIRED = "runtime.LeaseExpired"  # its lease expired (reaped, or fenced)
+    EXPIRED = "runtime.Expired"  # not started by its expires_in deadline
     RETRY = "runtime.Retry"  # the job raised Retry
     # Not failures: the job goes back to its queue, or is no longer ours.
     LEASE_LOST = "runtime.LeaseLost"
@@ -103,17 +118,19 @@ class FailureGroup(StrEnum):
 
 def lua_vocabulary() -> str:
     """The Lua twin: a local per state and per count (`STALLED`), `STORED_STATES`
-    (each state a record stores, to its JSON text: a set that replies reuse) and
-    a table `GROUP`."""
+    (each state a record stores, to its JSON text: a set that replies reuse), a
+    table `GROUP` and the set `CANCELLED_BY` (what may cancel a job)."""
     words = {**{s.name: s.value for s in JobState}, **{c.name: c.value for c in Count}}
     names = ", ".join(words)
     values = ", ".join(f"'{value}'" for value in words.values())
     stored = ", ".join(f"[{s.name}] = '\"{s.value}\"'" for s in STORED_STATES)
     groups = ", ".join(f"{g.name} = '{g.value}'" for g in FailureGroup)
+    by = ", ".join(f"['{b.value}'] = true" for b in CancelledBy)
     return "\n".join(
         (
             f"local {names} = {values}",
             f"local STORED_STATES = {{{stored}}}",
             f"local GROUP = {{{groups}}}",
+            f"local CANCELLED_BY = {{{by}}}",
         )
     )

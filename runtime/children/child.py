@@ -37,7 +37,7 @@ from typing import Any
 import uvloop
 
 from runtime import sentry
-from runtime.children import allowlist, joblog, protocol
+from runtime.children import allowlist, joblog, protocol, tracing, usage
 from runtime.children.context import JobContext
 from runtime.children.exits import ExitCode
 from runtime.errors import (
@@ -75,6 +75,8 @@ class Settings:
     log_level: str = "INFO"  # the worker's: a job's log records below it are dropped
     namespace: str = ""  # the master's, and the site's rule: ctx.put stays in the job's shard
     shards: str = ""
+    otel: bool = False  # each attempt in a span (runtime/children/tracing.py)
+    otel_file: str | None = None
 
 
 def _on_term(signum: int, frame: Any) -> None:
@@ -103,6 +105,10 @@ class Child:
         self.functions: dict[str, Any] = {}  # klass -> callable, resolved once
         self.context: JobContext | None = None  # the running job's
         self.workdir_seen: int | None = None  # its ctime when last found empty (trusted)
+        self.meter = usage.Meter()  # what each job costs
+        self.tracing = (
+            tracing.Tracer(settings.worker, settings.otel_file) if settings.otel else None
+        )
 
     def _shard_of(self, queue: str) -> str:
         """The namespace a job of `queue` came from: its queue's, on a sharded site
@@ -242,9 +248,10 @@ class Child:
         sandbox.limit_cpu_for_next_job(run.cpu_limit_s)
         _title(self.settings, f"jid={run.jid} klass={run.klass}")
         try:
-            outcome = self.call(run)
+            outcome, used = self.measured(run)
         except Terminated:
             joblog.end(run.jid)
+            self.stop_tracing()
             self._clean_up()
             os._exit(ExitCode.TERMINATED)
         with self.lock:
@@ -252,12 +259,35 @@ class Child:
             self.deadlines.pop(run.jid, None)
         self.context_done()
         joblog.end(run.jid)  # all its output is on the pipe before its outcome goes
+        outcome.cpu_s, outcome.max_rss_mb = round(used.cpu_s, 4), round(used.max_rss_mb, 1)
+        outcome.rss_of_job = used.of_job
         self.send(outcome)
         self._clean_up()
         if self.inbox.empty():
             _title(self.settings, "idle")
 
-    def call(self, run: protocol.Run) -> protocol.Message:
+    def measured(self, run: protocol.Run) -> tuple[protocol.Done | protocol.Failed, usage.Measured]:
+        """The job's outcome and what it cost, in its span when tracing."""
+        if self.tracing is None:
+            self.meter.start()
+            outcome = self.call(run)
+            return outcome, self.meter.stop()
+        with self.tracing.attempt(run) as span:
+            self.meter.start()
+            outcome = self.call(run)
+            used = self.meter.stop()
+            self.tracing.ended(span, outcome)
+        return outcome, used
+
+    def stop_tracing(self) -> None:
+        """Exports the spans not yet exported (before the child exits)."""
+        if self.tracing is not None:
+            try:
+                self.tracing.shutdown()
+            except Exception:
+                log.exception("spans not exported worker=%s", self.settings.worker)
+
+    def call(self, run: protocol.Run) -> protocol.Done | protocol.Failed:
         try:
             fn = self.functions.get(run.klass) or allowlist.resolve(
                 run.klass, self.settings.modules
@@ -401,3 +431,5 @@ def main(
         return child.serve()
     except (Terminated, BrokenPipeError, ConnectionResetError):
         return ExitCode.STOPPED
+    finally:
+        child.stop_tracing()

@@ -5,11 +5,9 @@ The master starts it (`python -m runtime.children.forkserver FD`) before it
 needs any child, so every fork happens in a process with one thread and no
 event loop, and imported code is shared copy-on-write. A new fork server (HUP)
 means freshly imported code. It talks to its master over a SOCK_SEQPACKET
-socket: JSON datagrams, with file descriptors passed alongside.
-
-    master -> server   config, spawn {index} + [child socket, output pipe], exit
-    server -> master   ready {pid} | error {message}, spawned {index, pid},
-                       exited {pid, code, signal, raw_signal}
+socket, one message a datagram (runtime.children.control): the master sets it
+up, asks it to spawn children (their file descriptors alongside) and to exit;
+it says whether it is serving, and which children it spawned and reaped.
 
 It sits in its own process group (a terminal's Ctrl-C reaches only the
 master), and reaps its children, reporting how each ended. A child that died
@@ -35,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import json
 import os
 import select
 import signal
@@ -44,14 +41,13 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
-from runtime.children import child, protocol
+from runtime.children import child, control, protocol, tracing
+from runtime.errors import ProtocolError
 from runtime.proctitle import set_title
 from runtime.sandbox import sandbox
 from runtime.sandbox.prctl import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, prctl
 
-MAX_DATAGRAM = 1 << 16
 LAST_SWEEP_S = 5.0  # at exit: the longest wait for killed processes to be reaped
 CPU_LIMIT_SLACK_S = 0.05  # CPU time read from /proc is in clock ticks
 IGNORED = (
@@ -67,23 +63,15 @@ IGNORED = (
 )
 
 
-def send(ctl: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
-    payload = json.dumps(message).encode()
-    if fds:
-        socket.send_fds(ctl, [payload], fds)
-    else:
-        ctl.send(payload)
-
-
 def _kill(pid: int, *, group: bool = False) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         (os.killpg if group else os.kill)(pid, signal.SIGKILL)
 
 
 class ForkServer:
-    def __init__(self, ctl: socket.socket, config: dict[str, Any], master: int) -> None:
+    def __init__(self, ctl: socket.socket, setup: control.Setup, master: int) -> None:
         self.ctl = ctl
-        self.config = config
+        self.setup = setup
         self.master = master
         self.children: dict[int, Path] = {}  # pid -> its workdir
         self.own = set(sandbox.children_of(os.getpid()))  # started by imports: spared
@@ -118,7 +106,7 @@ class ForkServer:
         return pid
 
     def _workdir(self, index: int) -> Path:
-        return Path(self.config["sandbox_root"]) / str(index)
+        return Path(self.setup.sandbox_root) / str(index)
 
     def _become_child(
         self, index: int, sock_fd: int, out_fd: int, fork_point: protocol.Ready, oom: int
@@ -132,22 +120,25 @@ class ForkServer:
         os.dup2(out_fd, 2)
         os.set_inheritable(sock_fd, False)
         sandbox.keep_only_fds({0, 1, 2, sock_fd})
-        cfg = self.config
+        setup = self.setup
         settings = child.Settings(
             index=index,
-            modules=tuple(cfg["modules"]),
+            modules=setup.modules,
             workdir=self._workdir(index),
-            worker=cfg["worker"],
-            sentry_dsn=cfg.get("sentry_dsn"),
-            log_level=cfg.get("log_level") or "INFO",
-            namespace=cfg.get("namespace") or "",
-            shards=cfg.get("shards") or "",
+            worker=setup.worker,
+            sentry_dsn=setup.sentry_dsn,
+            log_level=setup.log_level,
+            namespace=setup.namespace,
+            shards=setup.shards,
+            otel=setup.otel,
+            otel_file=setup.otel_file,
         )
+        limits = sandbox.Limits(setup.address_space_mib, setup.open_files, setup.processes)
         spec = sandbox.Spec(
             workdir=settings.workdir,
-            limits=sandbox.Limits(**cfg.get("limits", {})),
-            user=cfg.get("user"),
-            group=cfg.get("group"),
+            limits=limits,
+            user=setup.user,
+            group=setup.group,
             oom_score_adj=oom,
         )
         return child.main(socket.socket(fileno=sock_fd), settings, spec, fork_point)
@@ -184,10 +175,7 @@ class ForkServer:
         raw = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         sig = signal.SIGXCPU if raw == signal.SIGKILL and at_cpu_limit else raw
         with contextlib.suppress(OSError):  # the master may be gone
-            send(
-                self.ctl,
-                {"kind": "exited", "pid": pid, "code": code, "signal": sig, "raw_signal": raw},
-            )
+            control.send(self.ctl, control.Reaped(pid, code, sig, raw))
 
     @staticmethod
     def _at_cpu_hard_limit(pid: int) -> bool:
@@ -222,16 +210,23 @@ class ForkServer:
                 os.read(self.wake_r, 4096)
         return 0
 
-    def handle(self, message: dict[str, Any], fds: list[int]) -> None:
-        kind = message.get("kind")
-        if kind == "spawn" and len(fds) == 2 and not self.exiting:
-            pid = self.spawn(int(message["index"]), fds[0], fds[1])
-            send(self.ctl, {"kind": "spawned", "index": message["index"], "pid": pid})
-        elif kind == "exit":
-            self.exiting = True
-        else:
-            for fd in fds:
-                os.close(fd)
+    def handle(self, payload: bytes, fds: list[int]) -> None:
+        """One datagram of the master's. What is not a spawn it can do now (a bad
+        message, one after `exit`) is dropped with its file descriptors."""
+        try:
+            message = control.unpack(payload)
+        except ProtocolError as err:
+            sys.stderr.write(f"fork server: a bad message from the master: {err}\n")
+            message = None
+        match message:
+            case control.Spawn(index=index) if len(fds) == 2 and not self.exiting:
+                pid = self.spawn(index, fds[0], fds[1])
+                control.send(self.ctl, control.Spawned(index, pid))
+                return
+            case control.Exit():
+                self.exiting = True
+        for fd in fds:
+            os.close(fd)
 
     def serve(self) -> int:
         os.set_blocking(self.wake_r, False)
@@ -249,10 +244,10 @@ class ForkServer:
                     os.read(self.wake_r, 4096)
             self.reap()
             if self.ctl.fileno() in readable:
-                payload, fds, _, _ = socket.recv_fds(self.ctl, MAX_DATAGRAM, 4)
+                payload, fds, _, _ = socket.recv_fds(self.ctl, control.MAX_DATAGRAM, 4)
                 if not payload:  # the master is gone: so are its children
                     return self.end()
-                self.handle(json.loads(payload), fds)
+                self.handle(payload, fds)
         return self.end()
 
 
@@ -266,17 +261,42 @@ def main(argv: list[str]) -> int:
         return 1
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
-    config: dict[str, Any] = json.loads(ctl.recv(MAX_DATAGRAM))
-    sys.path[:] = config.get("sys_path", sys.path)
-    set_title(f"runtime fork-server for {config['worker']} ({' '.join(config['modules'])})")
+    setup = _setup(ctl)
+    if setup is None:
+        return 1
+    if setup.sys_path:
+        sys.path[:] = setup.sys_path
+    set_title(f"runtime fork-server for {setup.worker} ({' '.join(setup.modules)})")
     try:
-        for module in config["modules"]:
+        for module in setup.modules:
             importlib.import_module(module)
     except BaseException as err:  # noqa: BLE001 - any failure to import is the master's to report
-        send(ctl, {"kind": "error", "message": f"cannot import {module}: {err!r}"})
+        control.send(ctl, control.NotServing(f"cannot import {module}: {err!r}"))
         return 1
-    send(ctl, {"kind": "ready", "pid": os.getpid()})
-    return ForkServer(ctl, config, master).serve()
+    if setup.otel:
+        try:
+            tracing.preload()
+        except ImportError as err:
+            message = f"tracing needs the otel extra (pip install 'runtime-worker[otel]'): {err}"
+            control.send(ctl, control.NotServing(message))
+            return 1
+    control.send(ctl, control.Serving(os.getpid()))
+    return ForkServer(ctl, setup, master).serve()
+
+
+def _setup(ctl: socket.socket) -> control.Setup | None:
+    """The master's first message, its setup; None (and the master told) if it is not."""
+    try:
+        message = control.unpack(ctl.recv(control.MAX_DATAGRAM))
+    except ProtocolError as err:
+        problem = f"a bad setup: {err}"
+    else:
+        if isinstance(message, control.Setup):
+            return message
+        problem = f"{message.kind} came before the setup"
+    with contextlib.suppress(OSError):  # the master may be gone
+        control.send(ctl, control.NotServing(problem))
+    return None
 
 
 if __name__ == "__main__":

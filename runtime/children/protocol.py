@@ -29,8 +29,9 @@ import json
 import json.encoder
 import json.scanner
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from runtime.errors import ProtocolError
 
@@ -38,9 +39,22 @@ HEADER = struct.Struct("!I")
 MAX_FRAME_BYTES = 96 * 1024 * 1024  # largest job data (64 MiB) and a traceback, with room
 
 
-@dataclass
 class Message:
+    """A message: a dataclass with a `kind`; `names`, its fields' names, is set by
+    `kinds` (below), which makes the table a decoder knows messages by."""
+
     kind: ClassVar[str]
+    names: ClassVar[frozenset[str]]
+
+
+M = TypeVar("M", bound=Message)
+
+
+def kinds(*classes: type[M]) -> dict[str, type[M]]:
+    """The message classes by kind, as `decode` takes them; each learns its fields."""
+    for cls in classes:
+        cls.names = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+    return {cls.kind: cls for cls in classes}
 
 
 @dataclass
@@ -60,6 +74,7 @@ class Run(Message):
     cpu_limit_s: float | None = None
     start_at: float | None = None
     batch: str | None = None  # the bid of the job's batch (ctx.batch)
+    traceparent: str | None = None  # of the span that put it (runtime/children/tracing.py)
 
 
 @dataclass
@@ -108,12 +123,17 @@ class Heartbeat(Message):
 @dataclass
 class Done(Message):
     """The job returned. `result`: its return value as JSON text ("" for None);
-    `note`: why a value it returned is not kept (not JSON, too large)."""
+    `note`: why a value it returned is not kept (not JSON, too large); `cpu_s`,
+    `max_rss_mb`, `rss_of_job`: what the attempt cost (runtime/children/usage.py;
+    None: not measured)."""
 
     kind: ClassVar[str] = "done"
     jid: str
     result: str = field(default="", repr=False)
     note: str = ""
+    cpu_s: float | None = None
+    max_rss_mb: float | None = None
+    rss_of_job: bool = True
 
 
 @dataclass
@@ -149,6 +169,9 @@ class Failed(Message):
     retry: bool = True
     delay: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    cpu_s: float | None = None  # what the attempt cost, as in Done
+    max_rss_mb: float | None = None
+    rss_of_job: bool = True
 
 
 @dataclass
@@ -161,20 +184,15 @@ class Skipped(Message):
     why: str
 
 
-KINDS: dict[str, type[Message]] = {
-    cls.kind: cls
-    for cls in (Run, Lease, Withdraw, Stop, Ready, Heartbeat, Done, Failed, Skipped, Put, Progress)
-}
+KINDS: dict[str, type[Message]] = kinds(
+    Run, Lease, Withdraw, Stop, Ready, Heartbeat, Done, Failed, Skipped, Put, Progress
+)
 
 # Marker lines the child writes on its output pipe (stdout and stderr share it):
 # MARK_END + b"<jid>\n" when it is done with a job (after what the job printed), and
 # MARK_LOG + JSON {"level", "name", "message"} + b"\n" for a log record of the job.
 MARK = b"\x00runtime:"
 MARK_END, MARK_LOG = MARK + b"end ", MARK + b"log "
-_FIELDS: dict[type[Message], tuple[str, ...]] = {
-    cls: tuple(f.name for f in fields(cls)) for cls in KINDS.values()
-}
-_FIELD_SETS = {cls: frozenset(names) for cls, names in _FIELDS.items()}
 
 # JSON's C encoder and scanner, each made once: json.dumps with options and
 # JSONEncoder.encode make a new encoder for every call, json.loads goes through
@@ -201,15 +219,16 @@ def encode(message: Message) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def decode(body: bytes) -> Message:
+def decode(body: bytes, known: Mapping[str, type[Message]] = KINDS) -> Message:
+    """A frame's body as the message of `known` it names (a child's pipe: KINDS)."""
     try:
         text = body.decode()  # text: no guessing its encoding
         obj, end = _scan(text, 0)  # as json.loads, without its Python layers
         if end != len(text) and not text[end:].isspace():
             raise ValueError(f"extra data after the message at {end}")
-        cls = KINDS[obj.pop("kind")]
-        if not _FIELD_SETS[cls].issuperset(obj):
-            unknown = set(obj).difference(_FIELDS[cls])
+        cls = known[obj.pop("kind")]
+        if not cls.names.issuperset(obj):
+            unknown = set(obj).difference(cls.names)
             raise ProtocolError(f"unknown fields {sorted(unknown)} in {cls.kind}")
         return cls(**obj)
     except ProtocolError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,7 +22,8 @@ from runtime.commands.common import (
 )
 from runtime.queue.client import Client
 from runtime.queue.job import HistoryEvent, Job
-from runtime.vocabulary import JobState
+from runtime.queue.usage import KlassUsage
+from runtime.vocabulary import CancelledBy, JobState
 
 
 @click.command()
@@ -83,7 +85,8 @@ RESULT_CHARS = 2000  # characters of a result shown
 
 def describe(job: Job, related: Mapping[str, Job | None] | None = None) -> list[str]:
     """`runtime job`: the job, what it waits on and what waits on it (with their
-    states, from `related`), its result, progress, failure, output and history."""
+    states, from `related`), its result, progress, cancellation (a tombstone's),
+    failure, output and history."""
     related = related or {}
     lines = [
         f"jid        {job.jid}",
@@ -104,6 +107,11 @@ def describe(job: Job, related: Mapping[str, Job | None] | None = None) -> list[
         lines.append(f"result     {_result(job.result)}")
     if job.progress is not None:
         lines.append(f"progress   {progress_text(job.progress)}")
+    if job.usage is not None:
+        lines.append(f"usage      {usage_text(job.usage)} (last attempt)")
+    if job.cancellation:
+        by, at = job.cancellation.by, when(job.cancellation.at_ms)
+        lines.append(f"cancelled  at {at} by {by} (its data deleted: a tombstone until retention)")
     if job.failure:
         lines.append(f"failure    {job.failure.group} at {when(job.failure.at_ms)}")
         lines += ["  " + line for line in job.failure.message.splitlines()]
@@ -148,6 +156,32 @@ def progress_text(progress: Mapping[str, Any]) -> str:
     return f"{count}{' ' + message if message else ''}, at {when(progress.get('at_ms'))}"
 
 
+TOP_KLASSES = 5  # shown by CPU and by memory
+
+
+def usage_lines(klasses: Sequence[KlassUsage]) -> list[str]:
+    """The klasses that cost most: by CPU (all their attempts together) and by
+    memory (mean peak RSS of an attempt, and the highest bucket hit)."""
+    if not klasses:
+        return []
+    lines = ["top klasses by CPU (all attempts today)"]
+    for u in sorted(klasses, key=lambda u: -u.cpu_s)[:TOP_KLASSES]:
+        lines.append(
+            f"      {u.cpu_s:10.2f} s  {u.count} attempts, mean {u.mean_cpu_s:.3f} s  {u.klass}"
+        )
+    lines.append("top klasses by memory (peak RSS of an attempt)")
+    for u in sorted(klasses, key=lambda u: -u.mean_rss_mb)[:TOP_KLASSES]:
+        top = f"<= {u.top_rss_mb:g}" if u.top_rss_mb is not None else "> 16384"
+        lines.append(f"      {u.mean_rss_mb:8.1f} MB mean, {top} MB at most  {u.klass}")
+    return lines
+
+
+def usage_text(usage: Mapping[str, Any]) -> str:
+    """ "cpu 0.612 s, peak 212.3 MB" from an attempt's usage."""
+    of = " (the child's since it started)" if usage.get("max_rss_of") == "child" else ""
+    return f"cpu {usage['cpu_s']:.3f} s, peak {usage['max_rss_mb']:.1f} MB{of}"
+
+
 def _number(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
@@ -179,6 +213,8 @@ def _event(ev: HistoryEvent) -> str:
     if ev.jids:
         more = "..." if ev.count is not None and ev.count > len(ev.jids) else ""
         extra += f" jids={','.join(ev.jids)}{more}"
+    if ev.usage is not None:
+        extra += f" [{usage_text(ev.usage)}]"
     if ev.note:
         extra += f" ({ev.note})"
     return f"  {when(ev.at_ms)}  {ev.event:<10} {extra.strip()}".rstrip()
@@ -203,6 +239,8 @@ def job(ctx: click.Context, jid: str, as_json: bool) -> None:
     related = related_jobs(client, found)
     if as_json:
         fields = {k: v for k, v in vars(found).items() if k != "client"}
+        if found.cancellation is not None:
+            fields["cancellation"] = dataclasses.asdict(found.cancellation)
         fields["related"] = {j: None if o is None else o.state for j, o in related.items()}
         emit(fields)
     else:
@@ -214,7 +252,7 @@ def job(ctx: click.Context, jid: str, as_json: bool) -> None:
 @click.pass_context
 def cancel(ctx: click.Context, jids: Sequence[str]) -> None:
     """Cancel (delete) jobs; exits 1 if one of them did not exist."""
-    done = client_of(ctx).cancel(*jids)
+    done = client_of(ctx).cancel(*jids, by=CancelledBy.CLI)
     click.echo(f"cancelled {len(done)} of {len(jids)}")
     missing = sorted(set(jids) - set(done))
     if missing:

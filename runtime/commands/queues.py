@@ -1,5 +1,5 @@
-"""Verbs about queues: status, jobs, pause, resume, queue forget, config, stats,
-limit."""
+"""Verbs about queues: status, jobs, pause, resume (of a queue or a domain), queue
+forget, config, stats."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from runtime.commands.common import (
     unknown_queues,
     when,
 )
-from runtime.commands.jobs import progress_text
+from runtime.commands.jobs import progress_text, usage_lines
 from runtime.errors import BadArgument
 from runtime.queue import wire
 from runtime.queue.client import Client
@@ -148,6 +148,10 @@ _WHEN: dict[str, tuple[str, Any]] = {
     JobState.DEPENDS: ("put", lambda j: j.put_at_ms),
     JobState.COMPLETE: ("completed", lambda j: j.history[-1].at_ms if j.history else None),
     JobState.FAILED: ("failed", lambda j: j.failure.at_ms if j.failure else None),
+    JobState.CANCELLED: (
+        str(JobState.CANCELLED),
+        lambda j: j.cancellation.at_ms if j.cancellation else None,
+    ),
 }
 
 
@@ -202,15 +206,28 @@ def _known(client: Client, queue: str, hint: str = "") -> None:
         raise click.exceptions.Exit(fail(f"no queue {queue} ({known_text(client.queues())}){hint}"))
 
 
+def _queue_or_domain(queue: str | None, domain: str | None) -> str:
+    if (queue is None) == (domain is None):
+        raise BadArgument("give a QUEUE or --domain DOMAIN, one of them")
+    return queue or ""
+
+
 @click.command()
-@click.argument("queue")
+@click.argument("queue", required=False)
+@click.option("--domain", help="Pause DOMAIN's jobs in every queue instead (others run).")
 @click.option(
     "--create", is_flag=True, help="Pause QUEUE even if it was never used (before its first job)."
 )
 @click.pass_context
-def pause(ctx: click.Context, queue: str, create: bool) -> None:
-    """Stop masters from leasing jobs of QUEUE (exit 1 if it was never used, unless --create)."""
+def pause(ctx: click.Context, queue: str | None, domain: str | None, create: bool) -> None:
+    """Stop masters from leasing jobs of QUEUE (exit 1 if it was never used, unless
+    --create), or of --domain DOMAIN in every queue."""
     client = client_of(ctx)
+    queue = _queue_or_domain(queue, domain)
+    if not queue:
+        client.scheduling.pause_domain(domain or "")
+        click.echo(f"paused domain {domain}")
+        return
     if not create:
         _known(client, queue, "; --create pauses it before its first job")
     client.queue(queue).pause()
@@ -218,11 +235,18 @@ def pause(ctx: click.Context, queue: str, create: bool) -> None:
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", required=False)
+@click.option("--domain", help="Resume DOMAIN's jobs instead.")
 @click.pass_context
-def resume(ctx: click.Context, queue: str) -> None:
-    """Let masters lease jobs of QUEUE again (exit 1 if it was never used)."""
+def resume(ctx: click.Context, queue: str | None, domain: str | None) -> None:
+    """Let masters lease jobs of QUEUE again (exit 1 if it was never used), or of
+    --domain DOMAIN."""
     client = client_of(ctx)
+    queue = _queue_or_domain(queue, domain)
+    if not queue:
+        client.scheduling.resume_domain(domain or "")
+        click.echo(f"resumed domain {domain}")
+        return
     _known(client, queue)
     client.queue(queue).resume()
     click.echo(f"resumed {queue}")
@@ -316,8 +340,8 @@ def config_cmd(
 @click.pass_context
 def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -> None:
     """Wait and run times of a queue's jobs (percentiles, histogram with millisecond
-    buckets below a second), with failures, failed and retries; exits 1 if QUEUE
-    was never used."""
+    buckets below a second), with failures, failed, retries, cancels and expired
+    jobs; exits 1 if QUEUE was never used."""
     client = client_of(ctx)
     found = client.admin.stats(queue, day.date() if day else None)
     if not client.admin.queue_known(queue):
@@ -327,7 +351,8 @@ def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -
         return
     click.echo(
         f"{queue} on {found.day}: failures {found.failures}, failed {found.failed}, "
-        f"retries {found.retries}"
+        f"retries {found.retries}, cancelled {found.cancelled}"
+        + (f", expired {found.expired}" if found.expired else "")
     )
     for name, times in (("wait", found.wait), ("run", found.run)):
         click.echo(
@@ -342,49 +367,8 @@ def stats(ctx: click.Context, queue: str, day: datetime | None, as_json: bool) -
             click.echo(f"      {cuts}")
         for lower_s, n in times.histogram:
             click.echo(f"      >= {duration(lower_s):>7}  {n}")
-
-
-@click.command()
-@click.argument("domain", required=False)
-@click.argument("rate", required=False)
-@click.option("--burst", type=click.IntRange(0), help="Extra starts allowed at once.")
-@click.option("--clear", is_flag=True, help="Remove DOMAIN's own limit.")
-@click.option("--json", "as_json", is_flag=True, help="List the limits as JSON (no DOMAIN).")
-@click.pass_context
-def limit(
-    ctx: click.Context,
-    domain: str | None,
-    rate: str | None,
-    burst: int | None,
-    clear: bool,
-    as_json: bool,
-) -> None:
-    """Limit DOMAIN to RATE job starts, as N/SECONDS (e.g. 10/1, 100/60); no
-    arguments: list the limits."""
-    client = client_of(ctx)
-    if as_json and domain is not None:
-        raise BadArgument("--json lists the limits: give no DOMAIN")
-    if domain is None:
-        limits = client.scheduling.domain_limits()
-        if as_json:
-            emit(limits)
-            return
-        for name, lim in sorted(limits.items()):
-            click.echo(f"{name}  {lim['rate']:g}/{lim['period']:g}s burst {lim['burst']}")
-        return
-    if clear:
-        client.scheduling.clear_domain_limit(domain)
-        click.echo(f"cleared {domain}")
-        return
-    if rate is None:
-        raise BadArgument("give RATE as N/SECONDS, e.g. 10/1")
-    count, _, period = rate.partition("/")
-    try:
-        starts, seconds = float(count), float(period or 1)
-    except ValueError:
-        raise BadArgument(f"RATE must look like N/SECONDS, got {rate!r}") from None
-    client.set_domain_limit(domain, starts, seconds, burst)
-    click.echo(f"{domain}: {rate} (burst {burst or 0})")
+    for line in usage_lines(found.usage):
+        click.echo(line)
 
 
 def _number(value: float) -> int | float:
@@ -392,4 +376,4 @@ def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() else float(value)
 
 
-COMMANDS = [status, jobs_cmd, pause, resume, queue_group, config_cmd, stats, limit]
+COMMANDS = [status, jobs_cmd, pause, resume, queue_group, config_cmd, stats]

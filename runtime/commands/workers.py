@@ -84,6 +84,18 @@ log = logging.getLogger(__name__)
     help="Let the environment variable NAME through to the jobs even if it looks secret "
     "(repeatable; adds to the env setting, RUNTIME_ENV).",
 )
+@click.option(
+    "--otel",
+    is_flag=True,
+    default=None,
+    help="Run each attempt in an OpenTelemetry span (also on when OTEL_* names an exporter; "
+    "needs the otel extra).",
+)
+@click.option(
+    "--otel-file",
+    type=click.Path(dir_okay=False),
+    help="Also write each span as one JSON line to this file (local debugging).",
+)
 @click.option("--worker-id", help="Default: hostname-pid.")
 @click.pass_context
 def worker(
@@ -114,6 +126,8 @@ def worker(
     worker_id = fields.pop("worker_id", None)
     if "sandbox_dir" in fields:
         fields["sandbox_dir"] = Path(fields["sandbox_dir"])
+    if "otel_file" in fields:  # children work in their sandboxes: an absolute path
+        fields["otel_file"] = Path(fields["otel_file"]).absolute()
     served = tuple(q.strip() for q in queues.split(",") if q.strip())
     worker_settings = config.WorkerSettings(
         modules=tuple(modules), queues=served, env=names, log_level=level, **fields

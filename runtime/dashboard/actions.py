@@ -18,6 +18,7 @@ from runtime.dashboard import jobreads, reads
 from runtime.dashboard.render import set_flash
 from runtime.errors import BadArgument, Error
 from runtime.queue.client import Client
+from runtime.vocabulary import CancelledBy
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +76,13 @@ def retry(client: Client, form: Form) -> str:
 
 
 def cancel(client: Client, form: Form) -> str:
-    gone = client.cancel(_field(form, "jid"))
+    gone = client.cancel(_field(form, "jid"), by=CancelledBy.DASHBOARD)
     return f"cancelled {form['jid']}" if gone else f"{form['jid']} was already gone"
 
 
 def delete(client: Client, form: Form) -> str:
     """A finished job (complete or failed) is deleted as a cancel deletes one."""
-    gone = client.cancel(_field(form, "jid"))
+    gone = client.cancel(_field(form, "jid"), by=CancelledBy.DASHBOARD)
     return f"deleted {form['jid']}" if gone else f"{form['jid']} was already gone"
 
 

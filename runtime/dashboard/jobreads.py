@@ -20,6 +20,7 @@ from runtime.queue import ops
 from runtime.queue.client import Client, Site
 from runtime.queue.job import Job
 from runtime.queue.stats import QueueStats, Times
+from runtime.vocabulary import CancelledBy
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +55,12 @@ class GroupRow:
 @dataclass(frozen=True)
 class DomainRow:
     domain: str
-    limit: Mapping[str, Any] | None  # {"rate", "period", "burst"}; None: the default
+    limit: Mapping[str, Any] | None  # {"rate", "period", "burst", "concurrency", "paused"}
     throttled: int | None
     next_start_ms: int | None
+    slots: int | None = None  # its jobs holding a lease now
+    paused: bool = False
+    full: bool = False  # its jobs hold every slot of its cap
 
 
 @dataclass(frozen=True)
@@ -149,17 +153,25 @@ def delete_group(client: Client, group: str) -> int:
     deleted = 0
     while True:
         _, jobs = client.admin.failed_jobs(group, 0, DELETE_BATCH)
-        gone = client.cancel(*[j.jid for j in jobs]) if jobs else []
+        gone = client.cancel(*[j.jid for j in jobs], by=CancelledBy.DASHBOARD) if jobs else []
         if not gone:
             return deleted
         deleted += len(gone)
 
 
 def domain_rows(client: Client) -> list[DomainRow]:
-    """Domains with a limit of their own or with jobs throttled now, by name."""
+    """Domains with a limit of their own, with jobs throttled or running now, by name."""
     found = client.admin.domains()
     return [
-        DomainRow(d, info.get("limit"), info.get("throttled"), info.get("next_start_ms"))
+        DomainRow(
+            d,
+            info.get("limit"),
+            info.get("throttled"),
+            info.get("next_start_ms"),
+            info.get("slots"),
+            bool(info.get("paused")),
+            bool(info.get("full")),
+        )
         for d, info in sorted(found.items())
     ]
 

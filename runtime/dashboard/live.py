@@ -148,8 +148,12 @@ def queue_values(rows: Iterable[QueueRow]) -> dict[str, str]:
     return values
 
 
-def job_values(job: Job | None) -> dict[str, str]:
-    """A job's changing fields; the state "gone" once it is."""
+LIVE_CHARS = 16 * 1024  # of a running job's output, on its page
+
+
+def job_values(job: Job | None, live_text: str | None = None) -> dict[str, str]:
+    """A job's changing fields (`live_text`: what it printed lately, running); the
+    state "gone" once it is."""
     if job is None:
         return {"job.state": "gone"}
     progress, result = job.progress, job.result
@@ -162,6 +166,8 @@ def job_values(job: Job | None) -> dict[str, str]:
     }
     if result is not None:
         values["job.result"] = pretty(result)
+    if live_text is not None:
+        values["job.live"] = live_text[-LIVE_CHARS:]
     return values
 
 

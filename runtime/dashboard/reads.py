@@ -30,6 +30,7 @@ QUEUE_STATES = (
     Count.THROTTLED,
     Count.COMPLETE,
     Count.FAILED,
+    Count.CANCELLED,
 )
 LISTED_STATES = vocabulary.LISTED_STATES  # stalled jobs are listed with the running
 # the counts of the jobs that still have to run

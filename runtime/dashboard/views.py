@@ -20,12 +20,13 @@ from starlette.responses import (
     Response,
 )
 
-from runtime.dashboard import jobreads, live, plots, reads
+from runtime.dashboard import jobreads, live, offers, plots, reads
 from runtime.dashboard.render import HERE, page, query
 from runtime.errors import BadArgument
 from runtime.queue.client import Client
+from runtime.queue.job import Job
 from runtime.queue.stats import today
-from runtime.vocabulary import JobState
+from runtime.vocabulary import Count, JobState
 
 OVERVIEW_QUEUES = 20  # the overview lists the largest queues; the queues page lists all
 ORDERS = ("newest", "oldest")
@@ -96,6 +97,7 @@ def queues(request: Request) -> Response:
         filter=text,
         pages=pages,
         states=reads.QUEUE_STATES,
+        listed_as=offers.LISTED_AS,
         live_query=query(queue=shown),
     )
 
@@ -122,6 +124,8 @@ def queue(request: Request) -> Response:
         state=state,
         order=order,
         states=reads.LISTED_STATES,
+        stalled_with=offers.LISTED_AS[Count.STALLED],
+        listing=offers.listing(JobState(state)),
         found=found,
         pages=_pages(found.total, number),
         live_query=query(queue=name),
@@ -141,7 +145,16 @@ def job(request: Request) -> Response:
         now_ms=now_ms,
         view=view,
         job=view.job,
+        actions=offers.job_actions(view.job.state),
+        runs=offers.runs(view.job.state),
+        tombstone=offers.tombstone(view.job.state),
+        cancel_event=offers.CANCEL_EVENT,
         progress=live.progress_text(view.job.progress),
+        live_text=(
+            client.admin.live_tail(jid)[-live.LIVE_CHARS :]
+            if view.job.state == JobState.RUNNING
+            else None
+        ),
         started_ms=reads.started_ms(view.job),
         live_query=query(jid=jid),
     )
@@ -156,7 +169,15 @@ def batch(request: Request) -> Response:
     if found is None:
         return page(request, "missing.html", what="batch", name=bid, now_ms=now_ms)
     failed = [j for j in client.get_jobs(list(found.failed_jids)) if j is not None]
-    return page(request, "batch.html", now_ms=now_ms, batch=found, failed=failed)
+    look = JobState.RUNNING if found.open else JobState.COMPLETE  # its badge: open, settled
+    return page(request, "batch.html", now_ms=now_ms, batch=found, failed=failed, look=look)
+
+
+def _live_text(client: Client, job: Job | None) -> str | None:
+    """The end of what a running job printed lately (None for a job not running)."""
+    if job is None or job.state != JobState.RUNNING:
+        return None
+    return client.admin.live_tail(job.jid)[-live.LIVE_CHARS :]
 
 
 def find(request: Request) -> Response:
@@ -277,7 +298,12 @@ def live_json(request: Request) -> Response:
         values.update(live.queue_values(reads.queue_rows(counts, names)))
     if params.get("jid"):
         jid = params["jid"]
-        values.update(live.job_values(reads.of_job(request.app.state, jid).get_job(jid)))
+        of_job = reads.of_job(request.app.state, jid)
+        found = of_job.get_job(jid)
+        live_text = (
+            of_job.admin.live_tail(jid) if found and found.state == JobState.RUNNING else None
+        )
+        values.update(live.job_values(found, live_text))
     if params.get("plot"):
         html["plot.throughput"] = str(
             live.throughput_plot(counts.admin.throughput(live.PLOT_MINUTES))

@@ -176,6 +176,8 @@ class Book:
             case events.SpawnFailed():
                 log.error("could not fork a child: %s worker=%s", event.error, self.worker_id)
                 self.slots.spawn_failed(event.index, now)
+            case events.ChildPrinted():
+                self.flow.on_child_printed(event, now)
             case events.ChildBroke():
                 if (slot := self.slots.get(event.index, event.pid)) is not None:
                     why = f"protocol error from child: {event.error}"

@@ -63,6 +63,18 @@ class ChildSaid:
 
 
 @dataclass
+class ChildPrinted:
+    """Lines the running job of a child printed since the last batch (live output,
+    runtime/master/output.py), and how many were dropped over its budget."""
+
+    index: int
+    pid: int
+    jid: str
+    text: str
+    dropped: int
+
+
+@dataclass
 class ChildBroke:
     """A child broke the protocol (a bad or incomplete frame)."""
 
@@ -276,6 +288,7 @@ Event = (
     | ChildSpawned
     | SpawnFailed
     | ChildSaid
+    | ChildPrinted
     | ChildBroke
     | ChildExited
     | Exchanged

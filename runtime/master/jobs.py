@@ -20,6 +20,7 @@ from runtime.master.ledger import Ledger
 from runtime.master.link import Link
 from runtime.master.reports import Reports
 from runtime.master.slots import Slot, Slots, SlotState
+from runtime.queue import wire
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,7 @@ class JobFlow:
                     cpu_limit_s=self.worker.cpu_limit_s,
                     start_at=held.start_at,
                     batch=leased.batch,
+                    traceparent=leased.traceparent,
                 ),
             )
         )
@@ -175,6 +177,7 @@ class JobFlow:
                     output=event.output,
                     note=message.note or None,
                     puts=held.puts,
+                    usage=wire.usage_text(message.cpu_s, message.max_rss_mb, message.rss_of_job),
                 )
                 self._report(held, now)
             else:
@@ -186,6 +189,7 @@ class JobFlow:
                     message.delay,
                     now,
                     event.output,
+                    wire.usage_text(message.cpu_s, message.max_rss_mb, message.rss_of_job),
                 )
             self._finished(slot, held, now)
         elif isinstance(message, protocol.Ready):
@@ -208,6 +212,17 @@ class JobFlow:
             self._unexpected(message, event.pid)
         elif isinstance(message, protocol.Heartbeat):
             self.ledger.signed(self.ledger.held[slot.running], now)
+
+    def on_child_printed(self, event: events.ChildPrinted, now: float) -> None:
+        """The running job's latest lines go live with the next exchange (its own
+        output goes with its report once it ends: lines of an ended job are not)."""
+        slot = self.slots.get(event.index, event.pid)
+        held = self.ledger.held.get(event.jid)
+        if slot is None or held is None or slot.running != event.jid:
+            return
+        reports = self.lanes[held.lane]
+        reports.outcomes.add_live(held.jid, held.leased.token, event.text, event.dropped)
+        reports.noted(now)
 
     def _unexpected(self, message: protocol.Message, pid: int) -> None:
         log.warning("unexpected %s from child pid=%d worker=%s", message.kind, pid, self.worker_id)
@@ -366,6 +381,7 @@ class JobFlow:
         delay: float | None,
         now: float,
         output: str = "",
+        usage: str = "",
     ) -> None:
         leased = held.leased
         log.info(
@@ -378,9 +394,11 @@ class JobFlow:
         outcomes = self.lanes[held.lane].outcomes
         if retry:
             delay_ms = -1 if delay is None else round(max(0.0, delay) * 1000)
-            outcomes.add_retry(leased.jid, leased.token, group, message, delay_ms, output=output)
+            outcomes.add_retry(
+                leased.jid, leased.token, group, message, delay_ms, output=output, usage=usage
+            )
         else:
-            outcomes.add_fail(leased.jid, leased.token, group, message, output=output)
+            outcomes.add_fail(leased.jid, leased.token, group, message, output=output, usage=usage)
         self._report(held, now)
 
     def release(self, held: Held, now: float, started: bool = False) -> None:

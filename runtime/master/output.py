@@ -29,6 +29,7 @@ TAIL_BYTES = 64 * 1024  # kept of each attempt's output
 LINE_MAX = 16 * 1024  # a longer line without a newline is logged in pieces
 LINE_COST = 120  # what a logged line adds beyond its text (time, level, jid, klass, worker)
 ENDED_KEPT = 8  # tails of ended jobs kept for their reports (each is taken at once)
+LIVE_BYTES_S = 32 * 1024  # a running job's live output per second (the rest is counted)
 
 
 class Output:
@@ -42,6 +43,10 @@ class Output:
         self.tokens = float(BUDGET_BYTES_S)
         self.refilled_at: float | None = None
         self.dropped_lines = self.dropped_bytes = 0
+        self.live = bytearray()  # the running job's lines not yet taken (live output)
+        self.live_dropped = 0  # its lines over LIVE_BYTES_S since the last take
+        self.live_tokens = float(LIVE_BYTES_S)
+        self.live_at: float | None = None
 
     def tail_text(self, limit: int = TAIL_BYTES) -> str:
         return bytes(self.tail[-limit:]).decode("utf-8", "replace") if self.tail else ""
@@ -73,6 +78,8 @@ class Output:
                 del self.ended[next(iter(self.ended))]
             self.jobs.popleft()
             self.tail.clear()
+            self.live.clear()  # its output goes with its report
+            self.live_dropped = 0
         else:  # none we know of (the marker of a job sent before a restart)
             log.debug("end marker of a job not sent jid=%s child=%d", jid, self.index)
 
@@ -121,6 +128,7 @@ class Output:
         if not whole:
             return
         count = max(1, whole.count(b"\n"))
+        self._go_live(whole, count)
         cost = len(whole) + count * LINE_COST  # the budget is of the log's bytes
         if self.tokens < cost:  # over budget: counted, not split
             self.dropped_lines += count
@@ -131,6 +139,31 @@ class Output:
         for line in whole.splitlines():
             if line:
                 self._log(logging.INFO, "%s", line.decode("utf-8", "replace"))
+
+    def _go_live(self, lines: bytes, count: int) -> None:
+        """Whole lines of the running job, for its followers (`take_live`): at most
+        LIVE_BYTES_S a second; past it, lines are counted, not sent."""
+        if self.job is None:
+            return
+        cut = len(lines)
+        if self.live_tokens < cut:  # the lines that fit go; the others are counted
+            cut = lines.rfind(b"\n", 0, int(self.live_tokens)) + 1
+            self.live_dropped += lines.count(b"\n", cut) or count
+        self.live_tokens -= cut
+        self.live += lines[:cut]
+
+    def take_live(self, now: float) -> tuple[str, str, int] | None:
+        """The running job's lines since the last take: (jid, text, lines dropped)."""
+        if self.live_at is not None:
+            elapsed = max(0.0, now - self.live_at)
+            self.live_tokens = min(float(LIVE_BYTES_S), self.live_tokens + elapsed * LIVE_BYTES_S)
+        self.live_at = now
+        if self.job is None or not (self.live or self.live_dropped):
+            return None
+        taken = (self.job[0], self.live.decode("utf-8", "replace"), self.live_dropped)
+        self.live.clear()
+        self.live_dropped = 0
+        return taken
 
     def _keep(self, data: bytes) -> None:
         self.tail += data
@@ -153,6 +186,7 @@ class Output:
             level, name, message = logging.INFO, "", body.decode("utf-8", "replace")
         line = f"{logging.getLevelName(level)} {name}: {message}\n" if name else message + "\n"
         self._keep(line.encode())
+        self._go_live(line.encode(), 1)
         if self.tokens < len(body) + LINE_COST:
             self.dropped_lines += 1
             self.dropped_bytes += len(body)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from runtime import config
-from runtime.children import protocol
+from runtime.children import control, protocol, tracing
 from runtime.errors import Error, ProtocolError
 from runtime.master import events
 from runtime.master.output import Output
@@ -37,6 +38,7 @@ READ_CHUNK = 1 << 16  # one read of the pipe (its default capacity)
 FRAME_TIMEOUT_S = 2.0  # a frame whose bytes do not all arrive within this is a protocol error
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
+LIVE_EVERY_S = 0.25  # a running job's printed lines go live in batches this far apart
 PASS_WITHIN_S = 0.0005  # a pass may wait this long for company after a child's outcome
 
 
@@ -63,6 +65,7 @@ class ChildHandle:
     broken: bool = False
     measure_rss: bool = False  # --max-memory-per-child: memory read as each job ends
     writing: bool = False  # a writer waits for the socket (the outbox did not fit)
+    live_timer: asyncio.TimerHandle | None = None  # the running job's next live batch
     loop: asyncio.AbstractEventLoop = field(init=False)  # the master's, from attach()
 
     def attach(self) -> None:
@@ -74,6 +77,9 @@ class ChildHandle:
 
     def detach(self) -> None:
         loop = asyncio.get_running_loop()
+        if self.live_timer is not None:
+            self.live_timer.cancel()
+            self.live_timer = None
         if self.sock.fileno() >= 0:
             loop.remove_reader(self.sock.fileno())
             loop.remove_writer(self.sock.fileno())
@@ -147,8 +153,21 @@ class ChildHandle:
                 return
             taken += len(chunk)
             self.output.feed(chunk, loop.time())
+            if (self.output.live or self.output.live_dropped) and self.live_timer is None:
+                # on a grid shared by every child: their batches go in one pass,
+                # so in one exchange (at most 1 / LIVE_EVERY_S more a second)
+                tick = (math.floor(loop.time() / LIVE_EVERY_S) + 1) * LIVE_EVERY_S
+                self.live_timer = loop.call_at(tick, self._send_live)
             if len(chunk) < READ_CHUNK:  # the pipe is empty now: no read to learn it
                 return
+
+    def _send_live(self) -> None:
+        """The running job's lines since the last batch go to the book (then with
+        the next exchange to Redis): a few batches a second, never one per line."""
+        self.live_timer = None
+        taken = self.output.take_live(self.loop.time())
+        if taken is not None:
+            self.post(events.ChildPrinted(self.index, self.pid, *taken))
 
     def tail(self, limit: int = 4096) -> str:
         return self.output.tail_text(limit)
@@ -207,29 +226,29 @@ class Processes:
         root = self.worker.sandbox_dir or (self.settings.state_dir / "sandboxes")
         return root / self.worker_id
 
-    def _server_config(self) -> dict[str, object]:
+    def _server_setup(self) -> control.Setup:
         w = self.worker
-        return {
-            "modules": list(w.modules),
-            "worker": self.worker_id,
-            "sandbox_root": str(self.sandbox_root),
-            "sys_path": list(sys.path),
-            "sentry_dsn": self.settings.sentry_dsn,
-            "namespace": self.settings.namespace,
-            "shards": self.settings.shards,
-            "log_level": self.worker.log_level,
-            "user": w.user,
-            "group": w.group,
-            "limits": {
-                "address_space_mib": w.address_space_mib,
-                "open_files": w.open_files,
-                "processes": w.max_processes,
-            },
-        }
+        return control.Setup(
+            worker=self.worker_id,
+            modules=tuple(w.modules),
+            sandbox_root=str(self.sandbox_root),
+            sys_path=tuple(sys.path),
+            address_space_mib=w.address_space_mib,
+            open_files=w.open_files,
+            processes=w.max_processes,
+            user=w.user,
+            group=w.group,
+            sentry_dsn=self.settings.sentry_dsn,
+            log_level=w.log_level,
+            namespace=self.settings.namespace,
+            shards=self.settings.shards,
+            otel=tracing.wanted(w.otel, str(w.otel_file or ""), os.environ),
+            otel_file=str(w.otel_file) if w.otel_file else None,
+        )
 
     async def _start_server(self) -> Spawner:
         env = sandbox.clean_environment(os.environ, self.worker.env)
-        server = Spawner(self._server_config(), env, self._on_exit, self._on_server_gone)
+        server = Spawner(self._server_setup(), env, self._on_exit, self._on_server_gone)
         await server.start()
         return server
 

@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import socket
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any
 
-from runtime.errors import ConfigError, Error
+from runtime.children import control
+from runtime.errors import ConfigError, Error, ProtocolError
 
 log = logging.getLogger(__name__)
 
-MAX_DATAGRAM = 1 << 16
 START_TIMEOUT_S = 120.0
 POLL_EXIT_S = 0.05  # without a pidfd: how often an exit the socket announced is polled
 
@@ -39,12 +37,12 @@ GoneCallback = Callable[["Spawner", int], None]  # the server, its Popen returnc
 class Spawner:
     def __init__(
         self,
-        config: dict[str, Any],
+        setup: control.Setup,
         env: dict[str, str],
         on_exit: ExitCallback,
         on_gone: GoneCallback | None = None,
     ) -> None:
-        self.config = config
+        self.setup = setup
         self.env = env
         self.on_exit = on_exit
         self.on_gone = on_gone
@@ -80,9 +78,11 @@ class Spawner:
         except BaseException:  # cancelled, or it did not start: never left behind
             self._abandon()
             raise
-        if message["kind"] != "ready":
+        if not isinstance(message, control.Serving):
             self._abandon()
-            raise ConfigError(message["message"])
+            if isinstance(message, control.NotServing):
+                raise ConfigError(message.message)
+            raise Error(f"the fork server said {message.kind} before it was serving")
         loop = asyncio.get_running_loop()
         self.exited = loop.create_future()
         try:
@@ -93,19 +93,18 @@ class Spawner:
             loop.add_reader(self.pidfd, self._reap)
         loop.add_reader(ours.fileno(), self._readable)
 
-    async def _hello(self, ours: socket.socket) -> dict[str, Any]:
-        """Sends the config; the fork server's first message (ready or error)."""
-        ours.send(json.dumps(self.config).encode())
+    async def _hello(self, ours: socket.socket) -> control.Control:
+        """Sends the setup; the fork server's first message (serving or not)."""
+        control.send(ours, self.setup)
         ours.setblocking(False)
         loop = asyncio.get_running_loop()
         try:
-            reply = await asyncio.wait_for(loop.sock_recv(ours, MAX_DATAGRAM), START_TIMEOUT_S)
+            reply = await asyncio.wait_for(
+                loop.sock_recv(ours, control.MAX_DATAGRAM), START_TIMEOUT_S
+            )
         except TimeoutError:
             raise Error("the fork server did not start in time") from None
-        message: dict[str, Any] = (
-            json.loads(reply) if reply else {"kind": "error", "message": "exited at start"}
-        )
-        return message
+        return control.unpack(reply) if reply else control.NotServing("exited at start")
 
     def _abandon(self) -> None:
         """A fork server that did not start: killed and reaped (it has no children)."""
@@ -151,7 +150,7 @@ class Spawner:
         or the socket closed (the fork server is gone)."""
         assert self.ctl is not None
         try:
-            payload = self.ctl.recv(MAX_DATAGRAM)
+            payload = self.ctl.recv(control.MAX_DATAGRAM)
         except BlockingIOError:
             return False
         except OSError:
@@ -159,16 +158,23 @@ class Spawner:
         if not payload:
             self._closed()
             return False
-        message = json.loads(payload)
-        if message["kind"] == "spawned":
-            self.live.add(message["pid"])
-            future = self.pending.pop(message["index"], None)
-            if future is not None and not future.done():
-                future.set_result(message["pid"])
-        elif message["kind"] == "exited":
-            self.live.discard(message["pid"])
-            self.on_exit(message["pid"], message["code"], message["signal"])
-            self._maybe_exit()
+        try:
+            message = control.unpack(payload)
+        except ProtocolError as err:  # a bug of ours: said, and the message dropped
+            log.error("fork server pid=%s sent a bad message: %s", self.pid, err)
+            return True
+        match message:
+            case control.Spawned(index=index, pid=pid):
+                self.live.add(pid)
+                future = self.pending.pop(index, None)
+                if future is not None and not future.done():
+                    future.set_result(pid)
+            case control.Reaped(pid=pid, code=code, signal=sig):
+                self.live.discard(pid)
+                self.on_exit(pid, code, sig)
+                self._maybe_exit()
+            case _:
+                log.error("fork server pid=%s sent %s after it started", self.pid, message.kind)
         return True
 
     def _closed(self) -> None:
@@ -195,11 +201,7 @@ class Spawner:
         self.pending[index] = future
         try:
             try:
-                socket.send_fds(
-                    self.ctl,
-                    [json.dumps({"kind": "spawn", "index": index}).encode()],
-                    [theirs.fileno(), out_w],
-                )
+                control.send(self.ctl, control.Spawn(index), [theirs.fileno(), out_w])
             finally:
                 theirs.close()
                 os.close(out_w)
@@ -220,7 +222,7 @@ class Spawner:
     def _maybe_exit(self) -> None:
         if self.retiring and not self.live and self.ctl is not None:
             with contextlib.suppress(OSError):
-                self.ctl.send(json.dumps({"kind": "exit"}).encode())
+                control.send(self.ctl, control.Exit())
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Asks it to exit once its children have; kills it after `timeout_s`.

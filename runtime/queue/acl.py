@@ -15,7 +15,8 @@ scripts too), those the clients send themselves, and a way to run the
 operations: FCALL with FUNCTION LOAD on Redis 7, or EVALSHA with SCRIPT LOAD
 (Redis 6.2, or a user without FUNCTION rights). AUTH and HELLO need no grant.
 INFO is optional: without it a master cannot check the eviction policy and
-says so.
+says so, and a cancel cannot tell whether Redis has room below maxmemory for
+the tombstones of the jobs it cancels (lib/place.lua): it writes them.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ FROM_CLIENTS = (
 )
 FUNCTIONS = ("fcall", "fcall_ro", "function|load")  # Redis 7
 SCRIPTS = ("evalsha", "script|load")  # Redis 6.2, or users without FUNCTION
-OPTIONAL = ("info",)  # a master's start-up check of the eviction policy and AOF
+# a master's start-up check of the eviction policy and AOF; cancel.lua's check for room
+OPTIONAL = ("info",)
 
 
 def key_pattern(namespace: str) -> str:

@@ -137,6 +137,19 @@ class Admin:
         `count` of each)."""
         return self.conn.call(ops.domains(count))
 
+    def live_output(
+        self, jid: str, after: str = "0-0", count: int = 100
+    ) -> tuple[str, list[tuple[str, int]]]:
+        """What a running job printed, as its master sent it (batched, a few times a
+        second): batches after entry `after` ("0-0": from the first kept), as
+        (text, lines dropped), and the id to read on from. docs/operating.md,
+        "runtime logs"."""
+        return self.conn.call(ops.live_read(self.conn.keys, jid, after, count))
+
+    def live_tail(self, jid: str, batches: int = 50) -> str:
+        """The end of what a running job printed: its last `batches` live batches."""
+        return self.conn.call(ops.live_tail(self.conn.keys, jid, batches))
+
     def stats(self, queue: str, day: date | None = None) -> QueueStats:
         """Wait and run times, failures, failed and retries of a queue on a UTC day."""
         day = day or stats.today()

@@ -566,6 +566,8 @@ def _first_calls(worker: str, outcomes: Outcomes) -> list[First]:
         first.append(
             (Outcomes(progress=outcomes.progress), ops.progress(worker, outcomes.progress.values()))
         )
+    if outcomes.live:  # what running jobs printed: one call, in the same round trip
+        first.append((Outcomes(live=outcomes.live), ops.live(worker, outcomes.live.values())))
     for rows in outcomes.puts_by_job().values():
         part = Outcomes(puts=rows)
         [(_, call)] = ops.puts_at_once(part)

@@ -38,7 +38,7 @@ from typing import Any, Self
 import redis
 
 from runtime import config
-from runtime.errors import CrossShard, Error, JobExists
+from runtime.errors import BadArgument, CrossShard, Error, JobExists
 from runtime.queue import batches, ops, waiting, wire
 from runtime.queue.admin import Admin
 from runtime.queue.connection import RETRY_FOR_S, Connection
@@ -49,6 +49,7 @@ from runtime.queue.scheduling import Scheduling
 from runtime.queue.shards import Shards, sum_counts, sum_groups
 from runtime.queue.siteparts import SiteAdmin, SiteScheduling
 from runtime.queue.wire import JobSpec
+from runtime.vocabulary import CancelledBy
 
 
 class Client:
@@ -193,15 +194,20 @@ class Client:
         done-with-backoff, or None: the job's state as a de-duplicating queue names it."""
         return self.conn.call(ops.message_status(jid))
 
-    def cancel(self, *jids: str) -> list[str]:
-        """Deletes the jobs; refuses (DependedOn) while others depend on one of them."""
-        return self.conn.call(ops.cancel(jids)) if jids else []
+    def cancel(self, *jids: str, by: CancelledBy | str = CancelledBy.API) -> list[str]:
+        """Deletes the jobs (their data at once); refuses (DependedOn) while others
+        depend on one of them. Each that had not ended leaves a tombstone, where
+        Redis has room, for the retention window: state cancelled, when and `by`
+        what (CancelledBy: cli, dashboard, api, dependency). Returns the jids
+        deleted (a tombstone is no job: not cancelled again)."""
+        return self.conn.call(ops.cancel(jids, _cancelled_by(by))) if jids else []
 
     def wait(self, jid: str, timeout: float | None = None) -> Any:
         """Waits for the job to end and returns its result (None for none). Raises
         JobFailed (with its group and message) if it failed for good, WaitTimeout
-        after `timeout` seconds (None: no limit), NoSuchJob if there is no such
-        job or it was cancelled. No polling: the script that ends the job wakes
+        after `timeout` seconds (None: no limit), JobCancelled (a NoSuchJob, with
+        when and by what) if it was cancelled, NoSuchJob if there is no such job
+        (or it was cancelled and left no tombstone). No polling: the script that ends the job wakes
         the waiters (runtime.queue.waiting, the same plan as AsyncClient.wait)."""
         return self.conn.steps(waiting.wait(self.keys, jid, timeout))
 
@@ -241,11 +247,17 @@ class Client:
         return self.conn.call(ops.unfail(group, target, count))
 
     def set_domain_limit(
-        self, domain: str, rate: float, period: float = 1.0, burst: int | None = None
+        self,
+        domain: str,
+        rate: float | None = None,
+        period: float = 1.0,
+        burst: int | None = None,
+        concurrency: int | None = None,
     ) -> None:
         """Limits `domain` to `rate` job starts per `period` seconds (+ `burst`)
-        (client.scheduling has the other domain operations)."""
-        self.scheduling.set_domain_limit(domain, rate, period, burst)
+        and/or to `concurrency` jobs holding a lease at once (client.scheduling
+        has the other domain operations)."""
+        self.scheduling.set_domain_limit(domain, rate, period, burst, concurrency)
 
 
 class Queue:
@@ -277,6 +289,8 @@ class Queue:
         backoff: tuple[float, float] | None = None,
         timeout: float | None = None,
         tracked: bool = False,
+        expires_in: float | None = None,
+        debounce: float | None = None,
     ) -> str:
         """Puts one job; returns its jid (or, for a duplicate of a unique key, the jid
         of the job holding that key)."""
@@ -298,6 +312,8 @@ class Queue:
             backoff=backoff,
             timeout=timeout,
             tracked=tracked,
+            expires_in=expires_in,
+            debounce=debounce,
         )
         return self.client.put_many([spec])[0]
 
@@ -328,6 +344,15 @@ class Queue:
 def member_settings(settings: config.Settings, shards: Shards, namespace: str) -> config.Settings:
     """The settings of one namespace of a site: its own URL when the rule names one."""
     return replace(settings, namespace=namespace, url=shards.url_of(namespace) or settings.url)
+
+
+def _cancelled_by(by: CancelledBy | str) -> CancelledBy:
+    """`by` as a CancelledBy; BadArgument (one line) for any other word."""
+    try:
+        return CancelledBy(by)
+    except ValueError:
+        known = ", ".join(CancelledBy)
+        raise BadArgument(f"by must be one of {known}, got {by!r}") from None
 
 
 class Site(Client):
@@ -461,13 +486,14 @@ class Site(Client):
         client = self.locate(jid)
         return None if client is None else client.message_status(jid)
 
-    def cancel(self, *jids: str) -> list[str]:
+    def cancel(self, *jids: str, by: CancelledBy | str = CancelledBy.API) -> list[str]:
         """Cancels the jobs, each in its namespace (one call per namespace)."""
-        by: dict[str, list[str]] = {}
+        of_ns: dict[str, list[str]] = {}
         for jid, job in zip(jids, self.get_jobs(list(jids)), strict=True):
             if job is not None:
-                by.setdefault(self.shards.namespace_of(job.queue), []).append(jid)
-        return [done for ns, mine in by.items() for done in self.clients[ns].cancel(*mine)]
+                of_ns.setdefault(self.shards.namespace_of(job.queue), []).append(jid)
+        clients = self.clients
+        return [done for ns, mine in of_ns.items() for done in clients[ns].cancel(*mine, by=by)]
 
     # --- counts, failures, domains -------------------------------------------------
 
@@ -502,13 +528,22 @@ class Site(Client):
         return moved
 
     def set_domain_limit(
-        self, domain: str, rate: float, period: float = 1.0, burst: int | None = None
+        self,
+        domain: str,
+        rate: float | None = None,
+        period: float = 1.0,
+        burst: int | None = None,
+        concurrency: int | None = None,
     ) -> None:
-        """Sets the limit in every namespace: each shard enforces it on its own jobs,
-        so a domain whose jobs run in N shards may start up to N times `rate`
-        (keep a rate-limited domain's queues in one shard)."""
-        for client in self.clients.values():
-            client.set_domain_limit(domain, rate, period, burst)
+        """Sets the limits in every namespace (SiteScheduling.set_domain_limit)."""
+        self.scheduling.set_domain_limit(domain, rate, period, burst, concurrency)
+
+    def pause_domain(self, domain: str) -> None:
+        """Pauses the domain in every namespace (client.scheduling.pause_domain)."""
+        self.scheduling.pause_domain(domain)
+
+    def resume_domain(self, domain: str) -> None:
+        self.scheduling.resume_domain(domain)
 
 
 class SiteQueue(Queue):

@@ -36,7 +36,7 @@ class Leases:
         """Leases up to `count` jobs of `queue` to `worker` (default: this process)."""
         worker = worker or default_worker_id()
         jobs = self.conn.call(ops.pop_jobs(worker, count, wire.check_queue(queue)))
-        return [Lease(job, worker, job.token or "", self) for job in jobs]
+        return [Lease(job, worker, token, self) for job, token in jobs]
 
     def heartbeat(
         self, worker: str, leases: Mapping[str, str], *, strict: bool = False

@@ -21,6 +21,20 @@ STATES = tuple(JobState)
 RECORDS = 2
 
 
+def usage_of(value: Any) -> dict[str, Any] | None:
+    """An attempt's usage as stored ([cpu_s, max_rss_mb], a third value 0 when the
+    peak is the child's since it started: lua/lib/attempt.lua) as the public
+    {"cpu_s", "max_rss_mb"} (and "max_rss_of": "child" then); None for none."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) not in (2, 3):
+        raise TypeError("usage must be a list of two or three numbers")
+    usage: dict[str, Any] = {"cpu_s": float(value[0]), "max_rss_mb": float(value[1])}
+    if len(value) == 3:
+        usage["max_rss_of"] = "child"
+    return usage
+
+
 def _when(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
@@ -38,11 +52,26 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Cancellation:
+    """What a cancelled job's tombstone tells: when (Redis time) and by what
+    (runtime.vocabulary.CancelledBy: cli, dashboard, api, dependency)."""
+
+    at_ms: int
+    by: str
+
+    @property
+    def at(self) -> datetime | None:
+        return _when(self.at_ms)
+
+
+@dataclass(frozen=True)
 class HistoryEvent:
     """One step of a job's timeline: put, popped, lease-lost, retried, failed,
     completed, unfailed, requeued, released, priority, puts (the jobs it put:
-    `count`, the first `jids`). `note`: what else there is to say (e.g. why a
-    result was not stored); `by`: on a put, the job that put it."""
+    `count`, the first `jids`), cancelled. `note`: what else there is to say
+    (e.g. why a result was not stored); `by`: on a put, the job that put it; on
+    a cancel, what cancelled it (cli, dashboard, api, dependency); `usage`: on
+    the event that ended an attempt, what it cost ({"cpu_s", "max_rss_mb"})."""
 
     event: str
     at_ms: int
@@ -57,6 +86,7 @@ class HistoryEvent:
     count: int | None = None
     jids: tuple[str, ...] = ()
     by: str | None = None
+    usage: dict[str, Any] | None = None  # the attempt that ended here: {"cpu_s", "max_rss_mb"}
 
     @classmethod
     def from_meta(cls, ev: dict[str, Any]) -> HistoryEvent:
@@ -74,6 +104,7 @@ class HistoryEvent:
             count=ev.get("c"),
             jids=tuple(ev.get("j", ())),
             by=ev.get("b"),
+            usage=usage_of(ev.get("u")),
         )
 
     @property
@@ -102,8 +133,9 @@ def _history(meta: dict[str, Any]) -> tuple[HistoryEvent, ...]:
 @dataclass(frozen=True)
 class Job:
     """A job as read from Redis: a plain value. A running job names its lease
-    holder (`worker`) and the lease's `token`; reporting on it takes the lease
-    handle a pop returned (runtime.queue.holder.Lease)."""
+    holder (`worker`), never the lease's token: that credential stays on the
+    lease handle a pop returned (runtime.queue.holder.Lease), and reporting on
+    the job takes that handle. The scripts leave it out of every read's reply."""
 
     jid: str
     klass: str
@@ -116,7 +148,6 @@ class Job:
     remaining: int
     attempt: int
     worker: str | None
-    token: str | None
     failure: Failure | None
     history: tuple[HistoryEvent, ...]
     put_at_ms: int
@@ -133,12 +164,16 @@ class Job:
     output: str = ""  # the output tail of its last attempt
     progress: dict[str, Any] | None = None  # {"done", "total", "message", "at_ms"}
     batch: str | None = None  # the bid of its batch (runtime.queue.batches)
+    usage: dict[str, Any] | None = None  # the last attempt's {"cpu_s", "max_rss_mb"}
+    cancellation: Cancellation | None = None  # a tombstone's (state cancelled): when, by what
+    expires_at_ms: int | None = None  # expires_in: the latest start (gone once it started)
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> Job:
         meta: dict[str, Any] = reply["meta"]
         failure = meta.get("f")
         backoff = meta.get("bo")
+        cancelled = meta.get("cn")
         return cls(
             jid=reply["jid"],
             klass=meta["k"],
@@ -151,7 +186,6 @@ class Job:
             remaining=int(meta["m"]),
             attempt=int(meta.get("a", 0)),
             worker=meta.get("w"),
-            token=meta.get("l"),
             failure=None
             if failure is None
             else Failure(failure["g"], failure["m"], int(failure["t"]), failure.get("w")),
@@ -170,6 +204,11 @@ class Job:
             output=str(reply.get("output", "")),
             progress=_progress(reply.get("progress")),
             batch=meta.get("b"),
+            usage=usage_of(meta.get("u")),
+            cancellation=None
+            if cancelled is None
+            else Cancellation(int(cancelled["t"]), str(cancelled["b"])),
+            expires_at_ms=meta.get("x"),
         )
 
     @property

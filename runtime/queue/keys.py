@@ -22,21 +22,28 @@ Key schema (the kind of each key in brackets):
     q:<queue>:prios          [zset]  priorities that have ready lanes (score = priority)
     q:<queue>:ready:<prio>   [zset]  domains whose lane is ready (score = head's ticket)
     q:<queue>:lane:<prio>:<domain> [list] jids waiting, oldest first ('' = no domain)
-    q:<queue>:throttled      [zset]  "<prio>|<domain>" lanes over their limit -> free at (us)
+    q:<queue>:throttled      [zset]  "<prio>|<domain>" lanes over their limit -> free at (us;
+                                     9e15: when a slot frees or the domain resumes)
     q:<queue>:scheduled      [zset]  jid -> due time (us)
     q:<queue>:running        [zset]  jid -> lease expiry (us)
     q:<queue>:depends        [set]   jids waiting on other jobs
     q:<queue>:complete       [zset]  complete jids still kept by retention -> completion (ms)
     q:<queue>:failed         [zset]  failed jids of the queue -> failure time (ms)
+    q:<queue>:cancelled      [zset]  the queue's tombstones (cancelled jobs) still kept by
+                                     retention -> cancel time (ms)
     q:<queue>:idle           [zset]  masters waiting for the queue's jobs -> since (ms; a
                                      fraction: a slow link's first lease, handoff.lua)
     wake:<queue>             [list]  at most one token: an idle master BLPOPs it
     wake-worker:<worker>     [list]  jobs handed to an idle master (JSON), and tokens
     completed                [zset]  jid -> completion time (us), for retention
+    cancelled                [zset]  tombstone jid -> cancel time (us), for retention
     output                   [hash]  jid -> the output tail of its last attempt (meta.ot)
     progress                 [hash]  jid -> its progress, JSON {"done","total","message",
                                      "at_ms"} (meta.pg; a new attempt starts without)
     q:<queue>:progressing    [zset]  running jobs that told their progress -> when (ms)
+    live:<jid>               [stream] what a running job prints, as its master sends it
+                                     (lua/live.lua): entries {o text, d lines dropped,
+                                     a attempt}; capped, expires live_ttl_s after the last
     wait:<jid>               [list]  wake-up tokens for clients waiting on the job
                                      (client.wait), pushed when it ends; with a TTL
     cancel:<worker>          [channel] jids of jobs the worker holds that were cancelled
@@ -67,7 +74,9 @@ Key schema (the kind of each key in brackets):
                                      10 s; lua/lib/job.lua)
     deps:<jid>               [set]   jids this job waits on
     dependents:<jid>         [set]   jids waiting on this job
-    domain-limits            [hash]  domain -> {"rate":..,"period":..,"burst":..}
+    domain-limits            [hash]  domain -> {"rate":..,"period":..,"burst":..,
+                                     "concurrency":.., "paused":..} (each optional)
+    domain-slots             [hash]  domain -> its jobs holding a lease now (no field: 0)
     domain-tat               [zset]  domain -> theoretical arrival time (us), GCRA
     domain-lanes:<domain>    [zset]  "<prio>|<queue>" of the domain's non-empty lanes (score 0)
     grace                    [hash]  post-outage grace window (lua/lib/lease.lua): from_us,
@@ -105,13 +114,16 @@ TEMPLATES: dict[str, str] = {
     "depends": "q:{queue}:depends",
     "complete_index": "q:{queue}:complete",
     "failed_index": "q:{queue}:failed",
+    "cancelled_index": "q:{queue}:cancelled",
     "idle": "q:{queue}:idle",
     "wake": "wake:{queue}",
     "worker_wake": "wake-worker:{worker}",
     "completed": "completed",
+    "cancelled": "cancelled",
     "output": "output",
     "progress": "progress",
     "progressing": "q:{queue}:progressing",
+    "live": "live:{jid}",
     "waited": "wait:{jid}",
     "cancels": "cancel:{worker}",
     "failed_groups": "failed",
@@ -134,6 +146,7 @@ TEMPLATES: dict[str, str] = {
     "dependents": "dependents:{jid}",
     "domain_limits": "domain-limits",
     "domain_tat": "domain-tat",
+    "domain_slots": "domain-slots",
     "domain_lanes": "domain-lanes:{domain}",
     "grace": "grace",
     "batch": "batch:{bid}",

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from runtime.config import LIMITS
 from runtime.errors import CorruptReply, Error
 from runtime.queue import wire
 
@@ -37,6 +38,7 @@ class Leased:
     expires_us: int | None = None  # when the lease runs out, on Redis's clock
     handed: bool = False  # handed to this master while it waited (a short first lease)
     batch: str | None = None  # the bid of its batch (runtime.queue.batches)
+    traceparent: str | None = None  # W3C trace context of the span that put it
 
     @classmethod
     def from_reply(cls, reply: dict[str, Any]) -> Leased:
@@ -68,6 +70,7 @@ class Leased:
             expires_us=_int_or_none(reply.get("expires_us")),
             handed=bool(reply.get("handed")),
             batch=_text_or_none(meta.get("b")),
+            traceparent=meta.get("tp"),
         )
 
 
@@ -123,6 +126,7 @@ class CompleteRow(NamedTuple):
     options: str  # JSON (wire.report_options)
     result: str  # JSON text, "" for none
     output: str
+    usage: str = ""  # wire.usage_text(), "" for none measured
 
 
 class RetryRow(NamedTuple):
@@ -132,6 +136,7 @@ class RetryRow(NamedTuple):
     message: str
     delay_ms: int  # -1: the queue's backoff
     output: str
+    usage: str = ""
 
 
 class FailRow(NamedTuple):
@@ -140,6 +145,7 @@ class FailRow(NamedTuple):
     group: str
     message: str
     output: str
+    usage: str = ""
 
 
 class ProgressRow(NamedTuple):
@@ -148,6 +154,21 @@ class ProgressRow(NamedTuple):
     done: float
     total: float | None
     message: str | None
+
+
+class LiveRow(NamedTuple):
+    jid: str
+    token: str
+    text: str  # lines a running job printed since its last batch
+    dropped: int  # lines not sent (over the job's budget)
+
+
+def _tail(text: str, cap: int) -> str:
+    """The last `cap` bytes of `text`, whole characters."""
+    if len(text) * 4 <= cap:
+        return text
+    data = text.encode("utf-8", "replace")
+    return text if len(data) <= cap else data[-cap:].decode("utf-8", "ignore")
 
 
 class PutRow(NamedTuple):
@@ -173,16 +194,23 @@ class Outcomes:
     started: set[str] = field(default_factory=set)  # released jids that had started running
     progress: dict[str, ProgressRow] = field(default_factory=dict)  # jid -> its latest
     puts: list[PutRow] = field(default_factory=list)  # jobs put at once (now=True)
+    live: dict[str, LiveRow] = field(default_factory=dict)  # running jobs' output, by jid
 
     def __len__(self) -> int:
         reports = len(self.complete) + len(self.retry) + len(self.fail) + len(self.release)
-        return reports + len(self.progress) + len(self.puts)
+        return reports + len(self.progress) + len(self.puts) + len(self.live)
 
     def __bool__(self) -> bool:
         """Whether there is anything to send: asked several times a loop pass, so
         without counting (the truth of each part, no len() calls)."""
         return bool(
-            self.complete or self.retry or self.fail or self.release or self.progress or self.puts
+            self.complete
+            or self.retry
+            or self.fail
+            or self.release
+            or self.progress
+            or self.puts
+            or self.live
         )
 
     def add_complete(
@@ -194,31 +222,45 @@ class Outcomes:
         output: str = "",
         note: str | None = None,
         puts: Iterable[Sequence[str]] = (),
+        usage: str = "",
     ) -> None:
         """Completes a job. `result`: its return value as JSON text ("" for none);
         `output`: the attempt's output tail; `note`: a line for its history (e.g.
         why no result came); `puts`: (spec JSON, data JSON) pairs
-        (JobSpec.to_wire()) put in the same step as the completion."""
+        (JobSpec.to_wire()) put in the same step as the completion; `usage`:
+        what the attempt cost (wire.usage_text, "" for none)."""
         options = wire.report_options(note, puts)
-        self.complete[jid] = CompleteRow(jid, token, options, result, wire.cap_output(output))
+        output = wire.cap_output(output)
+        self.live.pop(jid, None)  # its output goes with its report
+        self.complete[jid] = CompleteRow(jid, token, options, result, output, usage)
 
     def add_retry(
-        self, jid: str, token: str, group: str, message: str, delay_ms: int, *, output: str = ""
+        self,
+        jid: str,
+        token: str,
+        group: str,
+        message: str,
+        delay_ms: int,
+        *,
+        output: str = "",
+        usage: str = "",
     ) -> None:
-        row = RetryRow(
-            jid, token, group, wire.cap_message(message), delay_ms, wire.cap_output(output)
-        )
-        self.retry.append(row)
+        message, output = wire.cap_message(message), wire.cap_output(output)
+        self.live.pop(jid, None)
+        self.retry.append(RetryRow(jid, token, group, message, delay_ms, output, usage))
 
-    def add_fail(self, jid: str, token: str, group: str, message: str, *, output: str = "") -> None:
-        self.fail.append(
-            FailRow(jid, token, group, wire.cap_message(message), wire.cap_output(output))
-        )
+    def add_fail(
+        self, jid: str, token: str, group: str, message: str, *, output: str = "", usage: str = ""
+    ) -> None:
+        message, output = wire.cap_message(message), wire.cap_output(output)
+        self.live.pop(jid, None)
+        self.fail.append(FailRow(jid, token, group, message, output, usage))
 
     def add_release(self, jid: str, token: str, *, started: bool = False) -> None:
         """Gives a job back unfinished; `started`: it ran (its attempt counts, no retry
         is spent), else it never started (the attempt is not counted)."""
         self.release[jid] = token
+        self.live.pop(jid, None)
         if started:
             self.started.add(jid)
 
@@ -237,6 +279,14 @@ class Outcomes:
         jid, spec_json = wire.put_with_by(spec_json, by)
         self.puts.append(PutRow(jid, spec_json, data_json, by))
 
+    def add_live(self, jid: str, token: str, text: str, dropped: int) -> None:
+        """Lines a running job printed (and how many were dropped), after those
+        not sent yet; a batch keeps its last live_max_bytes."""
+        row = self.live.get(jid)
+        if row is not None:
+            text, dropped = row.text + text, row.dropped + dropped
+        self.live[jid] = LiveRow(jid, token, _tail(text, LIMITS["live_max_bytes"]), dropped)
+
     def take(self) -> Outcomes:
         """These outcomes, leaving this collection empty."""
         taken = Outcomes(
@@ -247,9 +297,10 @@ class Outcomes:
             self.started,
             self.progress,
             self.puts,
+            self.live,
         )
         self.complete, self.retry, self.fail, self.release = {}, [], [], {}
-        self.started, self.progress, self.puts = set(), {}, []
+        self.started, self.progress, self.puts, self.live = set(), {}, [], {}
         return taken
 
     def merge(self, older: Outcomes) -> None:
@@ -261,6 +312,9 @@ class Outcomes:
         self.started |= older.started
         self.progress = {**older.progress, **self.progress}
         self.puts[:0] = older.puts
+        newer, self.live = self.live, dict(older.live)
+        for row in newer.values():
+            self.add_live(row.jid, row.token, row.text, row.dropped)
 
     def only(self, kind: Kind) -> Outcomes:
         """A collection of this one's outcomes of one kind."""

@@ -31,6 +31,7 @@ from runtime.queue.leases import (
     FailRow,
     Kind,
     Leased,
+    LiveRow,
     Outcomes,
     Popped,
     ProgressRow,
@@ -167,7 +168,8 @@ def _object(reply: Any) -> Any:
 @dataclass(frozen=True)
 class Ending:
     """How a job ended, as wait.lua answers: state "complete" (with its result),
-    "failed" (with group and message), or another state while it has not ended.
+    "failed" (with group and message), "cancelled" (its tombstone: `at_ms`, Redis
+    time, and `by`), or another state while it has not ended.
     `jid`: the job's own jid when the one asked for was folded into it (a running
     job's duplicate put under a unique key), else "" ."""
 
@@ -176,6 +178,8 @@ class Ending:
     group: str = ""
     message: str = ""
     jid: str = ""
+    at_ms: int = 0
+    by: str = ""
 
     @property
     def ended(self) -> bool:
@@ -192,6 +196,8 @@ def wait(jid: str, for_ms: int) -> Call[Ending]:
         if state == JobState.FAILED:
             group, message = str(value["group"]), str(value["message"])
             return Ending(state, group=group, message=message, jid=folded)
+        if state == JobState.CANCELLED:
+            return Ending(state, at_ms=int(value["at_ms"]), by=str(value["by"]), jid=folded)
         return Ending(state, result=value.get("result"), jid=folded)
 
     return _op("wait", jid, for_ms, decode=decode, repeatable=True)
@@ -211,8 +217,10 @@ def wait_for_end(key: str, timeout_s: float) -> Call[str | None]:
 # --- changing jobs (never sent twice: a repeat would not be the same change) ---------------
 
 
-def cancel(jids: Sequence[str]) -> Call[list[str]]:
-    return _op("cancel", *jids, decode=_strings)
+def cancel(jids: Sequence[str], by: str = vocabulary.CancelledBy.API) -> Call[list[str]]:
+    """Deletes the jobs, leaving a tombstone of those not ended (where memory
+    allows) that says `by` what (runtime.vocabulary.CancelledBy): the jids deleted."""
+    return _op("cancel", by, *jids, decode=_strings)
 
 
 def depends(jid: str, verb: str, on: Sequence[str]) -> Call[str]:
@@ -245,6 +253,10 @@ def set_paused(queue: str, paused: bool) -> Call[None]:
 
 def domain_limit(domain: str, limit: str) -> Call[int]:
     return _op("domain_limit", domain, limit, decode=int)
+
+
+def domain_pause(domain: str, paused: bool) -> Call[int]:
+    return _op("domain_pause", domain, "1" if paused else "0", decode=int)
 
 
 def recur(definition: str, data: str, ticks: Sequence[int]) -> Call[Recurrence]:
@@ -329,11 +341,19 @@ def pop(
     return _op("pop", *args, decode=lambda r: Popped.from_reply(_object(r)))
 
 
-def pop_jobs(worker: str, count: int, queue: str) -> Call[list[Job]]:
-    """A pop by hand (not a master): the leased jobs as `Job` values (each names
-    its `worker` and lease `token`)."""
+def pop_jobs(worker: str, count: int, queue: str) -> Call[list[tuple[Job, str]]]:
+    """A pop by hand (not a master): each leased job as a `Job` value with its
+    lease token (which the value itself never carries)."""
     args = (worker, wire.check_count(count), wire.seed(), "ordered", 0, 0, queue)
-    return _op("pop", *args, decode=lambda r: [_job(j) for j in _object(r)["jobs"]])
+    return _op("pop", *args, decode=lambda r: [_leased_job(j) for j in _object(r)["jobs"]])
+
+
+def _leased_job(reply: Any) -> tuple[Job, str]:
+    job = _job(reply)
+    token = reply["meta"].get("l")
+    if not isinstance(token, str):
+        raise CorruptReply(f"a leased job carries no lease token: {job.jid}", job.jid)
+    return job, token
 
 
 def heartbeat(worker: str, leases: Mapping[str, str]) -> Call[Heartbeat]:
@@ -358,19 +378,20 @@ def _batch(name: str, worker: str, rows: Iterable[Iterable[Arg]]) -> Call[dict[s
 
 def complete(worker: str, rows: Iterable[CompleteRow]) -> Call[dict[str, str | Error]]:
     """Outputs are cut to the scripts' cap here."""
-    return _batch("complete", worker, ((j, t, o, r, wire.cap_output(out))
-                                       for j, t, o, r, out in rows))  # fmt: skip
+    return _batch("complete", worker, ((j, t, o, r, wire.cap_output(out), u)
+                                       for j, t, o, r, out, u in rows))  # fmt: skip
 
 
 def fail(worker: str, rows: Iterable[FailRow]) -> Call[dict[str, str | Error]]:
     """Messages and outputs are cut to the scripts' caps here."""
-    capped = ((j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in rows)
+    capped = ((j, t, g, wire.cap_message(m), wire.cap_output(o), u) for j, t, g, m, o, u in rows)
     return _batch("fail", worker, capped)
 
 
 def retry(worker: str, rows: Iterable[RetryRow]) -> Call[dict[str, str | Error]]:
     """Messages and outputs are cut to the scripts' caps here."""
-    capped = ((j, t, g, wire.cap_message(m), d, wire.cap_output(o)) for j, t, g, m, d, o in rows)
+    capped = ((j, t, g, wire.cap_message(m), d, wire.cap_output(o), u)
+              for j, t, g, m, d, o, u in rows)  # fmt: skip
     return _batch("retry", worker, capped)
 
 
@@ -379,6 +400,49 @@ def progress(worker: str, rows: Iterable[ProgressRow]) -> Call[dict[str, str | E
     flat = ((j, t, repr(wire.check_progress(d)), "" if n is None else repr(wire.check_progress(n)),
              m or "") for j, t, d, n, m in rows)  # fmt: skip
     return _batch("progress", worker, flat)
+
+
+def live(worker: str, rows: Iterable[LiveRow]) -> Call[dict[str, str | Error]]:
+    """What running jobs printed since their last batch (lua/live.lua)."""
+    return _batch("live", worker, ((j, t, text, d) for j, t, text, d in rows))
+
+
+def live_read(
+    keys: Keys, jid: str, after: str = "0-0", count: int = 100
+) -> Call[tuple[str, list[tuple[str, int]]]]:
+    """A running job's live output after entry `after` (lua/live.lua): the last
+    entry's id, and its batches as (text, lines dropped), oldest first."""
+    args: tuple[Arg, ...] = ("COUNT", count, "STREAMS", keys.key("live", jid=jid), after)
+
+    def decode(reply: Any) -> tuple[str, list[tuple[str, int]]]:
+        last, batches = after, []
+        streams = reply.values() if isinstance(reply, dict) else [e for _, e in reply or ()]
+        for entries in streams:  # one stream: RESP3 answers a map, RESP2 a list
+            for entry_id, values in entries:
+                fields = {text(k): v for k, v in _entry_fields(values)}
+                last = text(entry_id)
+                batches.append((text(fields.get("o", b"")), int(fields.get("d", 0))))
+        return last, batches
+
+    return Call("XREAD", args, decode, script=False, repeatable=True)
+
+
+def live_tail(keys: Keys, jid: str, count: int) -> Call[str]:
+    """The text of a running job's last `count` live batches, oldest first."""
+
+    def decode(reply: Any) -> str:
+        texts = [text(dict(_entry_fields(values)).get(b"o", b"")) for _, values in reply or ()]
+        return "".join(reversed(texts))
+
+    key = keys.key("live", jid=jid)
+    return Call("XREVRANGE", (key, "+", "-", "COUNT", count), decode, script=False, repeatable=True)
+
+
+def _entry_fields(values: Any) -> Iterable[tuple[Any, Any]]:
+    """A stream entry's fields as (name, value) pairs (a flat list, or a dict)."""
+    if isinstance(values, dict):
+        return values.items()
+    return zip(values[::2], values[1::2], strict=True)
 
 
 def release(
@@ -421,12 +485,12 @@ def exchange(
     progress or puts), then a pop, in one call (lua/exchange.lua). Never sent
     twice, like a pop: the reports are safe to send again, but a lost reply's
     jobs stay leased to `worker` until their lease runs out."""
-    completes = [
-        (j, t, o, r, wire.cap_output(out)) for j, t, o, r, out in outcomes.complete.values()
-    ]
-    retries = [(j, t, g, wire.cap_message(m), d, wire.cap_output(o))
-               for j, t, g, m, d, o in outcomes.retry]  # fmt: skip
-    fails = [(j, t, g, wire.cap_message(m), wire.cap_output(o)) for j, t, g, m, o in outcomes.fail]
+    completes = [(j, t, o, r, wire.cap_output(out), u)
+                 for j, t, o, r, out, u in outcomes.complete.values()]  # fmt: skip
+    retries = [(j, t, g, wire.cap_message(m), d, wire.cap_output(o), u)
+               for j, t, g, m, d, o, u in outcomes.retry]  # fmt: skip
+    fails = [(j, t, g, wire.cap_message(m), wire.cap_output(o), u)
+             for j, t, g, m, o, u in outcomes.fail]  # fmt: skip
     args = (
         worker, count, wire.seed(), order, round(ahead_s * 1e6), wire.idle_arg(idle, rtt_s),
         len(completes), len(retries), len(fails),

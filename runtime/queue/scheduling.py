@@ -132,7 +132,8 @@ class Scheduling:
             raise BadArgument(f"policy must be one of {', '.join(recur.POLICIES)}")
         if (every is None) == (cron is None):
             raise BadArgument("give every (seconds) or cron, one of them")
-        dropped = ("jid", "depends", "delay_ms", "at_ms", "unique_key")
+        # a recurrence's jobs are not the children of the span that defined it
+        dropped = ("jid", "depends", "delay_ms", "at_ms", "unique_key", "traceparent")
         options = {k: v for k, v in spec.options.items() if v is not None and k not in dropped}
         definition: dict[str, Any] = {
             "id": id or f"{queue}/{spec.klass}",
@@ -163,11 +164,28 @@ class Scheduling:
     # --- domain rate limits -------------------------------------------------------
 
     def set_domain_limit(
-        self, domain: str, rate: float, period: float = 1.0, burst: int | None = None
+        self,
+        domain: str,
+        rate: float | None = None,
+        period: float = 1.0,
+        burst: int | None = None,
+        concurrency: int | None = None,
     ) -> None:
-        """Limits `domain` to `rate` job starts per `period` seconds (+ `burst`). Takes
-        effect at once, also for the domain's jobs already throttled in any queue."""
-        self.conn.call(ops.domain_limit(domain, wire.domain_limit(domain, rate, period, burst)))
+        """Limits `domain` to `rate` job starts per `period` seconds (+ `burst`) and/or
+        to `concurrency` jobs holding a lease at once, every queue and master
+        together (without a rate, the default rate applies). Takes effect at once,
+        also for the domain's jobs already throttled in any queue; replaces the
+        domain's earlier limits (a pause stays)."""
+        limit = wire.domain_limit(domain, rate, period, burst, concurrency)
+        self.conn.call(ops.domain_limit(domain, limit))
+
+    def pause_domain(self, domain: str) -> None:
+        """No job of `domain` starts, in any queue, until `resume_domain`; its jobs
+        stay throttled (running ones go on) and other domains run."""
+        self.conn.call(ops.domain_pause(wire.check_domain(domain), True))
+
+    def resume_domain(self, domain: str) -> None:
+        self.conn.call(ops.domain_pause(wire.check_domain(domain), False))
 
     def domain_limits(self) -> dict[str, dict[str, float]]:
         """{domain: {"rate", "period", "burst"}} for the domains with a limit of their own."""

@@ -169,10 +169,15 @@ class SiteAdmin(Admin):
         several namespaces is one, running the jobs of all)."""
         out: dict[str, Any] = {"now_ms": 0, "queues": {}, "groups": {}, "workers": {}}
         out["batches"] = {"open": 0, "oldest_ms": None}
+        out["domains"] = {}
         for client in self.site.clients.values():
             part = client.admin.snapshot(up_s)
             out["now_ms"] = max(out["now_ms"], int(part.get("now_ms") or 0))
             _merge_batches(out["batches"], part.get("batches") or {})
+            for domain, info in part.get("domains", {}).items():
+                held = out["domains"].setdefault(domain, {"slots": 0, "concurrency": None})
+                held["slots"] += info["slots"]  # each namespace enforces its own cap
+                held["concurrency"] = info["concurrency"] or held["concurrency"]
             for queue, counts in part["queues"].items():
                 into = out["queues"].get(queue)
                 if into is None:
@@ -276,10 +281,26 @@ class SiteScheduling(Scheduling):
         return sorted(found, key=lambda r: r.id)
 
     def set_domain_limit(
-        self, domain: str, rate: float, period: float = 1.0, burst: int | None = None
+        self,
+        domain: str,
+        rate: float | None = None,
+        period: float = 1.0,
+        burst: int | None = None,
+        concurrency: int | None = None,
     ) -> None:
+        """In every namespace: each shard enforces it on its own jobs, so a domain
+        whose jobs run in N shards may start up to N times `rate` and run up to N
+        times `concurrency` (keep a limited domain's queues in one shard)."""
         for part in self._each():
-            part.set_domain_limit(domain, rate, period, burst)
+            part.set_domain_limit(domain, rate, period, burst, concurrency)
+
+    def pause_domain(self, domain: str) -> None:
+        for part in self._each():
+            part.pause_domain(domain)
+
+    def resume_domain(self, domain: str) -> None:
+        for part in self._each():
+            part.resume_domain(domain)
 
     def domain_limits(self) -> dict[str, dict[str, float]]:
         merged: dict[str, dict[str, float]] = {}

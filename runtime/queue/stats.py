@@ -24,6 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
+from runtime.queue import usage
+from runtime.queue.usage import KlassUsage
+from runtime.vocabulary import JobState
+
 UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 PERCENTILES = (0.5, 0.95, 0.99)
 LAST_DAY_BUCKET_S = 365 * 86400
@@ -102,6 +106,9 @@ class QueueStats:
     failures: int  # attempts that failed (retried or not)
     failed: int  # jobs that failed for good
     retries: int  # retries scheduled
+    usage: tuple[KlassUsage, ...] = ()  # by klass: what its attempts cost (queue/usage.py)
+    cancelled: int = 0  # jobs cancelled before they ended that left a tombstone
+    expired: int = 0  # jobs failed as runtime.Expired (not started by their deadline)
 
 
 @dataclass(frozen=True)
@@ -204,4 +211,7 @@ def parse(queue: str, day: date, fields: Mapping[str, str]) -> QueueStats:
         failures=int(fields.get("failures", 0)),
         failed=int(fields.get("failed", 0)),
         retries=int(fields.get("retries", 0)),
+        usage=tuple(u for _, u in sorted(usage.by_klass(fields).items()) if u.count),
+        cancelled=int(fields.get(JobState.CANCELLED, 0)),
+        expired=int(fields.get("expired", 0)),
     )

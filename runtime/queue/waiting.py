@@ -20,7 +20,7 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from runtime.errors import JobFailed, WaitTimeout
+from runtime.errors import JobCancelled, JobFailed, WaitTimeout
 from runtime.queue import ops, wire
 from runtime.queue.keys import Keys
 from runtime.queue.ops import Call, Ending
@@ -54,10 +54,13 @@ def wait(keys: Keys, jid: str, timeout: float | None) -> Steps:
 
 
 def outcome(jid: str, ending: Ending) -> Any:
-    """What a wait answers for a job that ended: its result, or JobFailed. (A job
-    missing or cancelled never gets here: lua/wait.lua refuses it, NoSuchJob.)"""
+    """What a wait answers for a job that ended: its result, JobFailed, or
+    JobCancelled for a tombstone. (A job missing, or cancelled with no tombstone
+    left, never gets here: lua/wait.lua refuses it, NoSuchJob.)"""
     if ending.state == JobState.FAILED:
         raise JobFailed(jid, ending.group, ending.message)
+    if ending.state == JobState.CANCELLED:
+        raise JobCancelled(jid, ending.at_ms, ending.by)
     return ending.result
 
 

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import secrets
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -148,6 +149,14 @@ def epoch_ms(at: Any) -> int:
     return round(check_seconds("at", at) * 1000)
 
 
+def _positive_ms(what: str, seconds: Any) -> int:
+    """Seconds as whole milliseconds, at least 1 and at most delay_max_ms."""
+    ms = math.ceil(check_seconds(what, seconds) * 1000)
+    if not 1 <= ms <= LIMITS["delay_max_ms"]:
+        raise BadArgument(f"{what} must be above 0 and at most ten years, got {seconds!r}")
+    return ms
+
+
 _ABSENT = object()
 # Options put.lua takes as these when a spec leaves them out.
 _WIRE_DEFAULTS: dict[str, Any] = {
@@ -159,6 +168,35 @@ _WIRE_DEFAULTS: dict[str, Any] = {
     "unique_key": None,
     "tracked": False,
 }
+
+
+def _trace_parent() -> str | None:
+    """The W3C traceparent of the span active where a job is put, or None. Without
+    opentelemetry loaded no span can be active: one dict look-up, nothing
+    imported (docs/operating.md, "Tracing")."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    flags = int(context.trace_flags)
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags:02x}"
+
+
+def _flow_options(
+    options: dict[str, Any], expires_in: float | None, debounce: float | None, timed: bool
+) -> None:
+    """A put's flow controls into its options (expires_in_ms, debounce_ms), checked:
+    debounce needs the job's unique_key and no delay, at or requeue_if_running."""
+    if expires_in is not None:
+        options["expires_in_ms"] = _positive_ms("expires_in", expires_in)
+    if debounce is not None:
+        if options["unique_key"] is None:
+            raise BadArgument("debounce needs a unique_key")
+        if timed or options.get("requeue_if_running"):
+            raise BadArgument("give debounce without delay, at or requeue_if_running")
+        options["debounce_ms"] = _positive_ms("debounce", debounce)
 
 
 @dataclass(frozen=True)
@@ -191,6 +229,8 @@ class JobSpec:
         backoff: tuple[float, float] | None = None,
         timeout: float | None = None,
         tracked: bool = False,
+        expires_in: float | None = None,
+        debounce: float | None = None,
     ) -> JobSpec:
         if isinstance(tags, str) or isinstance(depends, str):
             raise BadArgument("tags and depends must be lists of strings, not one string")
@@ -221,6 +261,11 @@ class JobSpec:
             options["backoff"] = [lo, hi]
         if timeout is not None:
             options["timeout_s"] = check_seconds("timeout", timeout)
+        traceparent = _trace_parent()
+        if traceparent is not None:
+            options["traceparent"] = traceparent
+        if expires_in is not None or debounce is not None:
+            _flow_options(options, expires_in, debounce, at is not None or bool(delay))
         return cls(check_queue(queue), klass_path(klass), encode_data(data), options)
 
     def in_batch(self, bid: str) -> JobSpec:
@@ -324,6 +369,16 @@ def cap_output(output: str) -> str:
     return _cap_tail(output, LIMITS["output_max_bytes"])
 
 
+def usage_text(cpu_s: float | None, max_rss_mb: float | None, of_job: bool = True) -> str:
+    """An attempt's usage as the report scripts take it (lua/lib/attempt.lua):
+    "" when not measured, else "<cpu_s> <max_rss_mb>", with " c" after when the
+    peak is the child's since it started (`of_job` False)."""
+    if cpu_s is None or max_rss_mb is None:
+        return ""
+    text = f"{max(0.0, cpu_s):.4f} {max(0.0, max_rss_mb):.1f}"
+    return text if of_job else text + " c"
+
+
 def cap_message(message: str) -> str:
     """A failure message cut to the scripts' cap, keeping its tail."""
     return _cap_tail(message, LIMITS["message_max_bytes"])
@@ -365,7 +420,7 @@ def raise_lost(lost: Iterable[str]) -> NoReturn:
     raise LeaseLost(f"lease lost on {', '.join(lost)}")
 
 
-def domain_limit(domain: str, rate: float, period: float, burst: int | None) -> str:
+def check_domain(domain: Any) -> str:
     if (
         not isinstance(domain, str)
         or not domain
@@ -373,9 +428,29 @@ def domain_limit(domain: str, rate: float, period: float, burst: int | None) -> 
         or any(c.isspace() for c in domain)
     ):
         raise BadArgument(f"domain must be 1-255 characters without blanks, got {domain!r}")
-    rate_ = check_seconds("rate", rate)
-    period_ = check_seconds("period", period)
-    if rate_ <= 0 or period_ <= 0:
-        raise BadArgument("rate and period must be above 0")
-    burst_ = check_int("burst", burst or 0, 0, 10**9)
-    return dumps({"rate": rate_, "period": period_, "burst": burst_})
+    return domain
+
+
+def domain_limit(
+    domain: str,
+    rate: float | None,
+    period: float,
+    burst: int | None,
+    concurrency: int | None = None,
+) -> str:
+    """A domain's limits as lua/domain_limit.lua takes them."""
+    check_domain(domain)
+    if rate is None and concurrency is None:
+        raise BadArgument("give a rate, a concurrency or both")
+    limit: dict[str, Any] = {}
+    if rate is not None:
+        rate_ = check_seconds("rate", rate)
+        period_ = check_seconds("period", period)
+        if rate_ <= 0 or period_ <= 0:
+            raise BadArgument("rate and period must be above 0")
+        limit.update(rate=rate_, period=period_, burst=check_int("burst", burst or 0, 0, 10**9))
+    elif burst:
+        raise BadArgument("burst goes with a rate")
+    if concurrency is not None:
+        limit["concurrency"] = check_int("concurrency", concurrency, 1, LIMITS["concurrency_max"])
+    return dumps(limit)

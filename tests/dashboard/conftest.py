@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from runtime import Client
-from tests.integration.conftest import start_master, workdir  # noqa: F401 - fixtures used here
+from tests.integration.conftest import cli, start_master, workdir  # noqa: F401 - fixtures used here
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_for
 

@@ -153,12 +153,32 @@ def test_a_running_job_is_cancelled_from_its_page(
     page.get_by_role("button", name="Cancel").click()
     expect(page.locator(".flash")).to_have_text(f"cancelled {jid}")
     expect(page.locator("h1")).to_contain_text("Queue slow")
-    assert client.get_job(jid) is None
+    tomb = client.get_job(jid)
+    assert tomb is not None and tomb.cancellation is not None
+    assert (tomb.state, tomb.cancellation.by) == ("cancelled", "dashboard")
 
     def let_go() -> bool:
         return all(jid not in info.get("jobs", ()) for info in client.admin.workers().values())
 
     wait_for(let_go, 15, what="the worker to let the cancelled job go")
+
+
+def test_a_running_jobs_page_shows_its_first_lines_and_follows_its_output(
+    dashboard: Dashboard, page: Page, start_master: StartMaster
+) -> None:
+    client = dashboard.client
+    start_master("chatty", modules=("tests.integration.seeing_jobs",))
+    jid = client.queue("chatty").put(
+        "tests.integration.seeing_jobs:tick", {"count": 40, "every_s": 0.3}
+    )
+    wait_for(lambda: client.admin.live_output(jid)[1], 30, what="the job's first lines")
+    open_page(page, f"{dashboard.url}/job?jid={jid}")
+    page.evaluate("window.notReloaded = true")
+    output = page.locator('[data-live="job.live"]')
+    expect(output).to_contain_text("tick 0 at ")
+    expect(output).to_contain_text("tick 12 at ", timeout=15_000)  # followed, live
+    assert page.evaluate("window.notReloaded") is True
+    dashboard.shot(page, "job-live-output")
 
 
 def test_the_live_numbers_change_without_a_reload(

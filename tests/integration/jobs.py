@@ -268,8 +268,9 @@ def ledger(job: Any) -> None:
 
 
 def half_frame(job: Any) -> None:
-    """Writes a frame header promising 100 bytes on the child's socket to the master,
-    then only one byte, then returns normally (its real report follows)."""
+    """Writes a frame header promising 1000 bytes on the child's socket to the master,
+    then only one byte, then returns normally (its real report follows, shorter than
+    the rest of the promise: the frame never completes)."""
     import stat  # noqa: PLC0415 - only this job needs it
     import struct  # noqa: PLC0415
 
@@ -280,7 +281,7 @@ def half_frame(job: Any) -> None:
         except OSError:  # the directory listing's own descriptor, gone by now
             continue
         if is_socket:
-            os.write(fd, struct.pack("!I", 100) + b"{")
+            os.write(fd, struct.pack("!I", 1000) + b"{")
             return
 
 

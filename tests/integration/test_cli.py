@@ -43,8 +43,9 @@ def test_put_then_status_and_job(cli: Invoke, plain_client: Client) -> None:
         "depends",
         "complete",
         "failed",
+        "cancelled",
     ]
-    assert row.split() == ["emails", "1", "0", "0", "0", "0", "0", "0", "0"]
+    assert row.split() == ["emails", "1", "0", "0", "0", "0", "0", "0", "0", "0"]
     code, out, _ = cli("job", jid)
     assert code == 0 and "state      waiting" in out and "put" in out and "vip" in out
     code, out, _ = cli("job", jid, "--json")
@@ -185,7 +186,8 @@ def test_cancel_of_an_unknown_jid_cancels_the_others_and_exits_1(
         "cancelled 1 of 2\n",
         "runtime: error: no job missing\n",
     )
-    assert plain_client.get_job("known") is None
+    known = plain_client.get_job("known")  # its tombstone (docs/semantics.md)
+    assert known is not None and known.state == "cancelled"
     assert cli("cancel", "gone-1", "gone-2") == (
         1,
         "cancelled 0 of 2\n",

@@ -45,8 +45,8 @@ def test_status_shows_complete_and_failed_with_totals_in_json(
     code, out, _ = cli("status")
     header, row = out.splitlines()
     assert code == 0
-    assert header.split()[-2:] == ["complete", "failed"]
-    assert row.split() == ["q", "0", "0", "0", "0", "0", "0", "1", "1"]
+    assert header.split()[-3:] == ["complete", "failed", "cancelled"]
+    assert row.split() == ["q", "0", "0", "0", "0", "0", "0", "1", "1", "0"]
     _, out, _ = cli("status", "--json")
     q = json.loads(out)["q"]
     assert (q["complete"], q["failed"], q["completed_total"], q["failed_total"]) == (1, 1, 1, 1)

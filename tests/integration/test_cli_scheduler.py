@@ -31,6 +31,13 @@ BAD_INPUT = [
     (("limit", "example.com", "nan/1"), "rate must be a finite number"),
     (("limit", "example.com"), "give RATE as N/SECONDS"),
     (("limit", "example.com", "10/1", "--burst", "-1"), "--burst"),
+    (("limit", "example.com", "--concurrency", "0"), "--concurrency"),
+    (("limit", "example.com", "--concurrency", "many"), "--concurrency"),
+    (("limit", "example.com", "--burst", "2", "--concurrency", "2"), "burst goes with a rate"),
+    (("pause",), "give a QUEUE or --domain DOMAIN"),
+    (("pause", "q", "--domain", "example.com"), "give a QUEUE or --domain DOMAIN"),
+    (("pause", "--domain", "bad domain"), "domain must be"),
+    (("resume", "--domain", ""), "domain must be"),
     (("recur", "add", "q", "not a klass", "--every", "5"), "klass must be an import path"),
     (("recur", "add", "q", "nodots", "--every", "5"), "klass must be an import path"),
     (("recur", "add", "q", "a.b:c"), "give --every or --cron"),
@@ -76,3 +83,19 @@ def test_a_bad_domain_is_blamed_on_the_domain_from_a_real_process(env: Client) -
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "domain must be" in done.stderr and "RATE" not in done.stderr
+
+
+def test_limit_sets_a_concurrency_and_pause_holds_a_domain(
+    env: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["limit", "api.example.com", "--concurrency", "3"]) == 0
+    assert run(["limit", "rated.example.com", "10/1", "--concurrency", "2"]) == 0
+    assert run(["pause", "--domain", "api.example.com"]) == 0
+    capsys.readouterr()
+    assert run(["limit"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "api.example.com  concurrency 3  paused",
+        "rated.example.com  10/1s burst 0  concurrency 2",
+    ]
+    assert run(["resume", "--domain", "api.example.com"]) == 0
+    assert env.scheduling.domain_limits()["api.example.com"] == {"concurrency": 3}

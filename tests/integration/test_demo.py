@@ -41,7 +41,7 @@ def test_the_demo_runs_its_jobs_on_the_embedded_redis_again_and_again() -> None:
         assert rows["look_up"][2:4] == ["failed", "1"], "Fail spends no retry"
         assert '-> {"sum": 6, "count": 3}' in " ".join(rows["add"]), "results are shown"
         assert done.stdout.rstrip().endswith("4 complete, 2 failed")
-        assert demo_row(done.stdout) == ["demo", "0", "0", "0", "0", "0", "0", "4", "2"]
+        assert demo_row(done.stdout) == ["demo", "0", "0", "0", "0", "0", "0", "4", "2", "0"]
         assert "Traceback" not in done.stderr
         again = subprocess.run(
             [sys.executable, "-m", "runtime", "demo"],
@@ -52,7 +52,7 @@ def test_the_demo_runs_its_jobs_on_the_embedded_redis_again_and_again() -> None:
         )
         assert again.returncode == 0, again.stdout + again.stderr
         assert again.stdout.rstrip().endswith("4 complete, 2 failed")
-        assert demo_row(again.stdout) == ["demo", "0", "0", "0", "0", "0", "0", "4", "2"], (
+        assert demo_row(again.stdout) == ["demo", "0", "0", "0", "0", "0", "0", "4", "2", "0"], (
             "the table agrees with the summary line"
         )
         assert again.stdout.startswith("deleted 6 jobs an earlier demo left on queue 'demo'\n")

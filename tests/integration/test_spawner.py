@@ -8,25 +8,27 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from runtime.children import control
 from runtime.errors import ConfigError
 from runtime.master.spawner import Spawner
 
 DEADLINE_S = 10.0
 
 
-def config(workdir: Path, modules: list[str]) -> dict[str, object]:
-    return {
-        "modules": modules,
-        "worker": "test-spawner",
-        "sandbox_root": str(workdir / "sandboxes"),
-        "sys_path": list(sys.path),
-        "limits": {},
-    }
+def config(workdir: Path, modules: list[str]) -> control.Setup:
+    return control.Setup(
+        worker="test-spawner",
+        modules=tuple(modules),
+        sandbox_root=str(workdir / "sandboxes"),
+        sys_path=tuple(sys.path),
+    )
 
 
 def reaped(pid: int) -> bool:
@@ -98,3 +100,48 @@ def test_a_fork_server_that_cannot_start_is_reaped_before_the_error(workdir: Pat
         asyncio.run(main())
     [server] = started
     assert server.pid is not None and reaped(server.pid)
+
+
+@pytest.mark.parametrize(
+    ("first", "said"),
+    [
+        (control.pack(control.Spawn(0)), "spawn came before the setup"),
+        (b'{"kind": "setup"}', "a bad setup: frame of 2065853289 bytes in a datagram"),  # no header
+    ],
+    ids=["spawn", "unframed"],
+)
+def test_a_fork_server_not_set_up_first_says_so_and_exits(first: bytes, said: str) -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runtime.children.forkserver", str(theirs.fileno())],
+        pass_fds=[theirs.fileno()],
+    )
+    theirs.close()
+    with ours:
+        ours.send(first)
+        ours.settimeout(DEADLINE_S)
+        reply = control.unpack(ours.recv(control.MAX_DATAGRAM))
+    assert isinstance(reply, control.NotServing) and reply.message.startswith(said)
+    assert process.wait(DEADLINE_S) == 1
+
+
+def test_a_serving_fork_server_drops_a_bad_message_and_serves_on(workdir: Path) -> None:
+    exits: list[tuple[int, int | None, int | None]] = []
+
+    async def main() -> None:
+        server = Spawner(config(workdir, []), dict(os.environ), lambda *ended: exits.append(ended))
+        await server.start()
+        assert server.ctl is not None
+        read_end, write_end = os.pipe()
+        socket.send_fds(server.ctl, [b"\x00\x00\x00\x02{}"], [write_end])  # no kind
+        os.close(write_end)
+        child, sock, out = await asyncio.wait_for(server.spawn(0), DEADLINE_S)
+        assert os.read(read_end, 1) == b"", "the fds that came with it were closed"
+        os.close(read_end)
+        sock.close()
+        os.close(out)
+        os.kill(child, signal.SIGKILL)
+        await asyncio.wait_for(server.stop(), DEADLINE_S)
+        assert exits == [(child, None, signal.SIGKILL)]
+
+    asyncio.run(main())

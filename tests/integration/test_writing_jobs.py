@@ -187,4 +187,7 @@ def test_cancelling_a_running_job_stops_it_within_a_second(
     assert last < cancelled_at + 1.0, "the child was stopped within a second"
     log = master.log()
     assert "lease was lost" not in log and "report refused" not in log
-    assert plain_client.get_job(jid) is None
+    tomb = plain_client.get_job(jid)  # what the master did after: nothing to its tombstone
+    assert tomb is not None and tomb.state == "cancelled" and tomb.data == {}
+    assert [e.event for e in tomb.history] == ["put", "cancelled"]
+    assert tomb.history[-1].worker is not None and tomb.history[-1].by == "api"

@@ -135,7 +135,7 @@ class BatchMachine(RuleBasedStateMachine):
             return
         jid = self.members[n][i % len(self.members[n])]
         job = self.client.get_job(jid)
-        if job is None:
+        if job is None or job.state == JobState.CANCELLED:
             return
         with contextlib.suppress(DependedOn):
             if self.client.cancel(jid) == [jid]:
@@ -159,7 +159,11 @@ class BatchMachine(RuleBasedStateMachine):
             jobs = dict(zip(self.members[n], self.client.get_jobs(self.members[n]), strict=True))
             complete = [j for j, job in jobs.items() if job and job.state == JobState.COMPLETE]
             failed = [j for j, job in jobs.items() if job and job.state == JobState.FAILED]
-            gone = [self.cancelled[j] for j, job in jobs.items() if job is None]
+            gone = [  # deleted, or a tombstone (lua/cancel.lua)
+                self.cancelled[j]
+                for j, job in jobs.items()
+                if job is None or job.state == JobState.CANCELLED
+            ]
             assert len(gone) == sum(1 for j in self.members[n] if j in self.cancelled)
             want_completed = len(complete) + gone.count("completed")
             want_failed = len(failed) + gone.count("failed")

@@ -156,7 +156,7 @@ def test_a_batch_job_adds_jobs_with_its_completion(client: Client, clock: Frozen
     b.close()
     [parent] = client.queue("q").pop(1, worker="w")
     child = client.queue("q").spec("app.jobs:child", {}).in_batch(b.bid)
-    client.leases.complete(parent.jid, "w", parent.job.token or "", puts=[child])
+    client.leases.complete(parent.jid, "w", parent.token, puts=[child])
     assert counts(client, b.bid) == (2, 1, 1, 0)
     assert callbacks(client) == []
     run(client, "q", 1)
@@ -175,7 +175,7 @@ def test_a_sealed_batch_refuses_jobs_but_from_its_own(client: Client, clock: Fro
     other.queue("o").put("app.jobs:work", {})
     [outsider] = client.queue("o").pop(1, worker="w")
     spec = client.queue("q").spec("app.jobs:x", {}).in_batch(b.bid)
-    state = client.leases.complete(outsider.jid, "w", outsider.job.token or "", puts=[spec])
+    state = client.leases.complete(outsider.jid, "w", outsider.token, puts=[spec])
     assert state == "failed", "a put refused fails the job putting it (runtime.PutRefused)"
     assert counts(client, b.bid) == (1, 1, 0, 0)
 

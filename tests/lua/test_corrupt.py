@@ -263,7 +263,11 @@ def test_cancel_deletes_a_corrupt_job_and_the_next_pop_drops_what_is_left(
     queued(client, "good")
     corrupt(client, "bad", KINDS[name])
     assert client.cancel("bad") == ["bad"]
-    assert raw_record(client, "bad") is None
+    tomb = client.get_job("bad")  # bad data goes with the rest: a sound meta leaves a tombstone
+    if name in RECORD_KINDS or name == "meta-not-utf8":
+        assert raw_record(client, "bad") is None
+    else:
+        assert tomb is not None and tomb.state == "cancelled" and tomb.data == {}
     assert [j.jid for j in client.queue("q").pop(5, worker="w")] == ["good"]
     assert lane_entries(client) == [] and client.queue("q").counts()["waiting"] == 0
     assert client.failed() == {}

@@ -161,9 +161,9 @@ def test_messages_and_tokens_that_are_not_utf8_never_make_a_record_corrupt(
 ) -> None:
     queued(client, "j1")
     [job] = client.queue("q").pop(1, worker="w")
-    [refused] = client.conn.run_json("fail", "w", "j1", job.token, b"bad\xffgroup", "m", "")
+    [refused] = client.conn.run_json("fail", "w", "j1", job.token, b"bad\xffgroup", "m", "", "")
     assert refused["error"] == "BAD_ARG" and "bad\\xffgroup" in refused["message"]
-    reply = client.conn.run_json("fail", "w", "j1", job.token, "g", b"caf\xe9 \xff", "")
+    reply = client.conn.run_json("fail", "w", "j1", job.token, "g", b"caf\xe9 \xff", "", "")
     assert reply[0]["state"] == "failed"
     got = client.get_job("j1")
     assert got is not None and got.failure is not None

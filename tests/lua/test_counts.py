@@ -219,10 +219,16 @@ def test_domains_show_their_limit_throttled_jobs_and_next_start(
             "limit": {"rate": 1, "period": 60, "burst": 0},
             "throttled": 2,
             "next_start_ms": clock.now_ms + 60_000,
+            "slots": 1,
+            "paused": False,
+            "full": False,
         },
         "idle.com": {
             "limit": {"rate": 5, "period": 1, "burst": 0},
             "throttled": 0,
             "next_start_ms": None,
+            "slots": 0,
+            "paused": False,
+            "full": False,
         },
     }

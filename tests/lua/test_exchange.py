@@ -44,13 +44,13 @@ def reports(tokens: dict[str, str]) -> tuple[list[Any], list[Any], list[Any]]:
     """Completions (one with a lost lease, one of no job, one with a note), a
     retry and a failure (of a corrupt record)."""
     complete = [
-        ("j1", tokens["j1"], "{}", '{"r":1}', "out"),
-        ("j2", "0" * 24, "{}", "", ""),  # not its token: LEASE_LOST
-        ("nosuch", "0" * 24, "{}", "", ""),
-        ("j3", tokens["j3"], '{"note":"n"}', "", ""),
+        ("j1", tokens["j1"], "{}", '{"r":1}', "out", "0.0120 40.5"),
+        ("j2", "0" * 24, "{}", "", "", ""),  # not its token: LEASE_LOST
+        ("nosuch", "0" * 24, "{}", "", "", ""),
+        ("j3", tokens["j3"], '{"note":"n"}', "", "", ""),
     ]
-    retry = [("j4", tokens["j4"], "g", "m", 0, "")]
-    fail = [("j5", tokens["j5"], "g", "boom", "")]
+    retry = [("j4", tokens["j4"], "g", "m", 0, "", "1.5 300.0")]
+    fail = [("j5", tokens["j5"], "g", "boom", "", "0.5 20.0 c")]
     return complete, retry, fail
 
 

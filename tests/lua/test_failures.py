@@ -125,7 +125,7 @@ def test_lua_caps_messages_too_without_splitting_characters(
 ) -> None:
     client.queue("q").put("a.b:c", {}, jid="j1", retries=0)
     job = pop_one(client)
-    client.conn.run_json("fail", "w", "j1", job.token, "g", "é" * 40_000 + "TAIL", "")
+    client.conn.run_json("fail", "w", "j1", job.token, "g", "é" * 40_000 + "TAIL", "", "")
     stored = client.get_job("j1").failure.message  # type: ignore[union-attr]
     assert len(stored.encode()) <= 64 * 1024 and stored.endswith("TAIL")
 

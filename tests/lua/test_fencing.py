@@ -110,7 +110,7 @@ def test_batched_complete_reports_each_job_on_its_own(client: Client, clock: Fro
     jobs = q.pop(3, worker="w")
     args = ["w"]
     for job in jobs:
-        args += [job.jid, (job.token or "") if job.jid != "j1" else "bad", "{}", "", ""]
+        args += [job.jid, (job.token or "") if job.jid != "j1" else "bad", "{}", "", "", ""]
     reply = client.conn.run_json("complete", *args)
     assert [r.get("state") or r["error"] for r in reply] == ["complete", "LEASE_LOST", "complete"]
     assert client.get_job("j1").state == "running"  # type: ignore[union-attr]
@@ -143,10 +143,15 @@ ITEM_ERRORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "retry-delay-negative": ("retry", ("g", "m", "-5")),
     "retry-delay-nan": ("retry", ("g", "m", "nan")),
     "retry-delay-inf": ("retry", ("g", "m", "inf")),
+    "complete-usage-not-numbers": ("complete", ("{}", "", "", "fast 12")),
+    "fail-usage-negative": ("fail", ("g", "m", "", "-1 12")),
+    "retry-usage-one-number": ("retry", ("g", "m", "0", "", "1.5")),
 }
 
 
-TAIL = {"complete": ("", ""), "fail": ("",), "retry": ("",), "progress": ()}  # result, output
+# values a row of each report takes after its jid and token; those a case leaves
+# out (result, output, usage) are sent empty
+ROW = {"complete": 4, "fail": 4, "retry": 5}
 
 
 @pytest.mark.parametrize(("op", "rest"), ITEM_ERRORS.values(), ids=ITEM_ERRORS.keys())
@@ -154,8 +159,36 @@ def test_a_malformed_report_item_answers_bad_arg_and_changes_nothing(
     client: Client, leased: Lease, op: str, rest: tuple[str, ...]
 ) -> None:
     before = snapshot(client)
-    reply = client.conn.run_json(op, "holder", "j1", leased.token or "", *rest, *TAIL[op])
+    tail = ("",) * (ROW.get(op, len(rest)) - len(rest))
+    reply = client.conn.run_json(op, "holder", "j1", leased.token or "", *rest, *tail)
     assert [(r["jid"], r["error"]) for r in reply] == [("j1", "BAD_ARG")], reply
     assert "\n" not in reply[0]["message"]
     assert snapshot(client) == before
     assert leased.complete() == "complete", "the lease is intact"
+
+
+def test_no_read_of_a_job_carries_its_lease_token(client: Client, clock: FrozenClock) -> None:
+    """The token is the holder's credential: only the lease replies (pop, exchange,
+    a hand-off) carry it; the reads answer every job without it, running or
+    not, its last token kept in the record or not."""
+    q = client.queue("q")
+    for jid in ("run", "done", "bad", "back"):
+        q.put("a.b:c", {}, jid=jid, retries=0, tags=["t"])
+    leases = {lease.jid: lease for lease in q.pop(4, worker="holder")}
+    leases["done"].complete()
+    leases["bad"].fail("g", "m")
+    leases["back"].release()  # waiting again, its last token still in its record
+    stored = json.loads((raw_record(client, "back") or b"").decode().partition("\n")[0])
+    assert stored["l"] == leases["back"].token
+    replies = {
+        "get": client.conn.run_json("get", "run", "done", "bad", "back"),
+        **{
+            f"jobs-{state}": client.conn.run_json("jobs", "q", state, 0, 10, "newest")["jobs"]
+            for state in ("running", "complete", "failed", "waiting")
+        },
+        "peek": client.conn.run_json("peek", "q", 10),
+        "failed": client.conn.run_json("failed", "g", 0, 10)["jobs"],
+    }
+    metas = {name: [job["meta"] for job in jobs] for name, jobs in replies.items()}
+    assert all(metas.values()), metas
+    assert [name for name, of in metas.items() if any("l" in meta for meta in of)] == []

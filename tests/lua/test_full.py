@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from runtime import Client
+from runtime import Client, JobCancelled, NoSuchJob
 from runtime.errors import RedisCondition, RedisTransient
 from runtime.metrics import families
+from runtime.queue import ops
 from tests.conftest import _binaries, _short_tmp
 from tests.support import redis_faults
 from tests.support.clock import FrozenClock
@@ -39,6 +40,12 @@ def client(request: pytest.FixtureRequest) -> Iterator[Client]:
 
 def used_bytes(client: Client) -> int:
     return int(client.redis.info("memory")["used_memory"])
+
+
+def jobs_bytes(client: Client) -> int:
+    """What the hash of job records takes (used_memory moves with the scripts' own
+    Lua heap, which its garbage collector frees when it will)."""
+    return int(client.redis.memory_usage(client.keys.key("jobs"), samples=0) or 0)
 
 
 def fill(client: Client) -> list[str]:
@@ -123,3 +130,41 @@ def test_the_reads_run_on_a_replica_where_writes_are_refused(client: Client) -> 
         with pytest.raises(RedisTransient) as caught:
             client.queue("q").put("app.jobs:run", {})
         assert caught.value.condition is RedisCondition.READONLY
+
+
+def test_a_cancel_on_a_full_redis_frees_and_leaves_tombstones_where_it_made_room(
+    client: Client,
+) -> None:
+    client.queue("q").put("app.jobs:run", {}, jid="first")  # the scripts are loaded
+    jids = fill(client)
+    assert refused_put(client).condition is RedisCondition.OOM
+    before = jobs_bytes(client)
+    assert client.cancel(*jids) == jids
+    assert jobs_bytes(client) < before - (len(jids) - 1) * len(BIG["blob"]), "data freed"
+    # ~1 MB freed: room for the tombstones (used_memory also counts the scripts'
+    # Lua heap, which moves by some 100 KB with its garbage)
+    assert client.queue("q").counts()["cancelled"] == len(jids)
+    job = client.get_job(jids[0])
+    assert job is not None and job.state == "cancelled" and job.data == {}
+    client.redis.config_set("maxmemory", 0)  # a wait registers: a write
+    with pytest.raises(JobCancelled):
+        client.wait(jids[0], timeout=0.1)
+
+
+def test_a_cancel_far_over_maxmemory_succeeds_without_a_tombstone(client: Client) -> None:
+    client.queue("q").put("app.jobs:run", BIG, jid="awaited")
+    waiter = client.conn.call(ops.wait("awaited", 60_000))  # a waiter's token to push, too
+    assert waiter.state == "waiting"
+    jids = fill(client)
+    client.redis.config_set("maxmemory", used_bytes(client) // 2)  # far over: no room made
+    assert refused_put(client).condition is RedisCondition.OOM
+    before = jobs_bytes(client)
+    assert client.cancel("awaited", jids[0]) == ["awaited", jids[0]]
+    assert jobs_bytes(client) < before - 2 * len(BIG["blob"]), "a cancel frees memory"
+    assert client.get_job("awaited") is None and client.get_job(jids[0]) is None
+    assert client.redis.lrange(client.keys.waited("awaited"), 0, -1) == [b"cancelled"]
+    assert client.queue("q").counts()["cancelled"] == 0
+    client.redis.config_set("maxmemory", 0)  # a wait registers: a write
+    with pytest.raises(NoSuchJob) as caught:
+        client.wait("awaited", timeout=0.1)
+    assert not isinstance(caught.value, JobCancelled)

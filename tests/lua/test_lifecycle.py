@@ -131,6 +131,7 @@ def test_put_pop_heartbeat_complete_timeline(client: Client, clock: FrozenClock)
         "depends": 0,
         "complete": 1,
         "failed": 0,
+        "cancelled": 0,
         "paused": False,
         "size_warning": 0,
         "completed_total": 1,

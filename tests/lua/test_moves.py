@@ -43,6 +43,11 @@ def test_cancel_removes_a_job_in_any_state(client: Client, clock: FrozenClock, s
     assert found is not None and found.state == state
     cancelled = ["j1", "dep"] if state == "depends" else ["j1"]
     assert client.cancel(*cancelled) == cancelled
+    ended = state in ("failed", "complete")  # the others leave a tombstone (test_tombstones.py)
+    left = client.get_job("j1")
+    assert left is None if ended else left is not None and left.state == "cancelled"
+    client.admin.config_set("jobs-history-count", 0)
+    client.admin.trim_retention()  # the tombstones go
     assert client.get_job("j1") is None
     counts = q.counts()
     assert all(v == 0 for k, v in counts.items() if k != "paused" and not k.endswith("_total")), (

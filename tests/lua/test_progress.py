@@ -185,6 +185,10 @@ def test_the_ends_wake_their_waiters_with_how_they_ended(
     assert client.conn.call(ops.wait("bad", 0)) == ops.Ending(
         JobState.FAILED, group="app.Boom", message="tb\nValueError: x"
     )
+    assert client.conn.call(ops.wait("gone", 0)) == ops.Ending(
+        JobState.CANCELLED, at_ms=clock.now_ms, by="api"
+    )
+    client.redis.hdel(client.keys.key("jobs"), "gone")  # a cancel that left no tombstone
     with pytest.raises(NoSuchJob):
         client.conn.call(ops.wait("gone", 0))
 

@@ -102,7 +102,7 @@ def test_a_result_too_big_or_not_json_completes_the_job_without_one_and_says_why
     client.admin.config_set("result-max-bytes", 1000)
     client.queue("q").put("a.b:c", {}, jid="j1")
     job = popped(client)
-    [reply] = client.conn.run_json("complete", W, "j1", job.token, "{}", result, "")
+    [reply] = client.conn.run_json("complete", W, "j1", job.token, "{}", result, "", "")
     assert reply == {"jid": "j1", "ok": True, "state": "complete"}
     meta, data = record(client, "j1")  # type: ignore[misc]
     assert "rl" not in meta and data == "{}"
@@ -114,7 +114,7 @@ def test_a_result_too_big_or_not_json_completes_the_job_without_one_and_says_why
 def test_no_result_and_null_store_nothing(client: Client, clock: FrozenClock, result: str) -> None:
     client.queue("q").put("a.b:c", {}, jid="j1")
     job = popped(client)
-    client.conn.run_json("complete", W, "j1", job.token, "{}", result, "")
+    client.conn.run_json("complete", W, "j1", job.token, "{}", result, "", "")
     meta, data = record(client, "j1")  # type: ignore[misc]
     assert "rl" not in meta and "ot" not in meta and data == "{}"
     assert meta["h"][-1] == {"e": "completed", "t": clock.now_ms, "w": W}

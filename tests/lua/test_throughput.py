@@ -90,9 +90,11 @@ def test_a_call_that_completes_and_fails_counts_both_in_the_minute(
         "{}",
         "",
         "",
+        "",
         "refused",
         jobs["refused"].token or "",
         bad_put,
+        "",
         "",
         "",
     )

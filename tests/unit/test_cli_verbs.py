@@ -25,6 +25,7 @@ NOT_READS = {
     "untag": "changes a job",
     "track": "changes a job",
     "events": "prints one JSON object a line already",
+    "logs": "prints a job's output as it printed it",
     "pause": "changes a queue",
     "resume": "changes a queue",
     "queue forget": "changes the list of queues",

@@ -35,6 +35,7 @@ COUNTS = {
     "depends": 0,
     "complete": 7,
     "failed": 1,
+    "cancelled": 2,
     "paused": True,
     "size_warning": 0,
     "completed_total": 9,
@@ -229,7 +230,8 @@ def test_the_served_text_is_the_registrys_with_odd_labels_and_large_values() -> 
 def test_an_empty_deployment_writes_every_help_and_type() -> None:
     served, through_registry = served_and_registry({"queues": {}, "groups": {}, "workers": {}})
     same_text(served, through_registry)
-    assert served.count(b"# HELP ") == 14 and served.count(b"# TYPE ") == 14
+    # 12 families, the 2 of open batches, the 2 of domain slots, the 2 of usage
+    assert served.count(b"# HELP ") == 18 and served.count(b"# TYPE ") == 18
 
 
 NAMES = st.text(max_size=8)
@@ -246,6 +248,12 @@ STATS = st.fixed_dictionaries(
         "run:hist:ms100": AMOUNTS,
         "run:hist:h1": AMOUNTS,
         "run:hist:d365": AMOUNTS,
+        "u:cpu:0.01:app.jobs:f": AMOUNTS,
+        "u:cpu:inf:app.jobs:f": AMOUNTS,
+        "u:cpu:ms:app.jobs:f": AMOUNTS,
+        "u:rss:64:app.jobs:f": AMOUNTS,
+        "u:rss:mb:app.jobs:f": AMOUNTS,
+        "u:rss:inf:other": AMOUNTS,
     },
 )
 QUEUE: dict[str, st.SearchStrategy[Any]] = {state.value: AMOUNTS for state in STATES}

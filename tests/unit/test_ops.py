@@ -77,11 +77,11 @@ def test_reports_go_as_one_batch_per_kind_with_flat_rows_and_messages_cut() -> N
     calls = ops.reports("host-1", out)
     assert [kind for kind, _ in calls] == ["complete", "retry", "fail", "release"]
     complete, retry, fail, release = (call.args for _, call in calls)
-    assert complete == ("host-1", "j1", "t1", "{}", "", "")
-    assert retry[:4] == ("host-1", "j2", "t2", "app.Boom") and retry[5:] == (1500, "")
+    assert complete == ("host-1", "j1", "t1", "{}", "", "", "")
+    assert retry[:4] == ("host-1", "j2", "t2", "app.Boom") and retry[5:] == (1500, "", "")
     assert isinstance(retry[4], str) and retry[4].endswith("TAIL")
     assert len(retry[4].encode()) <= CAP
-    assert fail == ("host-1", "j3", "t3", "app.Bad", "y" * 100, "")
+    assert fail == ("host-1", "j3", "t3", "app.Bad", "y" * 100, "", "")
     assert release == ("host-1", "j4", "t4", 0, "j5", "t5", 1), "a job that ran keeps its attempt"
     assert all(call.repeatable for _, call in calls)
 
@@ -97,7 +97,7 @@ def test_a_100_mb_traceback_is_cut_when_the_master_records_it() -> None:
 
 
 def test_the_sync_client_s_reports_cut_messages_the_same_way() -> None:
-    [_, _, _, _, message, _] = ops.fail("w", [FailRow("j", "t", "g", "é" * 50_000, "")]).args
+    [_, _, _, _, message, _, _] = ops.fail("w", [FailRow("j", "t", "g", "é" * 50_000, "")]).args
     assert message == wire.cap_message("é" * 50_000)
 
 

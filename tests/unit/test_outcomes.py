@@ -16,9 +16,9 @@ SPEC = wire.JobSpec.build("links", "app.jobs:crawl", {"u": 1}, jid="k1")
 def test_add_complete_with_nothing_else_sends_the_old_row_with_empty_fields() -> None:
     out = Outcomes()
     out.add_complete("j1", "t1")
-    assert out.complete == {"j1": ("j1", "t1", "{}", "", "")}
+    assert out.complete == {"j1": ("j1", "t1", "{}", "", "", "")}
     [(kind, call)] = ops.reports("w", out)
-    assert (kind, call.args) == ("complete", ("w", "j1", "t1", "{}", "", ""))
+    assert (kind, call.args) == ("complete", ("w", "j1", "t1", "{}", "", "", ""))
 
 
 def test_a_completion_carries_result_output_note_and_puts() -> None:
@@ -31,7 +31,7 @@ def test_a_completion_carries_result_output_note_and_puts() -> None:
         note="é" * 2000,
         puts=[SPEC.to_wire()],
     )
-    _, _, options, result, output = out.complete["j1"]
+    _, _, options, result, output, _ = out.complete["j1"]
     decoded = json.loads(options)
     assert decoded["puts"] == [SPEC.to_wire()]
     assert decoded["note"] == "é" * 512, "cut to note_max_bytes, whole characters"
@@ -40,13 +40,18 @@ def test_a_completion_carries_result_output_note_and_puts() -> None:
     assert output.startswith("[... cut ")
 
 
-def test_retry_and_fail_rows_end_with_the_output() -> None:
+def test_retry_and_fail_rows_end_with_the_output_then_the_usage() -> None:
     out = Outcomes()
-    out.add_retry("j1", "t1", "g", "m", 250, output="out")
-    out.add_fail("j2", "t2", "g", "m")
-    assert out.retry == [("j1", "t1", "g", "m", 250, "out")]
-    assert out.fail == [("j2", "t2", "g", "m", "")]
+    out.add_retry("j1", "t1", "g", "m", 250, output="out", usage=wire.usage_text(0.5, 30.25))
+    out.add_fail("j2", "t2", "g", "m", usage=wire.usage_text(1, 2, of_job=False))
+    assert out.retry == [("j1", "t1", "g", "m", 250, "out", "0.5000 30.2")]
+    assert out.fail == [("j2", "t2", "g", "m", "", "1.0000 2.0 c")]
     assert [kind for kind, _ in ops.reports("w", out)] == ["retry", "fail"]
+
+
+def test_usage_not_measured_goes_as_nothing() -> None:
+    assert wire.usage_text(None, None) == ""
+    assert wire.usage_text(-0.001, 12) == "0.0000 12.0", "a clock step back is no negative"
 
 
 def test_progress_keeps_the_latest_per_job_and_goes_in_one_call() -> None:

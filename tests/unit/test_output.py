@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from runtime.children import protocol
-from runtime.master.output import BUDGET_BYTES_S, LINE_MAX, TAIL_BYTES, Output
+from runtime.master.output import BUDGET_BYTES_S, LINE_MAX, LIVE_BYTES_S, TAIL_BYTES, Output
 
 
 def end(jid: str) -> bytes:
@@ -135,3 +135,30 @@ def test_end_markers_read_together_end_each_job_and_text_between_them_is_kept(
     assert out.ended_tail("j4") == "printed by j4\n"
     assert lines(caplog) == ["printed by j4 jid=j4 klass=m:f worker=h"]
     assert out.job is None
+
+
+def test_the_running_jobs_whole_lines_go_live_until_it_ends() -> None:
+    out = sent("j1", "j2")
+    out.feed(b"one\ntw", 0.0)
+    assert out.take_live(0.1) == ("j1", "one\n", 0), "a line not finished waits"
+    out.feed(b"o\n" + protocol.MARK_LOG + b'{"level": 30, "name": "app", "message": "hm"}\n', 0.2)
+    assert out.take_live(0.3) == ("j1", "two\nWARNING app: hm\n", 0)
+    out.feed(b"last words\n" + end("j1"), 0.4)
+    assert out.take_live(0.5) is None, "an ended job's lines go with its report"
+    out.feed(b"second\n", 0.6)
+    assert out.take_live(0.7) == ("j2", "second\n", 0)
+    assert out.take_live(0.8) is None
+
+
+def test_live_output_past_its_budget_is_counted_not_sent() -> None:
+    out = sent("j1")
+    line = b"x" * 1023 + b"\n"
+    out.feed(line * (LIVE_BYTES_S // 1024 + 10), 0.0)
+    jid, text, dropped = out.take_live(0.0) or ("", "", 0)
+    assert (jid, len(text), dropped) == ("j1", LIVE_BYTES_S, 10)
+    out.feed(line, 0.01)
+    assert out.take_live(0.01) == ("j1", "", 1), "no budget back yet"
+    out.feed(line, 2.0)
+    assert out.take_live(2.0) == ("j1", "", 1), "the budget comes back at the take"
+    out.feed(line, 2.1)
+    assert out.take_live(2.1) == ("j1", line.decode(), 0)

@@ -1,5 +1,7 @@
 """Job states and failure groups are spelled once (runtime/vocabulary.py): no
-other module of runtime, Python or Lua, spells one as a quoted literal.
+other module of runtime, Python or Lua, spells one as a quoted literal, and no
+dashboard template either (without exceptions: what a state offers is decided in
+runtime/dashboard/offers.py).
 
 Some words of other vocabularies are spelled like a state: a history event
 (`failed`), a lease report's kind (`complete`), an operation (`failed.lua`), a
@@ -18,6 +20,8 @@ import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import runtime
 from runtime import vocabulary
 from runtime.queue import scripts
@@ -26,6 +30,7 @@ from runtime.vocabulary import Count, FailureGroup, JobState
 ROOT = Path(runtime.__file__).parent
 WORDS = frozenset([*JobState, *Count, *FailureGroup])
 HOME = ROOT / "vocabulary.py"
+TEMPLATES = ROOT / "dashboard" / "templates"
 
 # (file under runtime/, a pattern its line matches, why that literal is not a state or group)
 ALLOWED: list[tuple[str, str, str]] = [
@@ -60,6 +65,8 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("queue/lua/domains.lua", r"\{ 'throttled', int\(", "a domain's jobs in throttled lanes"),
     # the history events and the counters of lib/stats.lua
     ("queue/lua/lib/place.lua", r"Job\.(event|append)\(.*'failed'", "the history event failed"),
+    ("queue/lua/lib/place.lua", r"Job\.append\(tomb, .*'cancelled'", "the history event cancelled"),
+    ("master/reasons.py", r'Ending\(FailureGroup\.CANCELLED, "cancelled"', "an Ending's text"),
     ("queue/lua/lib/place.lua", r"Stats\.count\(meta\.q, 'failed'", "the stats counter failed"),
     (
         "queue/lua/lib/report.lua",
@@ -76,7 +83,7 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("dashboard/jobreads.py", r'info\.get\("throttled"\)', "a domain's jobs in throttled lanes"),
     # a batch's counts (completed, failed) and its callbacks' kinds (on_complete)
     ("queue/lua/lib/batch.lua", r"'(failed|complete)'", "a batch's count, a callback's kind"),
-    ("queue/batches.py", r'"failed"', "a batch's count failed"),
+    ("queue/batches.py", r'"(failed|cancelled)"', "a batch's counts failed and cancelled"),
     ("queue/batches.py", r'options\.get\("depends"\)', "the put option depends"),
 ]
 
@@ -136,6 +143,36 @@ def test_no_module_but_the_vocabulary_spells_a_state_or_a_group() -> None:
     assert not stale, f"allow-list entries that let nothing through: {stale}"
 
 
+def _template_literals(path: Path) -> Iterator[tuple[int, str]]:
+    """The quoted strings of a template's expressions and tags, not its HTML text."""
+    jinja2 = pytest.importorskip("jinja2", reason="the dashboard extra is not installed")
+    for number, token, value in jinja2.Environment().lex(path.read_text("utf-8")):
+        if token == "string":
+            yield number, ast.literal_eval(value)
+
+
+def test_no_template_spells_a_state() -> None:
+    """Which actions and columns a state offers the views decide (dashboard/offers.py):
+    a template compares no state, and names none."""
+    found = [
+        f"runtime/{path.relative_to(ROOT)}:{number}: {word!r}"
+        for path in sorted(TEMPLATES.glob("*.html"))
+        for number, word in _template_literals(path)
+        if word in WORDS
+    ]
+    assert not found, "pass what a state offers from the view (offers.py):\n" + "\n".join(found)
+
+
+def test_the_template_scanner_sees_literals_in_tags_not_text(tmp_path: Path) -> None:
+    page = tmp_path / "x.html"
+    page.write_text(
+        '<th>failed</th>{% if s in ("failed", \'running\') %}\n{{ "x" if a else "complete" }}',
+        "utf-8",
+    )
+    found = list(_template_literals(page))
+    assert found == [(1, "failed"), (1, "running"), (2, "x"), (2, "complete")]
+
+
 def test_the_scanner_sees_literals_in_both_languages(tmp_path: Path) -> None:
     py = tmp_path / "x.py"
     py.write_text('a = "waiting"  # "failed"\nb = f"{a}running"\n', "utf-8")
@@ -159,6 +196,7 @@ def test_states_compare_and_hash_as_the_strings_of_the_spec() -> None:
         "depends",
         "complete",
         "failed",
+        "cancelled",
     ]
 
 

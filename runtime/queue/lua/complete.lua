@@ -1,7 +1,7 @@
 -- complete.lua: the lease holder reports jobs done (many in one step).
 --
 -- KEYS[1]  the namespace root
--- ARGV     worker, then per job: jid, token, options, result, output
+-- ARGV     worker, then per job: jid, token, options, result, output, usage
 --          options: JSON object, {} or any of
 --            "next": queue, "delay_ms": n, "depends": [jid]  with next, the job
 --                moves on to that queue (retries renewed) instead of completing;
@@ -17,6 +17,8 @@
 --            for requeue_if_running) keeps none
 --          output: "" or the attempt's output tail (kept: its last
 --            output_max_bytes), kept with the job as its last attempt's
+--          usage: "" or "<cpu_s> <max_rss_mb>" (" c" after: the peak is the
+--            child's since it started), what the attempt cost (lib/attempt.lua)
 -- Reply    JSON list, one entry per job, in order:
 --          {"jid", "ok": true, "state"} or {"jid", "error": code, "message"}
 --          A completion repeated with the same token answers ok, changes
@@ -33,8 +35,8 @@
 --          BAD_ARG for the whole call when ARGV is malformed
 
 local worker = Check.token('worker', ARGV[1], LIMITS.worker_max)
-if #ARGV % 5 ~= 1 then
-  E.bad('complete takes a worker, then groups of jid, token, options, result and output')
+if #ARGV % 6 ~= 1 then
+  E.bad('complete takes a worker, then groups of jid, token, options, result, output and usage')
 end
 local now_us = Clock.now_us()
 local completed = {} -- K.completed's new entries (time us, jid, ...): one ZADD at the end

@@ -4,12 +4,14 @@
 -- KEYS[1]  the namespace root
 -- ARGV     queue_1, queue_2, ... (none: every known queue, at most counts_max)
 -- Reply    {"<queue>": {"waiting", "throttled", "scheduled", "running",
---          "stalled", "depends", "complete", "failed", "paused", "size_warning",
+--          "stalled", "depends", "complete", "failed", "cancelled", "paused",
+--          "size_warning",
 --          "completed_total", "failed_total", "retried_total",
 --          "oldest_waiting_ms"}, ...}
 --          running counts live leases; stalled, leases expired but not yet
 --          reclaimed by a pop; complete, complete jobs still kept by retention;
 --          failed, jobs of the queue failed for good (in any group);
+--          cancelled, tombstones of cancelled jobs still kept by retention;
 --          size_warning: the queue's size-warning setting (0: none);
 --          *_total: completions reported, final failures and retries since the
 --          queue was first used (never reset);

@@ -8,10 +8,10 @@
 --
 -- KEYS[1]  the namespace root
 -- ARGV     worker, count, seed, order, ahead_us, idle, completes, retries, fails,
---          then completes groups of jid, token, options, result, output
---          (complete.lua), retries groups of jid, token, group, message,
---          delay_ms, output (retry.lua), fails groups of jid, token, group,
---          message, output (fail.lua), then queue_1, queue_2, ...
+--          then completes groups of jid, token, options, result, output,
+--          usage (complete.lua), retries groups of jid, token, group, message,
+--          delay_ms, output, usage (retry.lua), fails groups of jid, token,
+--          group, message, output, usage (fail.lua), then queue_1, queue_2, ...
 --          worker .. idle and the queues: as pop.lua takes them;
 --          completes, retries, fails: how many jobs each report carries (0 ..)
 -- Reply    JSON {"complete": [entry, ...], "retry": [...], "fail": [...],
@@ -32,9 +32,9 @@
 local completes = Check.int('completes', ARGV[7], 0, #ARGV)
 local retries = Check.int('retries', ARGV[8], 0, #ARGV)
 local fails = Check.int('fails', ARGV[9], 0, #ARGV)
-local first_retry = 10 + 5 * completes
-local first_fail = first_retry + 6 * retries
-local first_queue = first_fail + 5 * fails
+local first_retry = 10 + 6 * completes
+local first_fail = first_retry + 7 * retries
+local first_queue = first_fail + 6 * fails
 if first_queue > #ARGV + 1 then
   E.bad('exchange has fewer arguments than its ' .. completes .. ' completions, '
     .. retries .. ' retries and ' .. fails .. ' failures take')

@@ -2,12 +2,14 @@
 --
 -- KEYS[1]  the namespace root
 -- ARGV     queue, state, start (0..), count (0..get_max), order ("oldest" | "newest")
---          state: waiting, throttled, scheduled, running, depends, complete, failed
+--          state: waiting, throttled, scheduled, running, depends, complete, failed,
+--          cancelled (tombstones)
 -- Order, oldest first ("newest" is the reverse):
 --          waiting    pop order: priority, then eligible order (order tickets)
 --          throttled  lane by lane, the lane whose domain frees first first
 --          scheduled  by due time;  running: by lease expiry (stalled ones first)
 --          complete   by completion time;  failed: by failure time
+--          cancelled  by cancel time
 --          depends    none kept (either way): the set's own order, stable while it
 --                     does not change
 -- Reply    {"total": n, "jobs": [job, ...]}, job as get.lua gives it (with
@@ -245,11 +247,13 @@ local LISTS = {
     function() return ranked(K.complete_index(queue)) end },
   failed = { function() return redis.call('ZCARD', K.failed_index(queue)) end,
     function() return ranked(K.failed_index(queue)) end },
+  cancelled = { function() return redis.call('ZCARD', K.cancelled_index(queue)) end,
+    function() return ranked(K.cancelled_index(queue)) end },
 }
 local list = LISTS[state]
 if not list then
   E.bad('state must be one of waiting, throttled, scheduled, running, depends, complete, '
-    .. 'failed; got ' .. Text.escape(tostring(state)))
+    .. 'failed, cancelled; got ' .. Text.escape(tostring(state)))
 end
 
 local stored = state == THROTTLED and WAITING or state

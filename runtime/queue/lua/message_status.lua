@@ -8,7 +8,7 @@
 --          "locked-with-requeue" (running, one more run asked for),
 --          "done-with-backoff" (complete, its unique key still taken),
 --          "done-awaiting-gc" (complete or failed, until retention removes it),
---          or nil (no such job)
+--          or nil (no such job, or its tombstone: cancelled)
 --          (a job whose record does not decode answers as the failed job it
 --          becomes, lib/job.lua: done-awaiting-gc)
 -- Read-only (no-writes): runs while Redis is full, and on replicas.
@@ -16,7 +16,7 @@
 
 local jid = Check.token('jid', ARGV[1], LIMITS.jid_max)
 local meta = Job.view(jid, true) -- as get sees it: data Python cannot read is corrupt
-if not meta then
+if not meta or meta.s == CANCELLED then
   return nil
 end
 local s = meta.s

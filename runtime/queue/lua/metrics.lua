@@ -4,13 +4,17 @@
 -- ARGV     up_ms: a worker seen within this many ms is up
 -- Reply    {"now_ms": n,
 --           "queues": {"<queue>": {counts as counts.lua gives them,
---                      "stats": {today's statistics fields (lib/stats.lua) of wait
---                                and run: "wait:ms", "wait:ms2", "wait:hist:ms5", ...}}},
+--                      "stats": {today's statistics fields (lib/stats.lua) of wait,
+--                                run and usage: "wait:ms", "wait:hist:ms5", "u:cpu:1:k",
+--                                ...}}},
 --           "groups": {"<failure group>": n, ...},
 --           "workers": {"<worker>": {"seen_ms": n, "running": n}, ...} (those up),
 --           "batches": {"open": n, "oldest_ms": created ms of the oldest open batch,
---                       or null} (lib/batch.lua)}
---          Every known queue, at most counts_max; workers at most workers_max.
+--                       or null} (lib/batch.lua),
+--           "domains": {"<domain>": {"slots": n (its jobs holding a lease),
+--                       "concurrency": n | null (its cap)}, ...}}
+--          Every known queue, at most counts_max; workers at most workers_max;
+--          domains with jobs holding a lease or a cap, at most workers_max of each.
 -- Read-only (no-writes): runs while Redis is full, and on replicas.
 -- Errors   BAD_ARG
 
@@ -19,13 +23,13 @@ local now_us = Clock.now_us()
 local now_ms = Clock.ms(now_us)
 local day = math.floor(now_us / 86400000000)
 
--- Today's wait and run fields of a queue, as a JSON object of numbers.
+-- Today's wait, run and usage fields of a queue, as a JSON object of numbers.
 local function today(queue)
   local flat = redis.call('HGETALL', K.stats(queue, day))
   local parts = {}
   for i = 1, #flat, 2 do
     local what = string.sub(flat[i], 1, 4)
-    if what == 'wait' or what == 'run:' then
+    if what == 'wait' or what == 'run:' or string.sub(what, 1, 2) == 'u:' then
       parts[#parts + 1] = cjson.encode(flat[i]) .. ':' .. flat[i + 1]
     end
   end
@@ -57,6 +61,28 @@ local oldest = redis.call('ZRANGE', K.batches, 0, 0, 'WITHSCORES')
 local batches = '{"open":' .. redis.call('ZCARD', K.batches) .. ',"oldest_ms":'
   .. (oldest[2] and int(tonumber(oldest[2])) or 'null') .. '}'
 
+local domains, listed = {}, {}
+local function domain_entry(domain)
+  if not listed[domain] then
+    listed[domain] = true
+    local lim = Domains.limit(domain)
+    domains[#domains + 1] = cjson.encode(domain) .. ':{"slots":' .. int(Domains.slots(domain))
+      .. ',"concurrency":' .. (lim and lim.cap and int(lim.cap) or 'null') .. '}'
+  end
+end
+local using = redis.call('HSCAN', K.domain_slots, 0, 'COUNT', LIMITS.workers_max)[2]
+for i = 1, #using, 2 do
+  domain_entry(using[i])
+end
+local own = redis.call('HSCAN', K.domain_limits, 0, 'COUNT', LIMITS.workers_max)[2]
+for i = 1, #own, 2 do
+  local lim = Domains.limit(own[i])
+  if lim and lim.cap then
+    domain_entry(own[i])
+  end
+end
+
 return '{"now_ms":' .. int(now_ms) .. ',"queues":{' .. table.concat(queues, ',')
   .. '},"groups":{' .. table.concat(groups, ',') .. '},"workers":{'
-  .. table.concat(workers, ',') .. '},"batches":' .. batches .. '}'
+  .. table.concat(workers, ',') .. '},"batches":' .. batches
+  .. ',"domains":{' .. table.concat(domains, ',') .. '}}'

@@ -23,6 +23,8 @@
 -- promotes due scheduled jobs and frees throttled lanes. A job whose record
 -- does not decode, met on the way, is failed (runtime.CorruptJob) and taken
 -- out of its lane, and the pop goes on with the jobs behind it (lib/job.lua).
+-- So is a job past its expires_in deadline (failed as runtime.Expired, never
+-- leased). A domain's concurrency cap and pause hold its jobs (lib/domains.lua).
 -- Reply    {"jobs": [job, ...], "wake_in_ms": n, "refill": [recurrence, ...]}
 --          job: as Lease.hand replies it (lease.lua), with the lease in meta (w,
 --          l); jobs handed to this worker while it waited (handoff.lua) come

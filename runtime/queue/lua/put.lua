@@ -17,6 +17,14 @@
 --            batch                  the bid of a batch the job joins (lib/batch.lua):
 --                                   an open one, or a sealed one when `by` is a
 --                                   job of it that has not ended
+--            traceparent            the W3C traceparent of the span that put it
+--                                   (text, at most 64 bytes), kept as meta.tp
+--            expires_in_ms          integer >= 1: not started this many ms after its due
+--                                   time, it fails as runtime.Expired (place.lua)
+--            debounce_ms            integer >= 1, with unique_key, without delay, at
+--                                   or requeue_if_running: due this many ms from now; a
+--                                   holder of the key that has not started takes this
+--                                   put's data and due time instead (create.lua)
 --            by                     the jid of the job putting it (a running job's
 --                                   put that goes at once): recorded in its put
 --                                   event, and that job's history counts it ("puts")

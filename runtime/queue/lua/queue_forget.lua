@@ -5,8 +5,9 @@
 -- ARGV     queue
 -- Reply    1 if the queue was known, 0 if not (leftover keys are deleted either way)
 --          Empty: no waiting, throttled, scheduled, running, depends or failed
---          job and no recurrence. Its complete jobs do not count: they stay
---          until retention deletes them, no longer listed by queue. Per-queue
+--          job and no recurrence. Its complete jobs and tombstones do not
+--          count: they stay until retention deletes them, no longer listed by
+--          queue. Per-queue
 --          settings in config (<queue>-heartbeat ...) are kept.
 -- Errors   WRONG_STATE when the queue is not empty (nothing is written);
 --          BAD_ARG
@@ -40,6 +41,7 @@ for _, prio in ipairs(redis.call('ZRANGE', K.prios(queue), 0, -1)) do
 end
 redis.call('DEL', K.queue(queue), K.prios(queue), K.throttled(queue), K.scheduled(queue),
   K.running(queue), K.depends(queue), K.complete_index(queue), K.failed_index(queue),
+  K.cancelled_index(queue),
   K.idle(queue), K.wake(queue), K.recurring(queue))
 Due.forget(queue)
 local today = math.floor(Clock.now_us() / 86400000000)

@@ -6,11 +6,13 @@
 --          K.waited(jid), which the script that ends the job pushes to; 0: only look
 -- Reply    {"state": "complete", "result": <its result, null for none>}
 --          {"state": "failed", "group": .., "message": ..}
+--          {"state": "cancelled", "at_ms": .., "by": ..} (its tombstone)
 --          {"state": <waiting, running, ...>} when it has not ended
 --          plus "jid": the job's jid, when the one asked for names the job a
 --          running job's duplicate put was folded into (lib/unique.lua): the
 --          caller waits on that job's K.waited
--- Errors   NO_SUCH_JOB (never put, cancelled, or removed by retention);
+-- Errors   NO_SUCH_JOB (never put, cancelled without a tombstone, or removed
+--          by retention);
 --          BAD_ARG. A job whose record does not decode is failed first
 --          (runtime.CorruptJob, lib/job.lua): it answers failed.
 
@@ -34,6 +36,8 @@ if meta.s == COMPLETE then
   return Json.object({ { 'state', STORED_STATES[COMPLETE] }, { 'result', result or 'null' }, unpack(named) })
 elseif meta.s == FAILED then
   return cjson.encode({ state = FAILED, group = meta.f.g, message = meta.f.m, jid = folded })
+elseif meta.s == CANCELLED then
+  return cjson.encode({ state = CANCELLED, at_ms = meta.cn.t, by = meta.cn.b, jid = folded })
 end
 if for_ms > 0 then
   Wait.register(meta, Clock.ms(Clock.now_us()), for_ms)

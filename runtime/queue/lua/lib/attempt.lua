@@ -5,6 +5,10 @@
 --             result-max-bytes; removed with the record
 --   output    the output tail of the job's last attempt, in K.output (meta.ot),
 --             at most output_max_bytes (its tail)
+--   usage     what the attempt cost, as its child measured it: meta.u =
+--             [cpu_s, max_rss_mb] (a third value 0: the peak is the child's since
+--             it started, the kernel would not reset it), the last attempt's;
+--             each ending attempt's is also on its history event (field u)
 --   progress  the last progress the running attempt told, in K.progress
 --             (meta.pg); while the job runs it is listed in K.progressing(queue).
 --             A new attempt starts without (Attempt.restart); a job that ended
@@ -45,6 +49,23 @@ function Attempt.keep_result(meta, data, result)
     Json.vouch(kept)
   end
   return kept
+end
+
+-- The usage a report carries: "" (none measured: nil), or "<cpu_s> <max_rss_mb>"
+-- with " c" after when the peak is the child's since it started. BAD_ARG else.
+function Attempt.usage(text)
+  if text == '' or text == nil then
+    return nil
+  end
+  local cpu, rss, scope = string.match(text, '^(%d+%.?%d*) (%d+%.?%d*)( ?c?)$')
+  cpu, rss = tonumber(cpu), tonumber(rss)
+  if not cpu or cpu > 1e9 or rss > 1e9 then
+    E.bad('usage must be "<cpu_s> <max_rss_mb>" (optionally " c"), numbers >= 0')
+  end
+  if scope == ' c' then
+    return { cpu, rss, 0 }
+  end
+  return { cpu, rss }
 end
 
 -- Keeps the attempt's output tail ('' for none: the last attempt's goes).

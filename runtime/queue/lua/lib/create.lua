@@ -65,6 +65,14 @@ function Create.parse(spec, data, now_ms)
   if value ~= nil and value ~= null then
     job.unique_key = Check.token('unique_key', value, LIMITS.jid_max)
   end
+  value = spec.traceparent
+  if value ~= nil and value ~= null then -- W3C trace context of the put's span
+    if type(value) ~= 'string' or #value > 64
+        or not string.match(value, '^%x%x%-%x+%-%x+%-%x%x$') then
+      E.bad('traceparent must be a W3C traceparent (version-trace-parent-flags, hex)')
+    end
+    job.traceparent = value
+  end
   job.unique_for, job.timeout_s = unique_for, timeout_s
   local delay, at = Check.optional(spec.delay_ms), Check.optional(spec.at_ms)
   if delay ~= nil and at ~= nil then
@@ -73,6 +81,20 @@ function Create.parse(spec, data, now_ms)
     job.due_ms = now_ms + Check.int('delay_ms', delay, 0, LIMITS.delay_max_ms)
   elseif at ~= nil then
     job.due_ms = Check.int('at_ms', at, 0, now_ms + LIMITS.delay_max_ms)
+  end
+  value = Check.optional(spec.expires_in_ms)
+  if value ~= nil then
+    job.expires_in_ms = Check.int('expires_in_ms', value, 1, LIMITS.delay_max_ms)
+  end
+  value = Check.optional(spec.debounce_ms)
+  if value ~= nil then
+    job.debounce_ms = Check.int('debounce_ms', value, 1, LIMITS.delay_max_ms)
+    if not job.unique_key then
+      E.bad('debounce needs a unique_key')
+    elseif job.due_ms or job.requeue then
+      E.bad('give debounce without delay, at or requeue_if_running')
+    end
+    job.due_ms = now_ms + job.debounce_ms
   end
   local backoff = Check.optional(spec.backoff)
   if backoff ~= nil then
@@ -96,8 +118,11 @@ function Create.check(args, first, now_ms, by)
   for i = first, #args, 2 do
     local job = Create.parse(Json.decode('job spec', args[i]), args[i + 1], now_ms)
     job.by = job.by or by
-    if in_call[job.jid] or redis.call('HEXISTS', K.jobs, job.jid) == 1 then
+    if in_call[job.jid] then
       E.raise('JOB_EXISTS', 'a job with jid ' .. job.jid .. ' already exists')
+    elseif redis.call('HEXISTS', K.jobs, job.jid) == 1 then
+      job.tomb = Place.tombstone(job.jid) -- a cancelled job's jid may be put anew
+        or E.raise('JOB_EXISTS', 'a job with jid ' .. job.jid .. ' already exists')
     end
     in_call[job.jid] = true
     jobs[#jobs + 1] = job
@@ -118,6 +143,8 @@ function Create.check(args, first, now_ms, by)
       end
       if not in_call[dep] and redis.call('HEXISTS', K.jobs, dep) == 0 then
         dep = Unique.folded_into(dep) or E.bad('unknown dependency ' .. dep)
+      elseif not in_call[dep] and Place.tombstone(dep) then
+        E.bad('dependency ' .. dep .. ' was cancelled')
       end
       adding[dep] = (adding[dep] or 0) + 1
       Deps.check_dependents(dep, adding[dep])
@@ -152,12 +179,35 @@ function Create.puts_event(jids)
   return { c = #jids, j = kept }
 end
 
+-- A debounced put (debounce_ms, with a unique key) meets `holder`, the job
+-- holding its key: one that has not started takes the put's data and moves
+-- its due time to now + debounce (Place.debounce). Returns started (the
+-- holder has started: the put makes a new job) and, while the holder runs,
+-- its jid: the new job waits for that run to end (meta.af, Place.promote).
+function Create.debounce(holder, job, now_us)
+  local meta, data = Job.load(holder)
+  if not meta or meta.s == COMPLETE then
+    return true, nil
+  elseif meta.s == RUNNING then
+    return true, holder
+  end
+  Place.debounce(holder, meta, job.data, job.due_ms, job.expires_in_ms, now_us)
+  return false, nil
+end
+
 -- Writes a checked job; returns its jid, or the jid of the job holding its unique key
 -- (a running job's put, whose jid that job already has, is folded into it: unique.lua).
 function Create.job(job, now_us)
+  local after -- a debounced put's running holder: the new job waits for its run
   if job.unique_key then
     local holder = Unique.holder(job.unique_key, job.requeue)
-    if holder then
+    if holder and job.debounce_ms then
+      local started
+      started, after = Create.debounce(holder, job, now_us)
+      if not started then
+        return holder
+      end
+    elseif holder then
       if job.by and holder ~= job.jid then
         Unique.fold(job.jid, holder)
       end
@@ -165,6 +215,9 @@ function Create.job(job, now_us)
     end
   end
   local jid, now_ms = job.jid, Clock.ms(now_us)
+  if job.tomb then
+    Place.delete(jid, job.tomb)
+  end
   local meta = {
     k = job.klass, q = job.queue, r = job.retries, m = job.retries,
     -- its queue: meta.q, or the first move's fq
@@ -189,6 +242,15 @@ function Create.job(job, now_us)
   end
   if job.batch then
     meta.b = job.batch
+  end
+  if job.traceparent then
+    meta.tp = job.traceparent
+  end
+  if job.expires_in_ms then
+    meta.x, meta.xi = (job.due_ms or now_ms) + job.expires_in_ms, job.expires_in_ms
+  end
+  if after then
+    meta.af, meta.db = after, job.debounce_ms
   end
   if #job.tags > 0 then
     local tags, seen = {}, {}

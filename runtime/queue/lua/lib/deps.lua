@@ -57,6 +57,8 @@ function Deps.check(jid, deps)
       E.bad('a job cannot depend on itself (' .. dep .. ')')
     elseif redis.call('HEXISTS', K.jobs, dep) == 0 then
       E.bad('unknown dependency ' .. dep)
+    elseif Place.tombstone(dep) then
+      E.bad('dependency ' .. dep .. ' was cancelled')
     elseif redis.call('SISMEMBER', K.dependents(dep), jid) == 0 then
       Deps.check_dependents(dep, 1)
     end

@@ -23,6 +23,10 @@
 local Due = {}
 local NEVER = 1 / 0 -- (math is not bound while the library loads)
 Due.NEVER = NEVER
+-- The score of a throttled lane that waits for something other than a time (a
+-- free slot of its domain's concurrency cap, or its domain's resume): beyond
+-- any clock, never released by time, and never kept as a due time.
+Due.HELD = 9e15
 local known = {} -- queue -> {paused, due, chk}: what this call read or wrote
 local read_any = false
 per_call(function()
@@ -60,6 +64,9 @@ end
 
 -- A score at_us (us) enters (or moves within) one of the queue's four sets.
 function Due.lower(queue, at_us)
+  if at_us >= Due.HELD then
+    return
+  end
   local k = load(queue)
   if k.due and at_us < k.due then
     k.due = at_us

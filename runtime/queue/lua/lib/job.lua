@@ -29,9 +29,20 @@
 --   cr the stored record did not decode and was replaced by this failed one (1)
 --   rl a complete job's result: the last rl bytes of the record, after its data
 --   ot its last attempt's output is in K.output (1)    pg its progress is in K.progress (1)
+--   tp the W3C traceparent of the span that put it (docs/operating.md, "Tracing")
+--   u its last attempt's usage [cpu_s, max_rss_mb(, 0: the child's peak)] (lib/attempt.lua)
 --   wt someone waits for it to end until then (ms)    wn how many registered (lib/wait.lua)
 --   b its batch's bid (lib/batch.lua; a meta with it is never compact)
---   h events may carry: n a note, c a count and j jids (puts), b the job that put it
+--   cn a tombstone's cancellation {t time (ms), b by what: cli, dashboard, api,
+--     dependency}: a job cancelled before it ended (state cancelled) keeps k, q,
+--     r, m, a, cn and a history of its put and its cancel, with data {} (Place.cancel)
+--   h events may carry: n a note, c a count and j jids (puts), b the job that put it,
+--     u the usage of the attempt that ended there (completed, retried, failed)
+--   x its deadline to start (ms; expires_in after its due time; gone once it
+--     started)   xi that expires_in (ms)
+--   sl it holds a slot of its domain (running; lib/domains.lua)
+--   af a debounced job put while the holder of its key ran waits for that
+--     run to end (its jid)   db its debounce (ms) (lib/unique.lua)
 --
 -- A queued job's meta may also be stored compact (Job.compact: the shared
 -- setting compact-records at 1, or unset while every registered master reads
@@ -75,7 +86,8 @@ local TYPES = { p = 'number', g = 'table', a = 'number', o = 'number', d = 'numb
   dm = 'string', uk = 'string', uf = 'number', rq = 'number', w = 'string', l = 'string',
   lr = 'string', qt = 'number', pt = 'number', f = 'table', bo = 'table', to = 'number',
   tr = 'number', cr = 'number', rl = 'number', ot = 'number', pg = 'number', wt = 'number',
-  wn = 'number', b = 'string' }
+  wn = 'number', b = 'string', cn = 'table', x = 'number', xi = 'number', af = 'string',
+  db = 'number', sl = 'number' }
 
 local function strings(list)
   for i = 1, #list do
@@ -98,7 +110,9 @@ local function structure_problem(meta)
   end
   local s = meta.s
   if ((s == WAITING or s == SCHEDULED) and not meta.o)
-      or (s == RUNNING and not (meta.w and meta.l)) or (s == FAILED and not f) then
+      or (s == RUNNING and not (meta.w and meta.l)) or (s == FAILED and not f)
+      or (s == CANCELLED and not (meta.cn and type(meta.cn.t) == 'number'
+        and type(meta.cn.b) == 'string')) then
     return 'lacks what a ' .. s .. ' job needs'
   end
   return nil
@@ -642,10 +656,15 @@ function Job.view(jid, for_reply)
   return meta, data
 end
 
+-- The record of `jid`, or NO_SUCH_JOB; a tombstone (state cancelled) is no
+-- job to change either, as before tombstones were kept.
 function Job.must(jid)
   local meta, data = Job.load(jid)
   if not meta then
     E.raise('NO_SUCH_JOB', 'no job ' .. jid)
+  elseif meta.s == CANCELLED then
+    E.raise('NO_SUCH_JOB', 'no job ' .. jid .. ': it was cancelled (by ' .. meta.cn.b
+      .. '); a cancelled job cannot run again, put it anew')
   end
   return meta, data
 end
@@ -682,7 +701,7 @@ function Job.save(jid, meta, data, done)
   local head, fields = fields_of(meta)
   local raw = head .. ',"h":[' .. meta.h .. ']}\n' .. data
   redis.call('HSET', K.jobs, jid, raw)
-  if meta.s == COMPLETE or meta.s == FAILED then
+  if meta.s == COMPLETE or meta.s == FAILED or meta.s == CANCELLED then
     forget(jid)
   else
     remember(jid, raw, fields, meta.h, data, Json.vouched(meta) and Json.vouched(data),
@@ -828,17 +847,18 @@ function Job.visible_state(meta)
   return meta.s
 end
 
--- {"jid":..,"meta":{..},"data":{..}} plus any pre-encoded extra fields; `head`
--- is what Job.save returned for the meta, when at hand.
--- Extra field names are the scripts' own identifiers (nothing to escape); `tail`,
--- when given, is more fields already written as JSON (',"name":value...').
-function Job.reply(jid, meta, data, extra, head, tail)
+-- {"jid":..,"meta":{..},"data":{..}} plus any pre-encoded extra fields (names
+-- that are the scripts' own identifiers: nothing to escape): what a read
+-- answers. Its meta never carries the lease token (l): a token is the holder's
+-- credential, handed out by the lease replies alone (Job.lease_reply), so no
+-- reader, the dashboard's and the CLI's included, can report on a job it does
+-- not hold.
+function Job.reply(jid, meta, data, extra)
+  local token = meta.l
+  meta.l = nil
+  local head = fields_of(meta)
+  meta.l = token
   local object, result = Job.split(meta, data)
-  head = head or fields_of(meta)
-  if not (result or extra) then -- a popped job: one string made, not three
-    return '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. head .. ',"h":[' .. meta.h
-      .. ']},"data":' .. object .. (tail or '') .. '}'
-  end
   local text = '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. head .. ',"h":[' .. meta.h .. ']}'
     .. ',"data":' .. object
   if result then
@@ -849,7 +869,18 @@ function Job.reply(jid, meta, data, extra, head, tail)
       text = text .. ',"' .. extra[i][1] .. '":' .. extra[i][2]
     end
   end
-  return text .. (tail or '') .. '}'
+  return text .. '}'
+end
+
+-- The reply of a job just leased (lib/lease.lua): its meta with the lease
+-- token, then `tail` (more fields already written as JSON: ',"name":value...').
+-- `head` is what Job.save returned for the meta, when at hand. One string made,
+-- not three.
+function Job.lease_reply(jid, meta, data, head, tail)
+  local object = Job.split(meta, data)
+  return '{"jid":' .. cjson.encode(jid) .. ',"meta":' .. (head or fields_of(meta)) .. ',"h":['
+    .. meta.h
+    .. ']},"data":' .. object .. tail .. '}'
 end
 
 -- A history note for a failed attempt: for a klass not found, the message's

@@ -28,6 +28,24 @@
 -- write costs a script more than a read (its propagation to the AOF and
 -- replicas), and a put is mostly writes.
 --
+-- A domain at its concurrency cap, or paused (domains.lua), may start nothing
+-- whatever the time: its lanes are throttled until Due.HELD, a score no
+-- release reaches, and wait there at no cost to any pop; the end of a lease
+-- that frees a slot readies them (Lanes.rescore_domain), as a resume does.
+--
+-- Fair queues (the queue's setting fair = 1): a ready lane's score is its
+-- place in a rotation instead of a bound of its head's ticket. A pop takes one
+-- job from the lane with the lowest score, then gives the lane a new ticket
+-- (the queue's seq): it goes after every lane ready now, and a lane that
+-- becomes ready comes in with its head's ticket, after the lanes served
+-- before its job was put. So a domain's backlog delays another domain's
+-- first job by at most one job per other ready domain. (Lanes.peek still
+-- lists a fair queue by age.)
+--
+-- A job past its deadline (meta.x, expires_in) met at a lane's head fails as
+-- runtime.Expired (Job.expire, place.lua) instead of being taken, counted
+-- against the call's drop budget.
+--
 -- A call that put a job into a ready lane of a queue, and took none out of a
 -- lane nor throttled one, knows the queue has a ready job when it ends
 -- (Lanes.surely_ready): the hand-off at its end reads no counters to learn it.
@@ -370,6 +388,7 @@ end
 function Lanes.pop(queue, room, now_us, take, ahead_us)
   shrunk()
   local taken, skips, dropped, spent = 0, 0, 0, false
+  local fair = Config.get('fair', queue) == 1
   while taken < room and skips < LIMITS.pop_skips and not spent do
     local before = taken
     local prio = redis.call('ZRANGE', K.prios(queue), '0', '0')[1]
@@ -406,12 +425,19 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
         local meta, data, raw, sound_meta = Job.read(jid, true) -- its data goes in a reply
         local drop
         drop, spent = drop_head(queue, jid, meta, data, raw, sound_meta)
+        if not drop and not spent and meta.x and now_us > meta.x * 1000 then
+          spent = not Job.may_drop() -- past its deadline: it fails, never starts
+          drop = not spent
+          if drop then
+            Job.expire(jid, meta, data, now_us)
+          end
+        end
         if spent then
           break
         elseif drop then
           done = done + 1
           dropped = dropped + 1
-        elseif bound and meta.o > bound then
+        elseif bound and meta.o > bound and not fair then
           redis.call('ZADD', ready, meta.o, domain) -- the score was stale: choose again
           break
         else
@@ -434,6 +460,15 @@ function Lanes.pop(queue, room, now_us, take, ahead_us)
               throttle(queue, prio, domain, free_at, left)
             end
             Lanes.throttle_domain(domain, free_at)
+            break
+          end
+          if fair and granted then -- its turn is over: the lane goes last
+            take_off()
+            if at < #heads or redis.call('LLEN', lane) > 0 then
+              redis.call('ZADD', ready, redis.call('HINCRBY', K.queue(queue), 'seq', 1), domain)
+            else
+              drop_empty(queue, prio, domain)
+            end
             break
           end
         end

@@ -154,8 +154,12 @@ function Lease.grant(jid, meta, worker, seed, now_us, lease_s)
   meta.s, meta.w, meta.lr, meta.pt = RUNNING, worker, nil, Clock.ms(now_us)
   Attempt.restart(jid, meta)
   meta.l = string.sub(redis.sha1hex(seed .. jid .. int(meta.a)), 1, 24)
+  meta.x, meta.xi = nil, nil -- it started: its deadline (expires_in) is met
   Due.lower(meta.q, expires_us)
-  redis.call('ZADD', K.running(meta.q), int(expires_us), jid)
+  if redis.call('ZADD', K.running(meta.q), int(expires_us), jid) == 1 and meta.dm then
+    Domains.take_slot(meta.dm) -- its domain's slot, held with the lease (domains.lua)
+    meta.sl = 1
+  end
   redis.call('SADD', K.worker_jobs(worker), jid)
   return expires_us
 end
@@ -199,7 +203,7 @@ function Lease.hand(jid, meta, data, worker, seed, now_us, start_us, first_lease
   if first_lease_s then
     extra = extra .. ',"handed":true'
   end
-  return Job.reply(jid, meta, data, nil, head, extra)
+  return Job.lease_reply(jid, meta, data, head, extra)
 end
 
 -- The lease expiry (us), or nil when the job is not in its queue's running set.
@@ -224,8 +228,17 @@ function Lease.renew(jid, meta, now_us)
   return expires_us
 end
 
+-- The lease ends (whatever ended it): the job leaves its running set, and the
+-- slot it took (meta.sl: a lease of an earlier release took none) goes back to
+-- its domain; a slot that makes room under the domain's cap readies its lanes
+-- (Lease.slot_freed, bound by place.lua). The caller saves the record.
 function Lease.drop(jid, meta)
-  redis.call('ZREM', K.running(meta.q), jid)
+  if redis.call('ZREM', K.running(meta.q), jid) == 1 and meta.sl then
+    meta.sl = nil
+    if Domains.give_slot(meta.dm) then
+      Lease.slot_freed(meta.dm)
+    end
+  end
   Attempt.stopped(jid, meta)
   if meta.w then
     redis.call('SREM', K.worker_jobs(meta.w), jid)

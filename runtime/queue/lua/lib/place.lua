@@ -3,6 +3,10 @@
 --   waiting   a lane of its queue (lanes.lua)     scheduled  K.scheduled(queue)
 --   running   K.running(queue) (lease.lua)        depends    K.depends(queue)
 --   failed    K.failed(group), K.failed_groups    complete   K.completed
+--   cancelled K.cancelled (a tombstone: Place.cancel)
+--
+-- Complete, failed and cancelled jobs are also listed in their queue's index
+-- of that state (Stats.enter, Stats.leave).
 --
 -- Every move into waiting first promotes the queue's due scheduled jobs, so
 -- order tickets follow eligible time.
@@ -108,12 +112,30 @@ function Place.promote(queue, now_us)
     local jid = scheduled_jid(member)
     local meta, data, raw, sound_meta = Job.read(jid)
     if in_state(jid, SCHEDULED, queue, meta, data, raw, sound_meta) then
-      meta.s, meta.d = WAITING, nil
-      Lanes.push(queue, jid, meta, now_us, false)
-      Job.save(jid, meta, data)
+      if meta.x and now_us > meta.x * 1000 then
+        Place.expire(jid, meta, data, now_us)
+      elseif meta.af and Place.after_running(meta) then
+        Place.enqueue(jid, meta, data, Clock.ms(now_us) + meta.db, now_us, false)
+      else
+        meta.s, meta.d = WAITING, nil
+        Lanes.push(queue, jid, meta, now_us, false)
+        Job.save(jid, meta, data)
+      end
     end
   end
   Place.wake(queue)
+end
+
+-- A debounced job put while the holder of its key ran (meta.af, lib/unique.lua)
+-- waits for that run to end: true while it runs (its promotion is then put off
+-- by its debounce again, meta.db ms); false, and the mark gone, once it ended.
+function Place.after_running(meta)
+  local other = Job.load(meta.af)
+  if other and other.s == RUNNING then
+    return true
+  end
+  meta.af, meta.db = nil, nil
+  return false
 end
 
 -- Scheduled jobs of the queue that come due within ahead_us, taken straight to
@@ -136,7 +158,10 @@ function Place.take_soon(queue, now_us, ahead_us, room, take)
     local meta, data, raw, sound_meta = Job.read(jid, true) -- its data goes in a reply
     if not in_state(jid, SCHEDULED, queue, meta, data, raw, sound_meta) then
       redis.call('ZREM', key, member)
-    elseif not meta.dm then
+    elseif meta.x and now_us > meta.x * 1000 then -- overdue past its deadline
+      redis.call('ZREM', key, member)
+      Place.expire(jid, meta, data, now_us)
+    elseif not (meta.dm or meta.af) then -- (those wait for their promotion)
       redis.call('ZREM', key, member)
       meta.d, meta.qt = nil, Clock.ms(tonumber(found[i + 1]))
       meta.o = redis.call('HINCRBY', K.queue(queue), 'seq', 1)
@@ -194,6 +219,25 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend, put_ms)
   end
 end
 
+-- A debounced put (lib/unique.lua) for a job that has not started: the job
+-- takes the put's data and waits until due_ms (a job in depends keeps waiting
+-- for its jobs, then until due_ms). Its deadline, if it has one, moves along:
+-- expires_in_ms (the put's, else its own) after due_ms. The record is saved.
+function Place.debounce(jid, meta, data, due_ms, expires_in_ms, now_us)
+  Job.event(jid, meta, Clock.ms(now_us), 'debounced', { dl = due_ms - Clock.ms(now_us) })
+  expires_in_ms = expires_in_ms or meta.xi
+  if expires_in_ms then
+    meta.x, meta.xi = due_ms + expires_in_ms, expires_in_ms
+  end
+  if meta.s == DEPENDS then
+    meta.d = due_ms
+    Job.save(jid, meta, data)
+    return
+  end
+  Place.remove(jid, meta)
+  Place.enqueue(jid, meta, data, due_ms, now_us, false)
+end
+
 -- The lease holder gives the job back unfinished: to the head of its lane, its
 -- attempt not counted unless it `started`. The caller checked the lease; the
 -- record is saved.
@@ -211,8 +255,9 @@ function Place.release(jid, meta, data, worker, now_us, started)
 end
 
 -- Final failure of one job: it joins its group's list and its waiters wake
--- (lib/wait.lua). The caller saves the record.
-function Place.fail_only(jid, meta, group, message, worker, now_us)
+-- (lib/wait.lua). `usage`: the ending attempt's, when measured (lib/attempt.lua),
+-- for its event. The caller saves the record.
+function Place.fail_only(jid, meta, group, message, worker, now_us, usage)
   local now_ms, was = Clock.ms(now_us), meta.s
   Stats.count(meta.q, 'failed', now_us)
   Unique.release(jid, meta)
@@ -220,7 +265,7 @@ function Place.fail_only(jid, meta, group, message, worker, now_us)
   meta.f = { g = group, m = Job.cap_message(message), t = now_ms, w = worker }
   Stats.enter(jid, meta, now_us)
   Job.event(jid, meta, now_ms, 'failed',
-    { w = worker, g = group, n = Job.failure_note(group, message) })
+    { w = worker, g = group, n = Job.failure_note(group, message), u = usage })
   redis.call('LPUSH', K.failed(group), jid)
   redis.call('ZINCRBY', K.failed_groups, '1', group)
   Wait.notify(jid, meta, FAILED, now_ms)
@@ -253,10 +298,24 @@ function Place.depend_again(jid, meta, now_us)
   end
 end
 
+-- A job that did not start by its deadline (meta.x, ms: expires_in after its
+-- due time) fails as runtime.Expired without running, counted, and the jobs
+-- waiting on it fail (runtime.DependencyFailed). The caller took it out of the
+-- index it sat in; the record is saved.
+function Place.expire(jid, meta, data, now_us)
+  local late_ms = Clock.ms(now_us) - meta.x
+  meta.x, meta.xi, meta.af, meta.db = nil, nil, nil, nil
+  Stats.count(meta.q, 'expired', now_us)
+  Place.fail(jid, meta, GROUP.EXPIRED, 'not started by its deadline (expires_in): '
+    .. int(late_ms) .. ' ms late; it did not run', nil, now_us)
+  Job.save(jid, meta, data)
+end
+Job.expire = Place.expire
+
 -- Final failure: Place.fail_only, then the jobs waiting on it fail too
 -- (Deps.fail_dependents, bound here by deps.lua). The caller saves the record.
-function Place.fail(jid, meta, group, message, worker, now_us)
-  Place.fail_only(jid, meta, group, message, worker, now_us)
+function Place.fail(jid, meta, group, message, worker, now_us, usage)
+  Place.fail_only(jid, meta, group, message, worker, now_us, usage)
   Place.cascade(jid, group, now_us)
 end
 
@@ -281,6 +340,8 @@ function Place.remove(jid, meta, oldest_first)
     end
   elseif state == COMPLETE then
     redis.call('ZREM', K.completed, jid)
+  elseif state == CANCELLED then
+    redis.call('ZREM', K.cancelled, jid)
   end
 end
 
@@ -301,6 +362,93 @@ function Place.delete(jid, meta)
   Attempt.forget(jid, meta)
   redis.call('HDEL', K.jobs, jid)
 end
+
+-- The meta of `jid`'s tombstone (a job cancelled before it ended), or nil
+-- when its record is none (or a job). Cheap: the meta is glanced at only.
+function Place.tombstone(jid)
+  local meta = Job.glance(jid)
+  if meta and meta.s == CANCELLED and type(meta.cn) == 'table' then
+    return meta
+  end
+  return nil
+end
+
+do -- this part's own locals end with it: a library's main chunk holds at most 200
+
+local ZADD_ARGS = 2000 -- score and member pairs of one ZADD, counted as values
+
+local function append_entry(entries, score, member)
+  entries[#entries + 1] = int(score)
+  entries[#entries + 1] = member
+end
+
+-- Whether Redis has room for `bytes` more below its maxmemory (none set: room),
+-- as INFO memory tells it now, counted as Redis counts for its out-of-memory
+-- refusals (without mem_not_counted_for_evict). A user whose ACL refuses INFO
+-- (it is optional: runtime/queue/acl.py) is told there is room.
+local function has_room(bytes)
+  local info = redis.pcall('INFO', 'memory')
+  if type(info) ~= 'string' then
+    return true
+  end
+  local max = tonumber(string.match(info, '\nmaxmemory:(%d+)'))
+  local used = tonumber(string.match(info, '\nused_memory:(%d+)'))
+  if not (max and used) or max == 0 then
+    return true
+  end
+  local uncounted = tonumber(string.match(info, '\nmem_not_counted_for_evict:(%d+)')) or 0
+  return used - uncounted + bytes <= max
+end
+
+-- Cancels jobs: `found` lists jids (found[jid] = the meta each was read
+-- with), `sound[jid]` is true for a record that decoded. Each is deleted with
+-- every trace of it (Place.delete): a cancel frees its memory at once. Then
+-- the jobs cancelled before they ended (waiting, scheduled, running, depends)
+-- that decoded get a tombstone, where memory allows (room for each one's
+-- tombstone_bytes left below maxmemory, after the deletes): a record in state
+-- cancelled of their klass, queue, retries and attempts, meta.cn {t: now (ms),
+-- b: `by`} and a history of their put and their cancel (event cancelled, b
+-- `by`, w the holder of a running job), data {}. Tombstones are listed in
+-- K.cancelled (us) and in their queue's index; retention deletes them as it
+-- does completed jobs (lib/retention.lua), and counted in the day's statistics
+-- of their queue (field cancelled; the caller flushes them). Returns how many
+-- were written.
+function Place.cancel(found, sound, by, now_us)
+  local tombs = {}
+  for _, jid in ipairs(found) do
+    local meta = found[jid]
+    Place.delete(jid, meta)
+    local s = meta.s
+    if sound[jid] and (s == WAITING or s == SCHEDULED or s == RUNNING or s == DEPENDS)
+        and Text.utf8(meta.k) and Text.utf8(meta.q) then
+      tombs[#tombs + 1] = jid
+    end
+  end
+  if #tombs == 0 or not has_room(#tombs * LIMITS.tombstone_bytes) then
+    return 0
+  end
+  local now_ms = Clock.ms(now_us)
+  local listed = { [K.cancelled] = {} } -- index -> {score, jid, ...}
+  for _, jid in ipairs(tombs) do
+    local meta = found[jid]
+    local tomb = { k = meta.k, q = meta.q, s = CANCELLED, r = meta.r, m = meta.m, a = meta.a,
+      cn = { t = now_ms, b = by }, h = Job.first_event('put', Job.put_ms(meta)) }
+    Job.append(tomb, now_ms, 'cancelled', { b = by, w = meta.s == RUNNING and meta.w or nil })
+    Job.save(jid, tomb, '{}')
+    Stats.count(meta.q, CANCELLED, now_us) -- the day's statistics (written by Stats.flush)
+    local index = K.cancelled_index(meta.q)
+    listed[index] = listed[index] or {}
+    append_entry(listed[index], now_ms, jid)
+    append_entry(listed[K.cancelled], now_us, jid)
+  end
+  for index, entries in pairs(listed) do
+    for first = 1, #entries, ZADD_ARGS do -- unpack takes at most ~8000 values
+      redis.call('ZADD', index, unpack(entries, first, math.min(#entries, first + ZADD_ARGS - 1)))
+    end
+  end
+  return #tombs
+end
+end -- of the tombstones' own locals
 
 -- A job completed: each job waiting on it that waits on nothing else moves on, once.
 -- A job has at most graph_max dependents (Deps.check_dependents, where edges are added).
@@ -440,3 +588,12 @@ function Place.corrupt(jid, problem, raw, sound_meta, out)
 end
 Job.corrupt = Place.corrupt
 Job.corrupt_view = Place.corrupt_view
+
+-- A slot of a capped domain came back (Lease.drop): its lanes held for one
+-- are readied (or wait for its rate), and the masters idling on their queues
+-- are handed the jobs.
+function Lease.slot_freed(domain)
+  for _, queue in ipairs(Lanes.rescore_domain(domain, Clock.now_us())) do
+    Place.wake(queue)
+  end
+end

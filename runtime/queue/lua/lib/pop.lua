@@ -6,7 +6,8 @@
 -- write: {worker, count, seed, order, ahead_us, idle, rtt_ms, queues} (idle: a
 -- boolean; rtt_ms: the round trip the idle argument states, 0 for none).
 -- Pop.run(p, now_us, retention_batch): leases the jobs and returns the reply
--- (JSON text); deletes at most retention_batch completed jobs past retention.
+-- (JSON text); deletes at most retention_batch completed jobs past retention,
+-- and, when it scanned a queue, as many tombstones (Retention.sweep).
 -- The caller flushes the statistics (Stats.flush) once its call is done.
 
 local Pop = {}
@@ -56,6 +57,9 @@ function Pop.run(p, now_us, retention_batch)
     end
   end
   Retention.trim(now_us, retention_batch) -- old completed jobs go even when none complete
+  if next(scanned) then
+    Retention.sweep(now_us, retention_batch) -- and old tombstones, when nothing is cancelled
+  end
 
   Handoff.withdraw(worker, queues)
   local out = Handoff.collect(worker)
@@ -112,6 +116,9 @@ function Pop.run(p, now_us, retention_batch)
     local keys = { K.scheduled(queue), K.throttled(queue), K.running(queue), K.recurring(queue) }
     for i, key in ipairs(keys) do
       local first = tonumber(redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+      if first and first >= Due.HELD then
+        first = nil -- lanes held for a slot or a resume: no time frees them
+      end
       if first and (not earliest or first < earliest) then
         earliest = first
       end

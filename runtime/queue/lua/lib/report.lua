@@ -3,7 +3,7 @@
 -- exchange (exchange.lua, then a pop in the same call).
 --
 -- Report.complete / retry / fail(worker, args, first, last, now_us, completed)
--- apply the rows args[first .. last] (5, 6 and 5 values a job, as the
+-- apply the rows args[first .. last] (6, 7 and 6 values a job, as the
 -- operations' headers say) and return the reply entries, one per job, in
 -- order (E.item text). A job's coded error (LEASE_LOST, NO_SUCH_JOB, BAD_ARG)
 -- is its entry only; the others go on. `completed` (complete only) gathers
@@ -52,18 +52,30 @@ local function options_of(jid, options_json)
   return o
 end
 
+-- Keeps the attempt's usage (nil: none measured, e.g. its child crashed) on the
+-- record (lib/attempt.lua), and counts it in the statistics of its queue and
+-- klass (lib/stats.lua).
+local function keep_usage(meta, usage, now_us)
+  meta.u = usage
+  if usage then
+    Stats.usage(meta.q, meta.k, usage[1], usage[2], now_us)
+  end
+end
+
 -- The job moves on to another queue, or runs once more; no result is kept.
 local function move_on(jid, meta, data, o, worker, now_us)
   local now_ms = Clock.ms(now_us)
   local object = Attempt.keep_result(meta, data, nil)
   if o.next then
-    Job.event(jid, meta, now_ms, 'completed', { w = worker, q = o.next, fq = meta.q, n = o.note })
+    Job.event(jid, meta, now_ms, 'completed',
+      { w = worker, q = o.next, fq = meta.q, n = o.note, u = meta.u })
     meta.q, meta.m, meta.a, meta.o = o.next, meta.r, nil, nil
     Place.enqueue(jid, meta, object, o.delay_ms and now_ms + o.delay_ms, now_us,
       Deps.add(jid, o.depends) > 0)
     Deps.fail_if_doomed(jid, meta, object, now_us)
   else -- a duplicate came while it ran (requeue_if_running): once more
-    Job.event(jid, meta, now_ms, 'completed', { w = worker, n = Attempt.note('again', o.note) })
+    Job.event(jid, meta, now_ms, 'completed',
+      { w = worker, n = Attempt.note('again', o.note), u = meta.u })
     meta.rq, meta.m, meta.a, meta.o = nil, meta.r, nil, nil
     Place.enqueue(jid, meta, object, nil, now_us, false)
   end
@@ -73,7 +85,7 @@ local function finish(jid, meta, data, result_text, note, worker, now_us, comple
   local now_ms = Clock.ms(now_us)
   local result, why = Attempt.result(result_text)
   Job.event(jid, meta, now_ms, 'completed',
-    { w = worker, n = (note or why) and Attempt.note(note, why) or nil })
+    { w = worker, n = (note or why) and Attempt.note(note, why) or nil, u = meta.u })
   Place.complete(jid, meta, now_us)
   Unique.release(jid, meta, meta.uf)
   completed[#completed + 1] = int(now_us)
@@ -83,24 +95,27 @@ local function finish(jid, meta, data, result_text, note, worker, now_us, comple
   Place.release_dependents(jid, now_us)
 end
 
-local function complete(worker, now_us, completed, jid, token, options_json, result_text, output)
+local function complete(worker, now_us, completed, jid, token, options_json, result_text, output,
+                         usage_text)
   local meta, data = Job.must(jid)
   if Lease.check(jid, meta, worker, token, 'complete', now_us) then
     return meta.s
   end
   local now_ms = Clock.ms(now_us)
   local o = options_of(jid, options_json)
+  local usage = Attempt.usage(usage_text)
   local ok, jobs, refusal = true, {}, nil
   if #o.puts > 0 then
     ok, jobs, refusal = E.attempt(Create.check, o.puts, 1, now_ms, jid)
   end
   Lease.drop(jid, meta)
   Attempt.output(jid, meta, output)
+  keep_usage(meta, usage, now_us)
   if not ok then
     meta.lr = 'complete'
     Stats.count(meta.q, 'failures', now_us)
     Place.fail(jid, meta, GROUP.PUT_REFUSED, 'a job it put was refused (' .. jobs .. '): '
-      .. refusal .. '; nothing it put was kept, and no result', worker, now_us)
+      .. refusal .. '; nothing it put was kept, and no result', worker, now_us, usage)
     Job.save(jid, meta, data)
     return meta.s
   end
@@ -123,9 +138,9 @@ end
 
 function Report.complete(worker, args, first, last, now_us, completed)
   local out = {}
-  for i = first, last, 5 do
+  for i = first, last, 6 do
     out[#out + 1] = E.item(args[i], E.attempt(complete, worker, now_us, completed, args[i],
-      args[i + 1], args[i + 2], args[i + 3], args[i + 4]))
+      args[i + 1], args[i + 2], args[i + 3], args[i + 4], args[i + 5]))
   end
   return out
 end
@@ -139,26 +154,28 @@ function Report.completed(completed)
   return true
 end
 
-local function fail(worker, now_us, jid, token, group, message, output)
+local function fail(worker, now_us, jid, token, group, message, output, usage_text)
   local meta, data = Job.must(jid)
   if Lease.check(jid, meta, worker, token, 'fail', now_us) then
     return meta.s
   end
   Check.token('group', group, LIMITS.group_max)
+  local usage = Attempt.usage(usage_text)
   Lease.drop(jid, meta)
   Attempt.output(jid, meta, output)
+  keep_usage(meta, usage, now_us)
   meta.lr = 'fail'
   Stats.count(meta.q, 'failures', now_us)
-  Place.fail(jid, meta, group, message, worker, now_us)
+  Place.fail(jid, meta, group, message, worker, now_us, usage)
   Job.save(jid, meta, data)
   return meta.s
 end
 
 function Report.fail(worker, args, first, last, now_us)
   local out = {}
-  for i = first, last, 5 do
+  for i = first, last, 6 do
     out[#out + 1] = E.item(args[i], E.attempt(fail, worker, now_us, args[i], args[i + 1],
-      args[i + 2], args[i + 3], args[i + 4]))
+      args[i + 2], args[i + 3], args[i + 4], args[i + 5]))
   end
   return out
 end
@@ -173,7 +190,7 @@ local function backoff_ms(jid, meta)
   return math.floor(delay * 1000)
 end
 
-local function retry(worker, now_us, jid, token, group, message, delay_arg, output)
+local function retry(worker, now_us, jid, token, group, message, delay_arg, output, usage_text)
   local meta, data = Job.must(jid)
   if Lease.check(jid, meta, worker, token, 'retry', now_us) then
     return meta.s
@@ -181,12 +198,14 @@ local function retry(worker, now_us, jid, token, group, message, delay_arg, outp
   local now_ms = Clock.ms(now_us)
   Check.token('group', group, LIMITS.group_max)
   local delay_ms = Check.int('delay_ms', delay_arg, -1, LIMITS.delay_max_ms)
+  local usage = Attempt.usage(usage_text)
   Lease.drop(jid, meta)
   Attempt.output(jid, meta, output)
+  keep_usage(meta, usage, now_us)
   meta.lr = 'retry'
   Stats.count(meta.q, 'failures', now_us)
   if meta.m <= 0 then
-    Place.fail(jid, meta, group, message, worker, now_us)
+    Place.fail(jid, meta, group, message, worker, now_us, usage)
     Job.save(jid, meta, data)
     return meta.s
   end
@@ -197,16 +216,16 @@ local function retry(worker, now_us, jid, token, group, message, delay_arg, outp
   meta.m = meta.m - 1
   meta.f = { g = group, m = Job.cap_message(message), t = now_ms, w = worker }
   Job.event(jid, meta, now_ms, 'retried',
-    { w = worker, g = group, dl = delay_ms, n = Job.failure_note(group, message) })
+    { w = worker, g = group, dl = delay_ms, n = Job.failure_note(group, message), u = usage })
   Place.enqueue(jid, meta, data, now_ms + delay_ms, now_us, false)
   return meta.s
 end
 
 function Report.retry(worker, args, first, last, now_us)
   local out = {}
-  for i = first, last, 6 do
+  for i = first, last, 7 do
     out[#out + 1] = E.item(args[i], E.attempt(retry, worker, now_us, args[i], args[i + 1],
-      args[i + 2], args[i + 3], args[i + 4], args[i + 5]))
+      args[i + 2], args[i + 3], args[i + 4], args[i + 5], args[i + 6]))
   end
   return out
 end

@@ -17,10 +17,12 @@
 --   m1 .. m59       1 min wide, below 1 h         (59)
 --   h1 .. h23       1 h wide, below 1 day         (23)
 --   d1 .. d365      1 day wide (d365: a year or more)
+-- Usage per klass goes in the same hash (Stats.usage, below).
 -- Only buckets that were hit exist: jobs of 1-500 ms fill at most 24 fields per
--- histogram. A queue-day holds 2 sums x 2 + its buckets + 3 counts fields:
--- about 15 to 70 in practice, 2 x 535 + 7 at most. Also counts: failures
--- (attempts that failed), failed (final), retries.
+-- histogram. A queue-day holds 2 sums x 2 + its buckets + 4 counts fields:
+-- about 15 to 70 in practice, 2 x 535 + 8 at most. Also counts: failures
+-- (attempts that failed), failed (final), retries, cancelled (jobs cancelled
+-- before they ended that left a tombstone: Place.cancel).
 -- Days written by earlier versions hold the moments as count, mean and M2
 -- (wait:n, wait:mean, wait:m2, in seconds, merged read-modify-write: Welford)
 -- instead of the sums, and may have one s0 bucket for everything below a
@@ -46,7 +48,8 @@
 --
 -- The indexes K.complete_index(queue) and K.failed_index(queue) (jid -> time,
 -- ms) list a queue's complete and failed jobs; the scripts that move a job into
--- or out of those states call Stats.enter and Stats.leave. Entries are written
+-- or out of those states call Stats.enter and Stats.leave. K.cancelled_index
+-- lists its tombstones: Place.cancel writes it, Stats.leave takes them out. Entries are written
 -- once per index and call (a ZADD per job was a tenth of a completion's cost).
 
 local Stats = {}
@@ -177,6 +180,69 @@ function Stats.time(queue, what, seconds, now_us)
   e.hist[field] = (e.hist[field] or 0) + 1
 end
 
+-- Usage per klass (an attempt's CPU seconds and peak RSS, lib/attempt.lua), in the
+-- same hash: a histogram each, one field per bucket named by its upper bound
+-- (USAGE_BOUNDS; "inf" above the last), klass last since a klass holds ":":
+-- u:cpu:<bound>:<klass>, u:rss:<bound>:<klass>; and the sums u:cpu:ms:<klass>
+-- (whole ms) and u:rss:mb:<klass> (whole MB). runtime/metrics.py reads them as
+-- runtime_job_cpu_seconds and runtime_job_max_rss_bytes by queue and klass.
+local USAGE_BOUNDS = {
+  cpu = { 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 600, 3600 }, -- seconds
+  rss = { 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384 }, -- MB
+}
+-- Field names made once per server: klass -> what -> {bucket index -> field,
+-- sum = field}; emptied past USAGE_NAMES_MAX klasses.
+local USAGE_NAMES_MAX = 1000
+local usage_names, usage_names_n = {}, 0
+
+local function usage_field(klass, what, value)
+  local of_klass = usage_names[klass]
+  if not of_klass then
+    if usage_names_n >= USAGE_NAMES_MAX then
+      usage_names, usage_names_n = {}, 0
+    end
+    of_klass = { cpu = {}, rss = {} }
+    usage_names[klass], usage_names_n = of_klass, usage_names_n + 1
+  end
+  local bounds, names = USAGE_BOUNDS[what], of_klass[what]
+  local i = #bounds + 1
+  for b = 1, #bounds do
+    if value <= bounds[b] then
+      i = b
+      break
+    end
+  end
+  local field = names[i]
+  if not field then
+    local bound = bounds[i] and tostring(bounds[i]) or 'inf'
+    field = 'u:' .. what .. ':' .. bound .. ':' .. klass
+    names[i] = field
+  end
+  return field, of_klass
+end
+
+-- Records one attempt's usage: `cpu_s` seconds, `rss_mb` MB, by queue and klass.
+function Stats.usage(queue, klass, cpu_s, rss_mb, now_us)
+  local e = entry(queue, now_us)
+  local hist = e.hist
+  local cpu_field, of_klass = usage_field(klass, 'cpu', cpu_s)
+  local rss_field = usage_field(klass, 'rss', rss_mb)
+  hist[cpu_field] = (hist[cpu_field] or 0) + 1
+  hist[rss_field] = (hist[rss_field] or 0) + 1
+  local sums = of_klass.sums
+  if not sums then
+    sums = { 'u:cpu:ms:' .. klass, 'u:rss:mb:' .. klass }
+    of_klass.sums = sums
+  end
+  local cpu_ms, mb = math.floor(cpu_s * 1000 + 0.5), math.floor(rss_mb + 0.5)
+  if cpu_ms > 0 then
+    hist[sums[1]] = (hist[sums[1]] or 0) + cpu_ms
+  end
+  if mb > 0 then
+    hist[sums[2]] = (hist[sums[2]] or 0) + mb
+  end
+end
+
 -- Counts a failure, a final failure or a retry.
 function Stats.count(queue, what, now_us)
   local e = entry(queue, now_us)
@@ -287,12 +353,15 @@ function Stats.flush()
   live_n, live_call = 0, 0 -- written
 end
 
--- The index of a queue that lists jobs in `state` (complete, failed), or nil.
+-- The index of a queue that lists jobs in `state` (complete, failed,
+-- cancelled: tombstones, listed by Place.cancel), or nil.
 local function index_of(state, queue)
   if state == COMPLETE then
     return K.complete_index(queue)
   elseif state == FAILED then
     return K.failed_index(queue)
+  elseif state == CANCELLED then
+    return K.cancelled_index(queue)
   end
   return nil
 end
@@ -401,6 +470,7 @@ function Stats.counts(queue, now_us)
     { DEPENDS, int(redis.call('SCARD', K.depends(queue))) },
     { COMPLETE, int(redis.call('ZCARD', K.complete_index(queue))) },
     { FAILED, int(redis.call('ZCARD', K.failed_index(queue))) },
+    { CANCELLED, int(redis.call('ZCARD', K.cancelled_index(queue))) },
     { 'paused', c[3] == '1' and 'true' or 'false' },
     { 'size_warning', cjson.encode(Config.get('size-warning', queue)) },
     { 'completed_total', int(tonumber(c[4]) or 0) },
