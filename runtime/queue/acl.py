@@ -44,6 +44,7 @@ IN_SCRIPTS = (
     "lrange",
     "lrem",
     "lset",
+    "persist",
     "pexpire",
     "pttl",
     "publish",
@@ -58,6 +59,7 @@ IN_SCRIPTS = (
     "srem",
     "sscan",
     "time",
+    "xadd",
     "zadd",
     "zcard",
     "zcount",
@@ -88,6 +90,7 @@ FROM_CLIENTS = (
     "subscribe",
     "unsubscribe",
     "persist",
+    "xread",
 )
 FUNCTIONS = ("fcall", "fcall_ro", "function|load")  # Redis 7
 SCRIPTS = ("evalsha", "script|load")  # Redis 6.2, or users without FUNCTION

@@ -23,6 +23,7 @@ from runtime import AsyncClient, Client, JobExists, NoSuchJob, RedisUnavailable
 from runtime.errors import BadArgument, Error, WrongState
 from runtime.queue.embedded import ServerProcess
 from runtime.queue.holder import Lease
+from runtime.vocabulary import JobState
 from tests.integration import typed_jobs
 from tests.support.master import MasterProcess
 from tests.support.waiting import wait_for
@@ -88,7 +89,8 @@ def test_an_async_client_puts_reads_and_cancels_as_client_does(plain_client: Cli
             }
             assert await ac.queues() == ["mail"]
             assert await ac.cancel(many[0], "nope") == [many[0]]
-            assert await ac.get_job(many[0]) is None
+            tomb = await ac.get_job(many[0])  # what a cancel leaves (docs/semantics.md)
+            assert tomb is not None and tomb.state == JobState.CANCELLED
             with pytest.raises(JobExists):
                 await q.put(J, {}, jid=many[1])
             with pytest.raises(BadArgument):
@@ -145,7 +147,7 @@ def end_it(how: str, client: Client, lease: Lease) -> None:
 WAITS = {  # how the job ends -> what both waits answer
     "completed": ("returned", {"sent": True}),
     "failed": ("raised", "JobFailed", "job j1 failed (app.Bounced): no such address"),
-    "cancelled": ("raised", "NoSuchJob", "no job j1"),
+    "cancelled": ("raised", "JobCancelled", "job j1 was cancelled (by api)"),
     "missing": ("raised", "NoSuchJob", "no job j1"),
     "timed-out": ("raised", "WaitTimeout", "job j1 did not end within 0.3 s"),
 }

@@ -206,7 +206,7 @@ def test_queue_forget_and_pause_of_an_unknown_queue(cli: Invoke, plain_client: C
         (["queue", "forget", "a:b"], 2, "queue"),
         (["queue", "drop", "q"], 2, "No such command"),
         (["pause", "a b"], 2, "queue"),
-        (["resume"], 2, "Missing argument"),
+        (["resume"], 2, "give a QUEUE or --domain DOMAIN"),
         (["embedded"], 2, "Missing command"),
         (["embedded", "restart"], 2, "No such command"),
         (["metrics"], 2, "--port"),

@@ -63,3 +63,11 @@ def test_every_docs_page_has_sections_to_link() -> None:
         and not re.search(r"^## \S", page.read_text(), re.M)
     ]
     assert sorted(unlinkable) == sorted(NOT_CUT_YET)
+
+
+def test_the_acl_example_in_redis_md_is_the_rules_runtime_writes() -> None:
+    """docs/redis.md shows the rules of `runtime/queue/acl.py` for `runtime`, exactly."""
+    from runtime.queue import acl  # noqa: PLC0415
+
+    wanted = "ACL SETUSER app on >secret " + " ".join(acl.rules("runtime"))
+    assert wanted in (DOCS / "redis.md").read_text().splitlines()
