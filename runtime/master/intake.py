@@ -40,7 +40,8 @@ class Intake:
         actions: list[events.Action],
         lane: int = 0,
         queues: tuple[str, ...] | None = None,
-        let_go: Callable[[Held, reasons.Ending, float], None] | None = None,
+        *,
+        let_go: Callable[[Held, reasons.Ending, float], None],
     ) -> None:
         """`let_go`: how a held job that is not ours any more goes (JobFlow.let_go)."""
         self.worker, self.worker_id = worker, worker_id
@@ -239,8 +240,7 @@ class Intake:
                 return True
             if not old.lost:
                 self.ledger.lose(old)
-                if self.let_go is not None:
-                    self.let_go(old, reasons.LOST, now)
+                self.let_go(old, reasons.LOST, now)
             if old.jid not in self.ledger.held:  # it was not started: dropped
                 return True
         self.reports.outcomes.add_release(leased.jid, leased.token)
