@@ -129,14 +129,14 @@ class Intake:
         reports.sending = None
         if self.link.succeeded(now, event.sent_at):
             self.want_work = True
-        unsent = set(_jids(event.unsent)) if event.unsent is not None else set()
+        unsent = set(_reported(event.unsent)) if event.unsent is not None else set()
         if event.unsent is not None and len(event.unsent):
             reports.outcomes.merge(event.unsent)
             reports.noted(now)
         held_by, move, reporting = self.ledger.held, self.ledger.move, Where.REPORTING
         for jid, token in _reported(event.outcomes):
             held = held_by.get(jid)
-            if jid in unsent:
+            if (jid, token) in unsent:
                 continue
             # its report landed (not one of an earlier lease of a job leased again)
             if held is not None and held.where is reporting and held.leased.token == token:
@@ -296,16 +296,3 @@ def _reported(outcomes: Any) -> list[tuple[str, str]]:
     if outcomes.release:
         reported += outcomes.release.items()
     return reported
-
-
-def _jids(outcomes: Any) -> list[str]:
-    """The jids reported, in the order complete, retry, fail, release (a call an
-    exchange: no generator for the kinds that are empty, nearly always)."""
-    jids = [*outcomes.complete]
-    if outcomes.retry:
-        jids += [r.jid for r in outcomes.retry]
-    if outcomes.fail:
-        jids += [f.jid for f in outcomes.fail]
-    if outcomes.release:
-        jids += outcomes.release
-    return jids

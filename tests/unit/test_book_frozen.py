@@ -114,6 +114,27 @@ def test_a_running_job_leased_again_is_stopped_and_its_new_lease_goes_back() -> 
     assert rig.book.reports.outcomes.release == {"a": "tok-a-2"}, "the old lease says nothing"
 
 
+def test_a_report_refused_for_now_holds_back_only_its_own_lease() -> None:
+    """a's child broke the protocol (its attempt is retried) and a was leased
+    again meanwhile (its new lease goes back): Redis takes the retry and refuses
+    the release for now; the retry landed, so a is held no more."""
+    rig = warm_rig(concurrency=2)
+    a = leased("a", timeout_s=60)
+    assert runs(rig.lease(a)) == [(0, "a")]
+    rig.apply(events.ChildBroke(0, rig.pids[0], "incomplete frame"))
+    frozen_then_popped(rig, again(a))
+    rig.exit(0, sig=9)
+    rig.apply(events.WaitEnded())
+    exchange = only(rig.later(0.01), events.Exchange)
+    outcomes = exchange.outcomes
+    assert [r.token for r in outcomes.retry] == ["tok-a"] and outcomes.release == {"a": "tok-a-2"}
+    unsent = outcomes.only("release")
+    states = {"a": "retry"}
+    rig.apply(events.Exchanged(outcomes, exchange.pop, states, None, rig.now, rig.now, unsent))
+    assert rig.where("a") is None
+    assert rig.book.reports.outcomes.release == {"a": "tok-a-2"}, "it goes again"
+
+
 def test_a_report_of_an_earlier_lease_landing_leaves_the_new_lease_held() -> None:
     """a's report is out when a is handed to the waiting master again (its lease
     ran out before the report reached Redis) and runs at once: the landing of

@@ -212,10 +212,10 @@ class BookMachine(RuleBasedStateMachine):
             events.Exchanged(outcomes, action.pop, states, popped, sent_at, self.now, unsent)
         )
         kept = set() if unsent is None else {j for k in unsent.kinds() for j in unsent.jids(k)}
-        kept |= {job.jid for job in (popped.jobs if popped is not None else [])}  # leased again
-        for kind in outcomes.kinds():
-            for jid in set(outcomes.jids(kind)) - kept:
-                assert jid not in self.book.ledger.held, f"{jid} held after its report landed"
+        for jid, token in _leases(outcomes):
+            held = self.book.ledger.held.get(jid)
+            if jid not in kept and held is not None:  # held, but not under the lease reported
+                assert held.leased.token != token, f"{jid} held after its report landed"
 
     def _again(self, picks: list[int], outcomes: Outcomes, lost: bool) -> list[Leased]:
         """Jobs the master still holds whose lease ran out (its clock says so:
@@ -240,10 +240,7 @@ class BookMachine(RuleBasedStateMachine):
     def _sent(self, outcomes: Outcomes, back: bool = False) -> None:
         """Nothing is reported twice: one report a lease (its jid and token), unless
         it came `back` (not delivered: it goes again)."""
-        leases = [(row.jid, row.token) for row in outcomes.complete.values()]
-        leases += [(row.jid, row.token) for row in outcomes.retry]
-        leases += [(row.jid, row.token) for row in outcomes.fail]
-        for lease in [*leases, *outcomes.release.items()]:
+        for lease in _leases(outcomes):
             if back:
                 self.reported.discard(lease)
             else:
@@ -466,6 +463,14 @@ class BookMachine(RuleBasedStateMachine):
             ledger = self.book.ledger
             assert not ledger.buffer and not ledger.timed and not ledger.confirming
             assert all(h.where is not Where.BUFFERED for h in ledger.held.values())
+
+
+def _leases(outcomes: Outcomes) -> list[tuple[str, str]]:
+    """(jid, token) of every report (complete, retry, fail, release)."""
+    leases = [(row.jid, row.token) for row in outcomes.complete.values()]
+    leases += [(row.jid, row.token) for row in outcomes.retry]
+    leases += [(row.jid, row.token) for row in outcomes.fail]
+    return leases + list(outcomes.release.items())
 
 
 TestBookHistories = histories.bounded(BookMachine, examples=150, steps=50)  # a few seconds
