@@ -217,6 +217,16 @@ class BookMachine(RuleBasedStateMachine):
             if jid not in kept and held is not None:  # held, but not under the lease reported
                 assert held.leased.token != token, f"{jid} held after its report landed"
 
+    def _ran_out(self) -> bool:
+        return any(held.lease_until < self.now for held in self.book.ledger.held.values())
+
+    @precondition(lambda self: self.exchange is not None and self._ran_out())
+    @rule(picks=st.lists(st.integers(0, 7), min_size=1, max_size=2), lost=st.booleans())
+    def exchange_leases_again(self, picks: list[int], lost: bool) -> None:
+        """The pop reclaimed leases that ran out (a freeze) and leased those jobs to
+        this master again: the history of the combined-fault rig's crash."""
+        self.exchange_answers([], None, lost, None, 0.0005, picks)
+
     def _again(self, picks: list[int], outcomes: Outcomes, lost: bool) -> list[Leased]:
         """Jobs the master still holds whose lease ran out (its clock says so:
         Redis's lease ends later than the master counts), reclaimed by this pop and
