@@ -131,7 +131,8 @@ class Book:
         )
         for lane in self.lanes:
             parts = (self.ledger, self.capacity, lane.link, lane.reports, self.actions)
-            lane.intake = Intake(worker, worker_id, *parts, lane.index, lane.queues)
+            let_go = self.flow.let_go
+            lane.intake = Intake(worker, worker_id, *parts, lane.index, lane.queues, let_go=let_go)
             lane.renewals = Renewals(
                 worker_id, self.ledger, lane.link, self.actions, self.flow.let_go, lane.index
             )

@@ -12,11 +12,12 @@ pops out now did not ask for (Capacity.asking, by lane).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from runtime import config
 from runtime.errors import Error, LeaseLost, NoSuchJob
-from runtime.master import events
+from runtime.master import events, reasons
 from runtime.master.capacity import Capacity
 from runtime.master.held import AHEAD_S, FLUSH_AFTER_S, FLUSH_BATCH, LOOK_LATE_S, Held, Where
 from runtime.master.ledger import Ledger
@@ -39,11 +40,14 @@ class Intake:
         actions: list[events.Action],
         lane: int = 0,
         queues: tuple[str, ...] | None = None,
+        *,
+        let_go: Callable[[Held, reasons.Ending, float], None],
     ) -> None:
+        """`let_go`: how a held job that is not ours any more goes (JobFlow.let_go)."""
         self.worker, self.worker_id = worker, worker_id
         self.ledger, self.capacity, self.link = ledger, capacity, link
         self.reports, self.actions = reports, actions
-        self.lane = lane
+        self.lane, self.let_go = lane, let_go
         self.queues = list(worker.queues if queues is None else queues)
         self.exchanging = self.waiting = False
         self.want_work = True  # the last pop was full, or something woke us since
@@ -125,16 +129,17 @@ class Intake:
         reports.sending = None
         if self.link.succeeded(now, event.sent_at):
             self.want_work = True
-        unsent = set(_jids(event.unsent)) if event.unsent is not None else set()
+        unsent = set(_reported(event.unsent)) if event.unsent is not None else set()
         if event.unsent is not None and len(event.unsent):
             reports.outcomes.merge(event.unsent)
             reports.noted(now)
         held_by, move, reporting = self.ledger.held, self.ledger.move, Where.REPORTING
-        for jid in _jids(event.outcomes):
+        for jid, token in _reported(event.outcomes):
             held = held_by.get(jid)
-            if jid in unsent:
+            if (jid, token) in unsent:
                 continue
-            if held is not None and held.where is reporting:  # its report landed
+            # its report landed (not one of an earlier lease of a job leased again)
+            if held is not None and held.where is reporting and held.leased.token == token:
                 move(jid, None, now=now)
                 if held.cancelled:
                     reports.cancelled.add(jid)
@@ -176,8 +181,10 @@ class Intake:
                 jid,
                 self.worker_id,
             )
-        add, lane = self.ledger.add, self.lane
+        add, lane, held_by = self.ledger.add, self.lane, self.ledger.held
         for leased in popped.jobs:
+            if leased.jid in held_by and not self._leased_again(leased, now):
+                continue
             if leased.handed:  # handed to us while we waited: its first lease is short
                 self._take_handed(leased, now)
             elif leased.start_in_s is None:
@@ -204,8 +211,41 @@ class Intake:
             self.reports.outcomes.add_release(leased.jid, leased.token)  # e.g. paused meanwhile
             self.reports.noted(now)
             return
+        if leased.jid in self.ledger.held and not self._leased_again(leased, now):
+            return
         lease_until = leased.expires_us / 1e6 + self.offset
         self.ledger.add(Held(leased, Where.CONFIRMING, lease_until, lane=self.lane))
+
+    def _leased_again(self, leased: Leased, now: float) -> bool:
+        """A lease of a job this master holds already: Redis took the job back (its
+        lease ran out, e.g. while the master was frozen: place.lua's reclaim) and
+        leased it to us again. The earlier lease is lost: a job that no child has
+        goes on under the new one (True); a job a child has is stopped (let go, as
+        for a lease lost) and the new lease goes back to Redis unstarted (False),
+        since one record holds one lease of a jid (ledger.py)."""
+        old = self.ledger.held[leased.jid]
+        if old.leased.token == leased.token:
+            return False  # this very lease again: nothing new
+        log.warning(
+            "job leased again, its earlier lease ran out jid=%s queue=%s was=%s worker=%s",
+            leased.jid,
+            leased.queue,
+            old.where.value,
+            self.worker_id,
+        )
+        if old.lane == self.lane:  # (the same jid in another namespace is another job)
+            if old.where is Where.REPORTING:  # a report of the lost lease would be refused
+                self.reports.drop(old.jid, old.leased.token)
+                self.ledger.move(old.jid, None, now=now)
+                return True
+            if not old.lost:
+                self.ledger.lose(old)
+                self.let_go(old, reasons.LOST, now)
+            if old.jid not in self.ledger.held:  # it was not started: dropped
+                return True
+        self.reports.outcomes.add_release(leased.jid, leased.token)
+        self.reports.noted(now)
+        return False
 
     # --- waiting for work ----------------------------------------------------------
 
@@ -245,14 +285,14 @@ class Intake:
         self.want_work = True
 
 
-def _jids(outcomes: Any) -> list[str]:
-    """The jids reported, in the order complete, retry, fail, release (a call an
-    exchange: no generator for the kinds that are empty, nearly always)."""
-    jids = [*outcomes.complete]
+def _reported(outcomes: Any) -> list[tuple[str, str]]:
+    """(jid, token) of the leases reported, in the order complete, retry, fail,
+    release (no generator for the kinds that are empty, nearly always)."""
+    reported = [(row.jid, row.token) for row in outcomes.complete.values()]
     if outcomes.retry:
-        jids += [r.jid for r in outcomes.retry]
+        reported += [(r.jid, r.token) for r in outcomes.retry]
     if outcomes.fail:
-        jids += [f.jid for f in outcomes.fail]
+        reported += [(f.jid, f.token) for f in outcomes.fail]
     if outcomes.release:
-        jids += outcomes.release
-    return jids
+        reported += outcomes.release.items()
+    return reported

@@ -402,7 +402,12 @@ class JobFlow:
         self._report(held, now)
 
     def release(self, held: Held, now: float, started: bool = False) -> None:
-        """Back to Redis unfinished; a job that `started` keeps its attempt counted."""
+        """Back to Redis unfinished; a job that `started` keeps its attempt counted.
+        A job whose lease is lost is only dropped: Redis would refuse the report,
+        and the jid may be leased to us again meanwhile (intake.py)."""
+        if held.lost:
+            self.ledger.move(held.jid, None, now=now)
+            return
         self.lanes[held.lane].outcomes.add_release(held.jid, held.leased.token, started=started)
         self._report(held, now)
 

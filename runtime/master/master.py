@@ -205,6 +205,27 @@ class Master:
         )
         self.unexpected[name] = (now, 0)
 
+    def _event_failed(self, event: events.Event, err: Exception) -> None:
+        """The book failed to take in an event (a bug): the event is skipped, and
+        that is logged with its traceback once a minute per kind of event, counted
+        in between, rather than stopping the master with its jobs leased."""
+        kind = type(event).__name__
+        now = time.monotonic()
+        last, count = self.unexpected.get(f"event:{kind}", (-UNEXPECTED_LOG_EVERY_S, 0))
+        if now - last < UNEXPECTED_LOG_EVERY_S:
+            self.unexpected[f"event:{kind}"] = (last, count + 1)
+            return
+        more = f" ({count} more times since the last line)" if count else ""
+        log.error(
+            "unexpected %s taking in a %s event, skipped%s worker=%s",
+            type(err).__name__,
+            kind,
+            more,
+            self.worker_id,
+            exc_info=err,
+        )
+        self.unexpected[f"event:{kind}"] = (now, 0)
+
     def _disown(self, name: str, task: asyncio.Task[None], wake: bool) -> None:
         if self.tasks.get(name) is task:
             del self.tasks[name]
@@ -447,7 +468,11 @@ class Master:
         now = time.monotonic()
         busy = bool(self.events)
         while self.events:
-            self.book.apply(self.events.popleft(), now)
+            event = self.events.popleft()
+            try:
+                self.book.apply(event, now)
+            except Exception as err:  # noqa: BLE001 - one event's bug never stops the master
+                self._event_failed(event, err)
         first = self.book.start_jobs(now)  # a job for an idle child goes first (one send a child)
         if first:
             self._carry_out(first)
@@ -488,7 +513,8 @@ class Master:
                 self._wake()
             else:
                 self._arm(self._next_pass_in(now, active))
-        except Exception as err:  # ends the loop the way a raise in it would  # noqa: BLE001
+        except Exception as err:  # ends the loop the way a raise in it would
+            log.error("the master's loop failed worker=%s", self.worker_id, exc_info=err)
             finished.set_exception(err)
 
     def _next_pass_in(self, now: float, active: bool) -> float | None:

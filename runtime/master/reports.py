@@ -37,6 +37,20 @@ class Reports:
         self.outcomes.merge(outcomes)
         self.since = min(self.since or now, sent_at)
 
+    def drop(self, jid: str, token: str) -> None:
+        """A waiting report of a lease that is gone (its job was leased again): Redis
+        would only refuse it. Reports of the job's other leases stay."""
+        out = self.outcomes
+        if (row := out.complete.get(jid)) is not None and row.token == token:
+            del out.complete[jid]
+        if (progress := out.progress.get(jid)) is not None and progress.token == token:
+            del out.progress[jid]
+        if out.release.get(jid) == token:
+            del out.release[jid]
+            out.started.discard(jid)
+        out.retry = [r for r in out.retry if r.jid != jid or r.token != token]
+        out.fail = [f for f in out.fail if f.jid != jid or f.token != token]
+
     def jids(self) -> set[str]:
         """The jobs whose report waits or is out (for the checks)."""
         pending = [self.outcomes, *([self.sending] if self.sending is not None else [])]

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from runtime.master.held import Held, Where
+from runtime.master.intake import Intake
 from runtime.master.ledger import Ledger
 from tests.unit.test_book_states import BookMachine
 
@@ -64,11 +65,8 @@ def _cases() -> Iterator[tuple[str, Callable[..., object]]]:
             yield name, plant
 
 
-@pytest.mark.parametrize(("name", "plant"), list(_cases()), ids=lambda p: getattr(p, "__name__", p))
-def test_the_book_histories_find_a_planted_bug(
-    monkeypatch: pytest.MonkeyPatch, name: str, plant: Callable[..., object]
-) -> None:
-    monkeypatch.setattr(Ledger, name, plant(getattr(Ledger, name)))
+def _found() -> bool:
+    """Whether the bounded run of the book's histories fails."""
     case: type[unittest.TestCase] = type("Planted", (BookMachine.TestCase,), {})
     case.settings = settings(  # type: ignore[attr-defined]
         max_examples=150,
@@ -82,4 +80,21 @@ def test_the_book_histories_find_a_planted_bug(
     )
     runner = unittest.TextTestRunner(stream=io.StringIO(), verbosity=0)
     result = runner.run(unittest.defaultTestLoader.loadTestsFromTestCase(case))
-    assert result.failures or result.errors, f"{plant.__name__} went unnoticed"
+    return bool(result.failures or result.errors)
+
+
+@pytest.mark.parametrize(("name", "plant"), list(_cases()), ids=lambda p: getattr(p, "__name__", p))
+def test_the_book_histories_find_a_planted_bug(
+    monkeypatch: pytest.MonkeyPatch, name: str, plant: Callable[..., object]
+) -> None:
+    monkeypatch.setattr(Ledger, name, plant(getattr(Ledger, name)))
+    assert _found(), f"{plant.__name__} went unnoticed"
+
+
+def test_the_book_histories_find_a_job_leased_again_taken_as_new(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The master's crash after a freeze (KeyError by jid): a pop or a hand-off
+    that leases a job the master still holds, taken as a job it did not hold."""
+    monkeypatch.setattr(Intake, "_leased_again", lambda self, leased, now: True)
+    assert _found(), "a job leased again went unnoticed"

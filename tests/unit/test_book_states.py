@@ -34,7 +34,7 @@ from runtime.master import events
 from runtime.master.book import Book
 from runtime.master.held import Where
 from runtime.master.slots import SlotState
-from runtime.queue.leases import Leased, Popped
+from runtime.queue.leases import Leased, Outcomes, Popped
 from tests.support import histories
 from tests.unit.test_book import leased
 
@@ -67,6 +67,7 @@ class BookMachine(RuleBasedStateMachine):
         self.signals: dict[int, int] = {}  # the signal each child was killed with
         self.stopped: set[int] = set()  # told to stop
         self.generation = 0
+        self.reported: set[tuple[str, str]] = set()  # (jid, token) of every report sent
         self._pass()
 
     # --- playing the loop ---------------------------------------------------------------
@@ -76,6 +77,7 @@ class BookMachine(RuleBasedStateMachine):
             if isinstance(action, events.Exchange):
                 assert self.exchange is None, "two exchanges at once"
                 self.exchange = (action, self.now)
+                self._sent(action.outcomes)
             elif isinstance(action, events.Renew):
                 assert self.renew is None, "two renewals at once"
                 self.renew = (action, self.now)
@@ -149,6 +151,13 @@ class BookMachine(RuleBasedStateMachine):
         self.now += seconds
         self._pass()
 
+    @rule(seconds=st.sampled_from([4.0, 40.0]))
+    def frozen(self, seconds: float) -> None:
+        """The master is stopped (SIGSTOP) past its leases: no pass until the next
+        rule, whose events it takes first when it goes on (SIGCONT), as the loop
+        does with what queued meanwhile."""
+        self.now += seconds
+
     # --- Redis --------------------------------------------------------------------------
 
     @precondition(lambda self: self.exchange is not None)
@@ -167,6 +176,7 @@ class BookMachine(RuleBasedStateMachine):
         lost=st.booleans(),
         wake_in_s=st.sampled_from([None, 0.05]),
         late_s=st.sampled_from([0.0005, 0.01, 0.2]),
+        again=st.lists(st.integers(0, 7), max_size=2),
     )
     def exchange_answers(
         self,
@@ -175,21 +185,25 @@ class BookMachine(RuleBasedStateMachine):
         lost: bool,
         wake_in_s: float | None,
         late_s: float,
+        again: list[int] | None = None,
     ) -> None:
         assert self.exchange is not None
         action, sent_at = self.exchange
         self.exchange = None
         self.now = max(self.now, sent_at + late_s)
-        popped = None
-        if action.pop is not None:
-            leased = [
-                self._leased(lease_s, timeout_s, remaining, start_in, handed and start_in is None)
-                for lease_s, timeout_s, remaining, start_in, handed in jobs[: action.pop]
-            ]
-            now_us = round((sent_at - REDIS_OFFSET_S) * 1e6)
-            popped = Popped(leased, wake_in_s, [], now_us)
         outcomes = action.outcomes
         unsent = outcomes.only(refused) if refused else None  # type: ignore[arg-type]
+        if unsent is not None:
+            self._sent(unsent, back=True)
+        popped = None
+        if action.pop is not None:
+            leased = self._again(again or [], outcomes, lost)[: action.pop]
+            leased += [
+                self._leased(lease_s, timeout_s, remaining, start_in, handed and start_in is None)
+                for lease_s, timeout_s, remaining, start_in, handed in jobs
+            ]
+            now_us = round((sent_at - REDIS_OFFSET_S) * 1e6)
+            popped = Popped(leased[: action.pop], wake_in_s, [], now_us)
         states: dict[str, object] = {}
         for kind in outcomes.kinds():
             for jid in outcomes.jids(kind):
@@ -198,9 +212,50 @@ class BookMachine(RuleBasedStateMachine):
             events.Exchanged(outcomes, action.pop, states, popped, sent_at, self.now, unsent)
         )
         kept = set() if unsent is None else {j for k in unsent.kinds() for j in unsent.jids(k)}
-        for kind in outcomes.kinds():
-            for jid in set(outcomes.jids(kind)) - kept:
-                assert jid not in self.book.ledger.held, f"{jid} held after its report landed"
+        for jid, token in _leases(outcomes):
+            held = self.book.ledger.held.get(jid)
+            if jid not in kept and held is not None:  # held, but not under the lease reported
+                assert held.leased.token != token, f"{jid} held after its report landed"
+
+    def _ran_out(self) -> bool:
+        return any(held.lease_until < self.now for held in self.book.ledger.held.values())
+
+    @precondition(lambda self: self.exchange is not None and self._ran_out())
+    @rule(picks=st.lists(st.integers(0, 7), min_size=1, max_size=2), lost=st.booleans())
+    def exchange_leases_again(self, picks: list[int], lost: bool) -> None:
+        """The pop reclaimed leases that ran out (a freeze) and leased those jobs to
+        this master again: the history of the combined-fault rig's crash."""
+        self.exchange_answers([], None, lost, None, 0.0005, picks)
+
+    def _again(self, picks: list[int], outcomes: Outcomes, lost: bool) -> list[Leased]:
+        """Jobs the master still holds whose lease ran out (its clock says so:
+        Redis's lease ends later than the master counts), reclaimed by this pop and
+        leased to the same master again, with a new token (lib/place.lua's
+        reclaim, then the pop). Not a job whose report this call took."""
+        taken = set() if lost else {j for k in outcomes.kinds() for j in outcomes.jids(k)}
+        ran_out = sorted(
+            jid
+            for jid, held in self.book.ledger.held.items()
+            if held.lease_until < self.now and jid not in taken
+        )
+        again: list[Leased] = []
+        for pick in picks:
+            if ran_out:
+                jid = ran_out.pop(pick % len(ran_out))
+                self.count += 1
+                job = replace(self.book.ledger.held[jid].leased, token=f"tok-{jid}-{self.count}")
+                again.append(replace(job, handed=False, expires_us=None, start_in_s=None))
+        return again
+
+    def _sent(self, outcomes: Outcomes, back: bool = False) -> None:
+        """Nothing is reported twice: one report a lease (its jid and token), unless
+        it came `back` (not delivered: it goes again)."""
+        for lease in _leases(outcomes):
+            if back:
+                self.reported.discard(lease)
+            else:
+                assert lease not in self.reported, f"{lease[0]} reported twice"
+                self.reported.add(lease)
 
     @precondition(lambda self: self.exchange is not None)
     @rule(
@@ -212,6 +267,7 @@ class BookMachine(RuleBasedStateMachine):
         assert self.exchange is not None
         action, sent_at = self.exchange
         self.exchange = None
+        self._sent(action.outcomes, back=True)
         self._apply(events.ExchangeFailed(action.outcomes, condition, "refused", sent_at))
 
     @precondition(lambda self: self.renew is not None)
@@ -236,12 +292,20 @@ class BookMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.waiting)
     @rule(
         what=st.sampled_from(
-            ["handed", "confirmed", "found lost", "token", "look later", "nothing", "failed"]
+            [
+                *("handed", "confirmed", "found lost", "token", "look later", "nothing"),
+                *("failed", "handed again"),
+            ]
         )
     )
     def wait_ends(self, what: str) -> None:
         self.waiting = False
-        if what == "failed":
+        again = self._again([0], Outcomes(), lost=True) if what == "handed again" else []
+        if again:  # a job reclaimed from us, handed to us again as we waited
+            expires_us = round((self.now - REDIS_OFFSET_S + 1.0) * 1e6)
+            job = replace(again[0], handed=True, expires_us=expires_us)
+            self._apply(events.WaitEnded(job, "own", True))
+        elif what == "failed":
             self._apply(events.WaitFailed(RedisCondition.CONNECTION, "reset", self.now))
         elif what == "handed":
             self._apply(events.WaitEnded(self._leased(3.0, 60.0, 1, handed=True), "own", True))
@@ -409,6 +473,14 @@ class BookMachine(RuleBasedStateMachine):
             ledger = self.book.ledger
             assert not ledger.buffer and not ledger.timed and not ledger.confirming
             assert all(h.where is not Where.BUFFERED for h in ledger.held.values())
+
+
+def _leases(outcomes: Outcomes) -> list[tuple[str, str]]:
+    """(jid, token) of every report (complete, retry, fail, release)."""
+    leases = [(row.jid, row.token) for row in outcomes.complete.values()]
+    leases += [(row.jid, row.token) for row in outcomes.retry]
+    leases += [(row.jid, row.token) for row in outcomes.fail]
+    return leases + list(outcomes.release.items())
 
 
 TestBookHistories = histories.bounded(BookMachine, examples=150, steps=50)  # a few seconds
