@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from runtime import config
-from runtime.errors import BadArgument
+from runtime.errors import BadArgument, CorruptReply
 from runtime.queue import ops, wire
 from runtime.queue.wire import JobSpec
 
@@ -167,6 +167,21 @@ def open_call(
 _DESC_MAX = config.LIMITS["note_max_bytes"]
 
 
+def close_call(bid: str) -> ops.Call[BatchStatus]:
+    """The call sealing a batch (shared by every client); it answers the batch."""
+    call = ops.batch_close(bid)
+    return ops.Call(
+        call.name, call.args, lambda r: _sealed(call.read(r)), repeatable=call.repeatable
+    )
+
+
+def _sealed(value: Any) -> BatchStatus:
+    status = _status(value)
+    if status is None:  # batch_close answers the batch or raises
+        raise CorruptReply("batch_close answered no batch")
+    return status
+
+
 class Batch:
     """A batch being filled (`Client.batch`): put its jobs, then `close()` it."""
 
@@ -188,9 +203,7 @@ class Batch:
         """Seals the batch: no job joins it after, but from its own running jobs
         (ctx.batch.put); its callbacks fire once all its jobs have ended (at once,
         in this call, if they all have). Closing again changes nothing."""
-        status = _status(self.client.conn.call(ops.batch_close(self.bid)))
-        assert status is not None  # batch_close answers the batch or raises
-        return status
+        return self.client.conn.call(close_call(self.bid))
 
     def status(self) -> BatchStatus | None:
         return self.client.get_batch(self.bid)

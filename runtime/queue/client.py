@@ -200,7 +200,7 @@ class Client:
         Redis has room, for the retention window: state cancelled, when and `by`
         what (CancelledBy: cli, dashboard, api, dependency). Returns the jids
         deleted (a tombstone is no job: not cancelled again)."""
-        return self.conn.call(ops.cancel(jids, _cancelled_by(by))) if jids else []
+        return self.conn.call(ops.cancel(jids, cancelled_by(by))) if jids else []
 
     def wait(self, jid: str, timeout: float | None = None) -> Any:
         """Waits for the job to end and returns its result (None for none). Raises
@@ -346,7 +346,7 @@ def member_settings(settings: config.Settings, shards: Shards, namespace: str) -
     return replace(settings, namespace=namespace, url=shards.url_of(namespace) or settings.url)
 
 
-def _cancelled_by(by: CancelledBy | str) -> CancelledBy:
+def cancelled_by(by: CancelledBy | str) -> CancelledBy:
     """`by` as a CancelledBy; BadArgument (one line) for any other word."""
     try:
         return CancelledBy(by)

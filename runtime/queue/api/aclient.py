@@ -25,13 +25,14 @@ from typing import Any, Self
 
 from runtime import config
 from runtime.errors import Error, JobExists
-from runtime.queue import ops, waiting, wire
+from runtime.queue import batches, ops, waiting, wire
 from runtime.queue.adriver import MAX_CONNECTIONS, AsyncConnection
-from runtime.queue.client import all_put, settings_for
+from runtime.queue.client import all_put, cancelled_by, settings_for
 from runtime.queue.connection import RETRY_FOR_S, SOCKET_TIMEOUT_S
 from runtime.queue.job import Job
 from runtime.queue.shards import Shards, sum_counts, sum_groups
 from runtime.queue.wire import JobSpec
+from runtime.vocabulary import CancelledBy
 
 
 class AsyncClient:
@@ -168,21 +169,44 @@ class AsyncClient:
         conn = await self._holding(jid)
         return await conn.steps(waiting.wait(conn.keys, jid, timeout))
 
-    async def cancel(self, *jids: str) -> list[str]:
-        """Deletes the jobs, each in its namespace (Client.cancel)."""
+    async def cancel(self, *jids: str, by: CancelledBy | str = CancelledBy.API) -> list[str]:
+        """Deletes the jobs, each in its namespace, leaving tombstones (Client.cancel)."""
         if not jids:
             return []
+        said = cancelled_by(by)
         if len(self.conns) == 1:
-            return await self.conn.call(ops.cancel(jids))
-        by: dict[str, list[str]] = {}
+            return await self.conn.call(ops.cancel(jids, said))
+        of_ns: dict[str, list[str]] = {}
         for jid, job in zip(jids, await self.get_jobs(list(jids)), strict=True):
             if job is not None:
-                by.setdefault(self.shards.namespace_of(job.queue), []).append(jid)
+                of_ns.setdefault(self.shards.namespace_of(job.queue), []).append(jid)
         done: list[str] = []
-        for name, mine in by.items():
-            cancelled: list[str] = await self.conns[name].call(ops.cancel(mine))
+        for name, mine in of_ns.items():
+            cancelled: list[str] = await self.conns[name].call(ops.cancel(mine, said))
             done.extend(cancelled)
         return done
+
+    # --- batches (runtime.queue.batches; the batch lives in the home namespace) ----
+
+    async def batch(
+        self,
+        on_success: batches.Callback | None = None,
+        on_complete: batches.Callback | None = None,
+        description: str | None = None,
+    ) -> AsyncBatch:
+        """Client.batch for asyncio: `b = await ac.batch(...)`, then `await
+        b.queue(name).put(...)`, `await b.put_many(specs)`, `await b.close()`."""
+        bid, call = batches.open_call(on_success, on_complete, description)
+        await self.conn.call(call)
+        return AsyncBatch(self, bid)
+
+    async def get_batch(self, bid: str) -> batches.BatchStatus | None:
+        """A batch's counts and callbacks; None if there is none (or it expired)."""
+        return await self.conn.call(batches.status_call(bid))
+
+    async def retry_batch(self, bid: str, count: int = 1000) -> int:
+        """Runs up to `count` of the batch's failed jobs again; how many."""
+        return await self.conn.call(ops.batch_retry(bid, count))
 
     async def status(self, *queues: str) -> dict[str, dict[str, int | bool]]:
         """Counts by state for the queues (all known queues when none are named),
@@ -205,6 +229,46 @@ class AsyncClient:
         """Client.message_status: the job's state as a de-duplicating queue names it."""
         conn = await self._holding(jid)
         return await conn.call(ops.message_status(jid))
+
+
+class AsyncBatch:
+    """A batch being filled from asyncio code (batches.Batch's twin, the same calls)."""
+
+    def __init__(self, client: AsyncClient, bid: str) -> None:
+        self.client, self.bid = client, bid
+
+    def __repr__(self) -> str:
+        return f"AsyncBatch({self.bid!r})"
+
+    def queue(self, name: str) -> AsyncBatchQueue:
+        return AsyncBatchQueue(self, wire.check_queue(name))
+
+    async def put_many(self, specs: Iterable[JobSpec]) -> list[str]:
+        """Puts jobs into the batch in one atomic call (all or none); their jids."""
+        return await self.client.put_many([batches.in_batch(s, self.bid) for s in specs])
+
+    async def close(self) -> batches.BatchStatus:
+        """Seals the batch (batches.Batch.close)."""
+        return await self.client.conn.call(batches.close_call(self.bid))
+
+    async def status(self) -> batches.BatchStatus | None:
+        return await self.client.get_batch(self.bid)
+
+
+class AsyncBatchQueue:
+    """A queue of an AsyncBatch: what it puts joins the batch."""
+
+    def __init__(self, batch: AsyncBatch, name: str) -> None:
+        self.batch, self.name = batch, name
+
+    def spec(self, klass: str | Any, data: Mapping[str, Any] | None = None, **opts: Any) -> JobSpec:
+        return batches.in_batch(JobSpec.build(self.name, klass, data, **opts), self.batch.bid)
+
+    async def put(
+        self, klass: str | Any, data: Mapping[str, Any] | None = None, **opts: Any
+    ) -> str:
+        """Puts one job into the batch; returns its jid."""
+        return (await self.batch.put_many([self.spec(klass, data, **opts)]))[0]
 
 
 class AsyncQueue:
