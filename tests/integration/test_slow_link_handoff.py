@@ -30,7 +30,11 @@ def _idle(client: Client, queue: str = "q") -> int:
 
 
 @pytest.mark.parametrize(
-    ("up_ms", "down_ms"), [(300, 300), (0, 300)], ids=["each-way", "replies-only"]
+    ("up_ms", "down_ms"),
+    [  # the each-way case takes 35 s: ./dev slow runs it (the replies-only case, 18 s, always)
+        pytest.param(300, 300, id="each-way", marks=pytest.mark.slow),
+        pytest.param(0, 300, id="replies-only"),
+    ],
 )
 def test_jobs_handed_over_a_slow_link_run_once_in_their_first_lease(
     own: ServerProcess, own_proxy: Proxy, workdir: Path, up_ms: int, down_ms: int

@@ -163,7 +163,7 @@ class Run:
 
 
 @settings(
-    max_examples=100,
+    max_examples=50,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

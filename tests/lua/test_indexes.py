@@ -166,7 +166,7 @@ SETTINGS = {
 }
 
 
-@settings(max_examples=60, **SETTINGS)  # type: ignore[arg-type]
+@settings(max_examples=40, **SETTINGS)  # type: ignore[arg-type]
 @given(ops=st.lists(GRAPH_OPS, min_size=1, max_size=40))
 def test_every_job_is_in_the_one_index_its_record_names_after_every_step(
     redis_server: RedisServer, ops: list[tuple[Any, ...]]
