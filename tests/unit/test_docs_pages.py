@@ -19,7 +19,15 @@ def files() -> list[Path]:
     found = [REPO / "dev", REPO / "README.md", *DOCS.glob("*.md")]
     for top in CITING:
         found += [p for p in (REPO / top).rglob("*") if p.is_file() and p.suffix in SUFFIXES]
-    return [p for p in found if p.is_file() and "__pycache__" not in p.parts]
+    # only the project's own files: not caches, nor what a run leaves (bench/.work's venvs)
+    return [
+        p
+        for p in found
+        if p.is_file()
+        and not any(
+            part == "__pycache__" or part.startswith(".") for part in p.parts[len(REPO.parts) :]
+        )
+    ]
 
 
 def test_nothing_cites_the_specification_or_style_notes_outside_the_repository() -> None:
