@@ -68,3 +68,24 @@ def test_an_async_cancel_leaves_a_tombstone_saying_what_cancelled(plain_client: 
             assert tomb.cancellation is not None and tomb.cancellation.by == "cli"
 
     run(cancel)
+
+
+def test_an_async_put_takes_the_flow_controls_as_queue_put_does(plain_client: Client) -> None:
+    ns, url = plain_client.keys.namespace, plain_client.url
+
+    async def put() -> tuple[str, str, str]:
+        async with AsyncClient.from_url(url, namespace=ns) as ac:
+            q = ac.queue("q")
+            late = await q.put(J, {}, expires_in=60)
+            first = await q.put(J, {"v": 1}, unique_key="doc:7", debounce=2)
+            again = await q.put(J, {"v": 2}, unique_key="doc:7", debounce=2)
+            with pytest.raises(BadArgument, match="debounce needs a unique_key"):
+                await q.put(J, {}, debounce=2)
+            return late, first, again
+
+    late, first, again = run(put)
+    job = plain_client.get_job(late)
+    assert job is not None and job.expires_at_ms is not None
+    assert first == again, "a debounced put while the job waits is the same job"
+    debounced = plain_client.get_job(first)
+    assert debounced is not None and debounced.data == {"v": 2}

@@ -300,6 +300,8 @@ class AsyncQueue:
         backoff: tuple[float, float] | None = None,
         timeout: float | None = None,
         tracked: bool = False,
+        expires_in: float | None = None,
+        debounce: float | None = None,
     ) -> str:
         """Queue.put: puts one job; returns its jid (or, for a duplicate of a unique
         key, the jid of the job holding that key)."""
@@ -321,6 +323,8 @@ class AsyncQueue:
             backoff=backoff,
             timeout=timeout,
             tracked=tracked,
+            expires_in=expires_in,
+            debounce=debounce,
         )
         return (await self.client.put_many([spec]))[0]
 
