@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.server import connect, private_server
 from runtime.queue import ops
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.queue.leases import CompleteRow
 
 W = "bench-host"

@@ -23,7 +23,7 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.queue.embedded import ServerProcess, find_server_binary
 
 W = "bench-host"

@@ -33,18 +33,19 @@ from runtime.vocabulary import CancelledBy
 
 if TYPE_CHECKING:
     from runtime.queue.api.aclient import AsyncClient
-    from runtime.queue.batches import Batch, BatchStatus
-    from runtime.queue.client import Client, Queue
-    from runtime.queue.holder import Lease
+    from runtime.queue.api.batches import Batch, BatchStatus
+    from runtime.queue.api.client import Client
+    from runtime.queue.api.holder import Lease
+    from runtime.queue.api.queues import Queue
 
 __version__ = version()
 LAZY = {
     "AsyncClient": "runtime.queue.api.aclient",
-    "Batch": "runtime.queue.batches",
-    "BatchStatus": "runtime.queue.batches",
-    "Client": "runtime.queue.client",
-    "Queue": "runtime.queue.client",
-    "Lease": "runtime.queue.holder",
+    "Batch": "runtime.queue.api.batches",
+    "BatchStatus": "runtime.queue.api.batches",
+    "Client": "runtime.queue.api.client",
+    "Queue": "runtime.queue.api.queues",
+    "Lease": "runtime.queue.api.holder",
 }
 
 

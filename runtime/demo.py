@@ -22,7 +22,7 @@ from typing import Any
 from runtime import config
 from runtime.children.context import JobContext
 from runtime.errors import Fail, Retry
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.queue.job import Job
 from runtime.queue.ops import LISTED_STATES
 from runtime.typed import job

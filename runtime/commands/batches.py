@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from runtime.commands.common import check_jid, client_of, emit, fail, when
-from runtime.queue.batches import BatchStatus
+from runtime.queue.api.batches import BatchStatus
 
 
 def describe(status: BatchStatus) -> list[str]:

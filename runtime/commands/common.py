@@ -14,7 +14,7 @@ import click
 
 from runtime import config
 from runtime.errors import BadArgument
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.queue.job import Job
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
@@ -22,7 +22,7 @@ EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
 
 def client_of(ctx: click.Context) -> Client:
     """The client for --url/--namespace, made once per invocation: a sharded
-    site's (every namespace of it, runtime.queue.site) when the settings name
+    site's (every namespace of it, runtime.queue.api.client.Site) when the settings name
     shards (RUNTIME_SHARDS)."""
     obj: dict[str, Any] = ctx.find_root().ensure_object(dict)
     if "client" not in obj:

@@ -14,7 +14,7 @@ import click
 from runtime.commands.common import emit, fail, settings_of
 from runtime.errors import Error
 from runtime.queue import embedded
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 
 STOP_TIMEOUT_S = 30.0
 INFO_FIELDS = (

@@ -20,7 +20,7 @@ from runtime.commands.common import (
     parse_data,
     when,
 )
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.queue.job import HistoryEvent, Job
 from runtime.queue.usage import KlassUsage
 from runtime.vocabulary import CancelledBy, JobState

@@ -13,7 +13,7 @@ import time
 import click
 
 from runtime.commands.common import check_jid, client_of, fail
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.vocabulary import ENDED_STATES
 
 POLL_S = 0.2  # how often a follower reads the live stream

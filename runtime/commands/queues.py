@@ -29,7 +29,7 @@ from runtime.commands.common import (
 from runtime.commands.jobs import progress_text, usage_lines
 from runtime.errors import BadArgument
 from runtime.queue import wire
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.queue.job import RECORDS
 from runtime.queue.ops import LISTED_STATES
 from runtime.units import duration

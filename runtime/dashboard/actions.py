@@ -17,7 +17,7 @@ from starlette.responses import RedirectResponse, Response
 from runtime.dashboard import jobreads, reads
 from runtime.dashboard.render import set_flash
 from runtime.errors import BadArgument, Error
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.vocabulary import CancelledBy
 
 log = logging.getLogger(__name__)

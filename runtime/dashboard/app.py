@@ -29,7 +29,7 @@ from runtime.dashboard import actions, live, reads, render, views
 from runtime.dashboard.security import Credentials, Guard
 from runtime.errors import BadArgument, Error, NoSuchJob, RedisUnavailable
 from runtime.metrics import exposition, scrape
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def create_app(
     """The ASGI app. `registry`: a Prometheus registry to serve at /metrics (default:
     runtime's metrics, as `runtime metrics` serves them: runtime.metrics.scrape,
     the text of runtime.metrics.make_registry(client); None: /metrics answers
-    503). A sharded site's client (`Client` with shards: runtime.queue.site)
+    503). A sharded site's client (`Client` with shards: runtime.queue.api.client.Site)
     serves the whole site: every page and /metrics cover all its namespaces
     (the queue, job and action pages go to the namespace of their queue or
     job). `site`: the same, from before a site's client was a Client."""

@@ -17,7 +17,7 @@ from datetime import date
 from typing import Any
 
 from runtime.queue import ops
-from runtime.queue.client import Client, Site
+from runtime.queue.api.client import Client, Site
 from runtime.queue.job import Job
 from runtime.queue.stats import QueueStats, Times
 from runtime.vocabulary import CancelledBy

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime import vocabulary
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.queue.job import Job
 from runtime.vocabulary import Count
 

@@ -23,7 +23,7 @@ from starlette.responses import (
 from runtime.dashboard import jobreads, live, offers, plots, reads
 from runtime.dashboard.render import HERE, page, query
 from runtime.errors import BadArgument
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.queue.job import Job
 from runtime.queue.stats import today
 from runtime.vocabulary import Count, JobState

@@ -134,7 +134,7 @@ def _history(meta: dict[str, Any]) -> tuple[HistoryEvent, ...]:
 class Job:
     """A job as read from Redis: a plain value. A running job names its lease
     holder (`worker`), never the lease's token: that credential stays on the
-    lease handle a pop returned (runtime.queue.holder.Lease), and reporting on
+    lease handle a pop returned (runtime.queue.api.holder.Lease), and reporting on
     the job takes that handle. The scripts leave it out of every read's reply."""
 
     jid: str
@@ -163,7 +163,7 @@ class Job:
     result: Any = None  # a complete job's return value (decoded JSON), None for none
     output: str = ""  # the output tail of its last attempt
     progress: dict[str, Any] | None = None  # {"done", "total", "message", "at_ms"}
-    batch: str | None = None  # the bid of its batch (runtime.queue.batches)
+    batch: str | None = None  # the bid of its batch (runtime.queue.api.batches)
     usage: dict[str, Any] | None = None  # the last attempt's {"cpu_s", "max_rss_mb"}
     cancellation: Cancellation | None = None  # a tombstone's (state cancelled): when, by what
     expires_at_ms: int | None = None  # expires_in: the latest start (gone once it started)

@@ -4,7 +4,7 @@ A namespace is one Redis slot (keys.py), so one namespace is bounded by one
 Redis core. A site spreads its queues over several namespaces — on the nodes
 of a Redis Cluster (each namespace's slot on its own node) or on separate
 servers behind one URL each shard (a cluster URL reaches them all) — and acts as
-one: clients route each put by its queue (runtime.queue.site), one `runtime
+one: clients route each put by its queue (runtime.queue.api.client.Site), one `runtime
 worker` serves queues of several namespaces (runtime.master.shards).
 
 The rule is `Settings.shards` (RUNTIME_SHARDS, `shards` in runtime.toml):

@@ -269,7 +269,7 @@ class JobSpec:
         return cls(check_queue(queue), klass_path(klass), encode_data(data), options)
 
     def in_batch(self, bid: str) -> JobSpec:
-        """This job as a job of the batch `bid` (runtime.queue.batches)."""
+        """This job as a job of the batch `bid` (runtime.queue.api.batches)."""
         other = self.options.get("batch")
         if other is not None and other != bid:
             raise BadArgument(f"job {self.options['jid']} is already for batch {other}")

@@ -1,5 +1,5 @@
 """Batches and cancels from asyncio code: AsyncClient.batch makes the same batch
-as Client.batch (the same calls, runtime.queue.batches), and its cancels say
+as Client.batch (the same calls, runtime.queue.api.batches), and its cancels say
 what cancelled, as Client's do."""
 
 from __future__ import annotations

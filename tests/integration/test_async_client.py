@@ -21,8 +21,8 @@ import uvloop
 
 from runtime import AsyncClient, Client, JobExists, NoSuchJob, RedisUnavailable
 from runtime.errors import BadArgument, Error, WrongState
+from runtime.queue.api.holder import Lease
 from runtime.queue.embedded import ServerProcess
-from runtime.queue.holder import Lease
 from runtime.vocabulary import JobState
 from tests.integration import typed_jobs
 from tests.support.master import MasterProcess

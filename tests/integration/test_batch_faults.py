@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import Error, JobExists
-from runtime.queue.batches import BatchStatus
+from runtime.queue.api.batches import BatchStatus
 from runtime.queue.embedded import ServerProcess
 from tests.integration.test_combined_faults import (  # the same faults, the same rig
     FAULT_EVERY_S,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runtime import Client
-from runtime.queue.batches import BatchStatus
+from runtime.queue.api.batches import BatchStatus
 from tests.integration.batch_jobs import B
 from tests.integration.conftest import StartMaster
 from tests.support.waiting import wait_for

@@ -28,7 +28,7 @@ from runtime.errors import (
     RedisUnavailable,
 )
 from runtime.queue.aio import MasterClient
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.queue.embedded import ServerProcess
 from runtime.queue.faults import classify, from_redis
 from runtime.queue.keys import Keys

@@ -20,8 +20,8 @@ from runtime import config
 from runtime.dashboard import reads
 from runtime.errors import CrossShard
 from runtime.queue import acl
+from runtime.queue.api.client import Site
 from runtime.queue.embedded import ServerProcess
-from runtime.queue.site import Site
 from tests.support.master import MasterProcess, _children_of
 from tests.support.topologies import Cluster, running_cluster
 from tests.support.waiting import wait_for

@@ -18,8 +18,8 @@ import pytest
 from runtime import AsyncClient, Client, JobFailed, NoSuchJob
 from runtime import cli as runtime_cli
 from runtime.errors import ConfigError, CrossShard
+from runtime.queue.api.client import Site
 from runtime.queue.embedded import ServerProcess
-from runtime.queue.site import Site
 from runtime.typed import set_default_client
 from runtime.vocabulary import JobState
 from tests.integration import typed_jobs

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from runtime import BadArgument, Client, DependedOn, LeaseLost, NoSuchJob, WrongState
-from runtime.queue.holder import Lease
+from runtime.queue.api.holder import Lease
 from runtime.vocabulary import JobState
 from tests.support.clock import FrozenClock
 from tests.support.redis_server import RedisServer

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from runtime import BadArgument, Client, NoSuchJob
-from runtime.queue.batches import Batch, BatchStatus, Callback
+from runtime.queue.api.batches import Batch, BatchStatus, Callback
 from tests.conftest import snapshot
 from tests.support.clock import FrozenClock
 

@@ -4,7 +4,7 @@ counted (every run has its own attempt number); one that never started does not.
 from __future__ import annotations
 
 from runtime.queue import ops
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 
 
 def test_a_started_job_given_back_keeps_its_attempt_and_an_unstarted_one_does_not(

@@ -13,7 +13,7 @@ import pytest
 
 from runtime.queue import scripts
 from runtime.queue.aio import MasterClient
-from runtime.queue.client import Client
+from runtime.queue.api.client import Client
 from runtime.queue.leases import Outcomes
 from tests.support.clock import FrozenClock
 from tests.support.redis_server import RedisServer

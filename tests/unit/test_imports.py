@@ -81,11 +81,29 @@ def test_the_finder_sees_a_circle_when_there_is_one() -> None:
 
 def test_the_package_imports_have_no_circle() -> None:
     graph = _graph()
-    assert "runtime.queue.ops" in graph["runtime.queue.client"], "the graph is read"
+    assert "runtime.queue.ops" in graph["runtime.queue.api.client"], "the graph is read"
     assert _circle(graph) is None
 
 
 def test_the_sans_io_decoders_know_no_client() -> None:
     graph = _graph()
-    for module in ("runtime.queue.ops", "runtime.queue.job", "runtime.queue.leases"):
-        assert "runtime.queue.client" not in graph[module], module
+    decoders = [m for m in graph if m.startswith("runtime.queue.ops.")]
+    assert "runtime.queue.ops.leasing" in decoders, "the graph is read"
+    for module in ("runtime.queue.ops", *decoders, "runtime.queue.job", "runtime.queue.leases"):
+        assert "runtime.queue.api.client" not in graph[module], module
+
+
+def _in_api(module: str) -> bool:
+    return module == "runtime.queue.api" or module.startswith("runtime.queue.api.")
+
+
+def test_the_redis_boundary_imports_nothing_of_the_application_api() -> None:
+    """runtime/queue/ is the Redis boundary and runtime/queue/api/ the API an
+    application holds (docs/design.md, "runtime/queue/: two sides"): the API
+    drives the boundary, never the other way round."""
+    graph = _graph()
+    boundary = [m for m in graph if m.startswith("runtime.queue.") and not _in_api(m)]
+    assert "runtime.queue.scripts" in boundary and "runtime.queue.api.client" in graph
+    assert any(_in_api(m) for m in graph["runtime.queue.api.client"]), "the graph is read"
+    for module in boundary:
+        assert not [m for m in graph[module] if _in_api(m)], module

@@ -35,11 +35,13 @@ TEMPLATES = ROOT / "dashboard" / "templates"
 # (file under runtime/, a pattern its line matches, why that literal is not a state or group)
 ALLOWED: list[tuple[str, str, str]] = [
     ("queue/keys.py", r'^    "\w+": "[\w:{}-]+",$', "key templates (indexes named after states)"),
-    ("queue/admin.py", r'keys\.key\("failed", group=group\)', "the key template `failed`"),
+    ("queue/api/admin.py", r'keys\.key\("failed", group=group\)', "the key template `failed`"),
     ("queue/scripts.py", r'^    \("counts", "domains", "failed",', "operation names (lua/*.lua)"),
-    ("queue/ops.py", r'_(op|batch)\("(depends|failed|complete)"', "operation names (lua/<op>.lua)"),
-    ("queue/ops.py", r'^        "complete": lambda: complete\(', "a lease report's kind"),
-    ("queue/ops.py", r'^EXCHANGED: .*\("complete", "retry", "fail"\)', "its reports"),
+    ("queue/ops/jobs.py", r'\bop\("(depends|failed)"', "operation names (lua/<op>.lua)"),
+    ("queue/ops/leasing.py", r'_batch\("complete"', "operation names (lua/<op>.lua)"),
+    ("queue/ops/leasing.py", r'^        "complete": lambda: complete\(', "a lease report's kind"),
+    ("queue/ops/leasing.py", r'^EXCHANGED: .*\("complete", "retry", "fail"\)', "its reports"),
+    ("queue/ops/__init__.py", r'^    "(complete|depends)",$', "the operations it names"),
     ("queue/leases.py", r'"complete", "retry", "fail", "release"', "a lease report's kinds"),
     ("master/jobs.py", r'"running" if message\.loop_running', "an asyncio loop's, not a job's"),
     ("master/reasons.py", r'FAILED = "failed"  # the attempt failed', "a Fate, the master's"),
@@ -51,9 +53,9 @@ ALLOWED: list[tuple[str, str, str]] = [
     ("queue/stats.py", r'"failed"', "throughput and stats fields: failures counted"),
     # the put option (and reply field) `depends`: the jids a job waits on
     ("typed.py", r'\("tags", "depends"\)', "the put option depends"),
-    ("queue/client.py", r'options\.get\("depends"', "the put option depends"),
+    ("queue/api/client.py", r'options\.get\("depends"', "the put option depends"),
     ("queue/wire.py", r'"depends"', "the put option depends"),
-    ("queue/scheduling.py", r'"depends"', "the put option depends"),
+    ("queue/api/scheduling.py", r'"depends"', "the put option depends"),
     ("queue/job.py", r'reply\.get\("depends"', "the reply field depends (jids)"),
     ("commands/jobs.py", r'_related\("depends"', "the jids a job waits on"),
     ("queue/lua/lib/create.lua", r"Check\.tokens\('depends'", "the put option depends"),
@@ -76,15 +78,15 @@ ALLOWED: list[tuple[str, str, str]] = [
     # the workers reply: the jobs a master runs
     ("queue/lua/workers.lua", r"\{ 'running', '\['", "a worker's running jobs"),
     ("dashboard/reads.py", r'info\.get\("running"', "a worker's running jobs"),
-    ("queue/siteparts.py", r'into\["running"\] = ', "a worker's running jobs, of two namespaces"),
-    ("queue/siteparts.py", r'into\["throttled"\] = ', "a domain's throttled jobs, two namespaces"),
+    ("queue/api/siteparts.py", r'into\["running"\] = ', "a worker's running jobs, a site's"),
+    ("queue/api/siteparts.py", r'into\["throttled"\] = ', "a domain's throttled jobs, a site's"),
     ("commands/workers.py", r'info\.get\("running"', "a worker's running jobs"),
     ("metrics.py", r'info\["running"\]', "a worker's running jobs"),
     ("dashboard/jobreads.py", r'info\.get\("throttled"\)', "a domain's jobs in throttled lanes"),
     # a batch's counts (completed, failed) and its callbacks' kinds (on_complete)
     ("queue/lua/lib/batch.lua", r"'(failed|complete)'", "a batch's count, a callback's kind"),
-    ("queue/batches.py", r'"(failed|cancelled)"', "a batch's counts failed and cancelled"),
-    ("queue/batches.py", r'options\.get\("depends"\)', "the put option depends"),
+    ("queue/api/batches.py", r'"(failed|cancelled)"', "a batch's counts failed and cancelled"),
+    ("queue/api/batches.py", r'options\.get\("depends"\)', "the put option depends"),
 ]
 
 

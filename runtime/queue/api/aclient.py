@@ -25,9 +25,10 @@ from typing import Any, Self
 
 from runtime import config
 from runtime.errors import Error, JobExists
-from runtime.queue import batches, ops, waiting, wire
+from runtime.queue import ops, waiting, wire
 from runtime.queue.adriver import MAX_CONNECTIONS, AsyncConnection
-from runtime.queue.client import all_put, cancelled_by, settings_for
+from runtime.queue.api import batches
+from runtime.queue.api.shared import all_put, cancelled_by, settings_for
 from runtime.queue.connection import RETRY_FOR_S, SOCKET_TIMEOUT_S
 from runtime.queue.job import Job
 from runtime.queue.shards import Shards, sum_counts, sum_groups

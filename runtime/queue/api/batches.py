@@ -34,7 +34,7 @@ class Conn(Protocol):
 
 
 class Client(Protocol):
-    """What a batch needs of its client (runtime.queue.client.Client)."""
+    """What a batch needs of its client (runtime.queue.api.client.Client)."""
 
     @property
     def conn(self) -> Conn: ...

@@ -1,4 +1,4 @@
-"""The parts of a sharded site's client (runtime.queue.site): `client.admin` and
+"""The parts of a sharded site's client (runtime.queue.api.client.Site): `client.admin` and
 `client.scheduling` over every namespace of the site. A queue's operations go
 to its namespace, a job's to the namespace holding it, and lists and counts
 are gathered from every namespace.
@@ -11,11 +11,11 @@ from datetime import date
 from typing import Any, Protocol
 
 from runtime.errors import NoSuchJob
-from runtime.queue.admin import Admin
+from runtime.queue.api.admin import Admin
+from runtime.queue.api.scheduling import Scheduling
 from runtime.queue.connection import Connection
 from runtime.queue.job import Job
 from runtime.queue.recur import Recurrence
-from runtime.queue.scheduling import Scheduling
 from runtime.queue.shards import Shards, merge_count
 from runtime.queue.stats import QueueStats, Throughput
 
@@ -31,7 +31,7 @@ class Member(Protocol):
 
 
 class Site(Protocol):
-    """The site's client (runtime.queue.client.Site), as the parts use it."""
+    """The site's client (runtime.queue.api.client.Site), as the parts use it."""
 
     @property
     def conn(self) -> Connection: ...

@@ -1,53 +1,56 @@
-"""Client and Queue: what an application needs, over one connection.
+"""Client and Site: what an application holds, over one connection per namespace.
 
 `Client()` reaches Redis at `REDIS_URL` (or the config file), else the
-embedded default server (connection.py). Its own methods are an application's:
-queues and putting jobs, reading, waiting for and cancelling them, the counts
-of queues, failures by group, domain limits. The rest is in parts sharing its
-one `Connection` (`client.conn`):
+embedded default server (runtime.queue.connection). Its own methods are an
+application's: queues (runtime.queue.api.queues) and putting jobs, reading,
+waiting for and cancelling them, the counts of queues, failures by group,
+domain limits, batches (runtime.queue.api.batches). The rest is in parts
+sharing its one `Connection` (`client.conn`):
 
-    client.admin       operating reads and bulk actions (runtime.queue.admin)
+    client.admin       operating reads and bulk actions (runtime.queue.api.admin)
     client.scheduling  dependencies, priority, tags, tracking, recurring jobs,
-                       domain limits (runtime.queue.scheduling)
+                       domain limits (runtime.queue.api.scheduling)
     client.leases      the lease holder's side: pop, heartbeat, reports
-                       (runtime.queue.holder); a pop returns `Lease` handles
+                       (runtime.queue.api.holder); a pop returns `Lease` handles
 
 A `Job` is a plain value (runtime.queue.job). The master uses the same
 operations through `runtime.queue.aio.MasterClient`, asyncio applications
-through `runtime.AsyncClient` (runtime.queue.api).
+through `runtime.AsyncClient` (runtime.queue.api.aclient).
 
 A sharded site (runtime.queue.shards: `shards=`, RUNTIME_SHARDS) is one client
 too: `Client(...)` then answers a `Site` (below; its parts spanning the site in
-runtime.queue.siteparts): one Client per namespace, each over its own URL (a
+runtime.queue.api.siteparts): one Client per namespace, each over its own URL (a
 Redis Cluster URL reaches every node), acting as one. Puts go to the namespace
 of their queue; a jid is looked for in every namespace (one read each);
 counts, queues and failures are summed. What cannot cross a shard raises
 `CrossShard` before anything is written: one `put_many` over queues of two
 shards (a put is atomic in one shard only), a dependency on a job of another
 shard. Domain limits are set in every namespace alike: each shard enforces
-its own (docs/redis.md, *Sharded sites*).
+its own (docs/redis.md, *Sharded sites*). `Site` lives beside `Client`: a
+`Client(...)` may answer a Site, and a Site is made of Clients.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Iterable
 from typing import Any, Self
 
 import redis
 
 from runtime import config
-from runtime.errors import BadArgument, CrossShard, Error, JobExists
-from runtime.queue import batches, ops, waiting, wire
-from runtime.queue.admin import Admin
+from runtime.errors import CrossShard, Error, JobExists
+from runtime.queue import ops, waiting, wire
+from runtime.queue.api import batches
+from runtime.queue.api.admin import Admin
+from runtime.queue.api.holder import Leases
+from runtime.queue.api.queues import Queue, SiteQueue
+from runtime.queue.api.scheduling import Scheduling
+from runtime.queue.api.shared import all_put, cancelled_by, member_settings, settings_for
+from runtime.queue.api.siteparts import SiteAdmin, SiteScheduling
 from runtime.queue.connection import RETRY_FOR_S, Connection
-from runtime.queue.holder import Lease, Leases
 from runtime.queue.job import Job
 from runtime.queue.keys import Keys
-from runtime.queue.scheduling import Scheduling
 from runtime.queue.shards import Shards, sum_counts, sum_groups
-from runtime.queue.siteparts import SiteAdmin, SiteScheduling
 from runtime.queue.wire import JobSpec
 from runtime.vocabulary import CancelledBy
 
@@ -211,7 +214,7 @@ class Client:
         the waiters (runtime.queue.waiting, the same plan as AsyncClient.wait)."""
         return self.conn.steps(waiting.wait(self.keys, jid, timeout))
 
-    # --- batches (runtime.queue.batches) -------------------------------------------------
+    # --- batches (runtime.queue.api.batches) -------------------------------------------------
 
     def batch(
         self,
@@ -258,101 +261,6 @@ class Client:
         and/or to `concurrency` jobs holding a lease at once (client.scheduling
         has the other domain operations)."""
         self.scheduling.set_domain_limit(domain, rate, period, burst, concurrency)
-
-
-class Queue:
-    """A named queue of one deployment; created on first use."""
-
-    def __init__(self, client: Client, name: str) -> None:
-        self.client = client
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"Queue({self.name!r})"
-
-    def put(
-        self,
-        klass: str | Any,
-        data: Mapping[str, Any] | None = None,
-        *,
-        priority: int = 0,
-        delay: float = 0,
-        at: Any = None,
-        tags: Iterable[str] = (),
-        retries: int = config.DEFAULT_RETRIES,
-        depends: Iterable[str] = (),
-        domain: str | None = None,
-        unique_key: str | None = None,
-        unique_for: float | None = None,
-        requeue_if_running: bool = False,
-        jid: str | None = None,
-        backoff: tuple[float, float] | None = None,
-        timeout: float | None = None,
-        tracked: bool = False,
-        expires_in: float | None = None,
-        debounce: float | None = None,
-    ) -> str:
-        """Puts one job; returns its jid (or, for a duplicate of a unique key, the jid
-        of the job holding that key)."""
-        spec = JobSpec.build(
-            self.name,
-            klass,
-            data,
-            priority=priority,
-            delay=delay,
-            at=at,
-            tags=tags,
-            retries=retries,
-            depends=depends,
-            domain=domain,
-            unique_key=unique_key,
-            unique_for=unique_for,
-            requeue_if_running=requeue_if_running,
-            jid=jid,
-            backoff=backoff,
-            timeout=timeout,
-            tracked=tracked,
-            expires_in=expires_in,
-            debounce=debounce,
-        )
-        return self.client.put_many([spec])[0]
-
-    def spec(self, klass: str | Any, data: Mapping[str, Any] | None = None, **opts: Any) -> JobSpec:
-        """A job for `Client.put_many` (same options as `put`)."""
-        return JobSpec.build(self.name, klass, data, **opts)
-
-    def pop(self, count: int = 1, worker: str | None = None) -> list[Lease]:
-        """Leases up to `count` jobs to `worker` (default: this process): their lease
-        handles, which report on them (for workers and tools: a master pops for
-        the jobs it runs)."""
-        return self.client.leases.pop(self.name, count, worker)
-
-    def peek(self, count: int = 10) -> list[Job]:
-        """The jobs a pop would take next, without leasing them."""
-        return self.client.admin.peek(self.name, count)
-
-    def counts(self) -> dict[str, int | bool]:
-        return self.client.status(self.name)[self.name]
-
-    def pause(self) -> None:
-        self.client.conn.call(ops.set_paused(self.name, True))
-
-    def resume(self) -> None:
-        self.client.conn.call(ops.set_paused(self.name, False))
-
-
-def member_settings(settings: config.Settings, shards: Shards, namespace: str) -> config.Settings:
-    """The settings of one namespace of a site: its own URL when the rule names one."""
-    return replace(settings, namespace=namespace, url=shards.url_of(namespace) or settings.url)
-
-
-def cancelled_by(by: CancelledBy | str) -> CancelledBy:
-    """`by` as a CancelledBy; BadArgument (one line) for any other word."""
-    try:
-        return CancelledBy(by)
-    except ValueError:
-        known = ", ".join(CancelledBy)
-        raise BadArgument(f"by must be one of {known}, got {by!r}") from None
 
 
 class Site(Client):
@@ -544,37 +452,3 @@ class Site(Client):
 
     def resume_domain(self, domain: str) -> None:
         self.scheduling.resume_domain(domain)
-
-
-class SiteQueue(Queue):
-    """A Queue of a site: puts through `Site.put_many` (dependencies checked across
-    shards), everything else in the queue's namespace."""
-
-    def __init__(self, site: Site, client: Client, name: str) -> None:
-        super().__init__(client, name)
-        self.site = site
-
-    def put(self, klass: str | Any, data: Mapping[str, Any] | None = None, **options: Any) -> str:
-        return self.site.put_many([self.spec(klass, data, **options)])[0]
-
-
-def all_put(specs: list[JobSpec], found: list[Job | None]) -> bool:
-    """Whether the jobs `found` by the jids of `specs` are these specs' jobs (a put
-    retried after a lost reply: its first try landed)."""
-    return all(
-        job is not None and job.klass == spec.klass and job.data == json.loads(spec.data_json)
-        for job, spec in zip(found, specs, strict=True)
-    )
-
-
-def settings_for(
-    url: str | None,
-    namespace: str | None,
-    settings: config.Settings | None,
-    shards: str | None,
-) -> config.Settings:
-    """The settings a client is made with: `settings`, else those of the
-    environment and config file with `url`, `namespace` and `shards` given."""
-    if settings is not None:
-        return settings
-    return config.load_settings({"url": url, "namespace": namespace, "shards": shards})
