@@ -5,7 +5,7 @@ classified (runtime.queue.faults) and, for calls safe to repeat, retried.
 Retries: a call marked `repeatable` that meets a `RedisTransient` (connection
 lost, timeout, BUSY, LOADING, READONLY, OOM ...) is sent again after a capped,
 jittered backoff, for at most `retry_for_s` seconds in all; then the error is
-raised. Other calls raise at once. `Client` and its parts (runtime.queue.api.admin,
+raised. Other calls raise at once. `Client` and its parts (runtime.queue.admin,
 scheduling, holder) share one `Connection`.
 """
 
