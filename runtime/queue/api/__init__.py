@@ -1,7 +1,8 @@
-"""The API an application holds, apart from the Redis layer it drives.
+"""The API an application holds, apart from the Redis boundary it drives.
 
-`aclient.AsyncClient` (public as `runtime.AsyncClient`) lives here; the
-synchronous `Client`, its queues and the site will join it (issue 32). The
-boundary these drive (ops, scripts, drivers, faults, keys, Lua) stays in
-runtime.queue.
+`client.Client` (with `client.Site`, a sharded site's), `aclient.AsyncClient`,
+`queues.Queue`, the parts `admin`, `scheduling` and `holder` (`client.leases`,
+the `Lease` handle), the site's parts (`siteparts`) and `batches`; public
+through runtime/__init__.py. The boundary these drive (ops, scripts, the
+drivers, faults, keys, Lua) is runtime.queue; docs/design.md draws the map.
 """
