@@ -9,21 +9,25 @@ again after connection.backoff_s, for at most `retry_for_s` seconds in all.
 Errors arrive classified (runtime.queue.faults), never as redis-py's.
 
 One connection pool per connection, of at most `max_connections`: a call
-holds one of its connections for its round trips (a wait, for as long as it
-blocks), and a call that finds them all in use waits for one, up to
-`timeout_s` (then RedisTransient); a call cancelled (asyncio) while its replies are unread
-drops that connection before giving it back, so the next call never reads a
-stale reply and the server closes its side at once (a BLPOP of a cancelled
-wait ends with it). Every command answers within `timeout_s` (a blocking
-read: its wait plus that), so an outage is an error, never a hang.
+holds one of its connections for its round trips, and a call that finds
+them all in use waits for one, up to `timeout_s` (then RedisTransient); a
+call cancelled (asyncio) while its replies are unread drops that connection
+before giving it back, so the next call never reads a stale reply. Waits do
+not block a connection each: their blocking reads are one BLPOP shared by
+all (runtime.queue.waiters), so a thousand waiting coroutines cost one
+connection. Every command answers within `timeout_s` (a blocking read: its
+wait plus that), so an outage is an error, never a hang.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -40,6 +44,7 @@ from runtime.queue.connection import (
     RETRY_FOR_S,
     SOCKET_TIMEOUT_S,
     backoff_s,
+    driver_options,
     resolve_url,
     sentinel_options,
 )
@@ -47,14 +52,19 @@ from runtime.queue.faults import classify, closed_transport, from_redis, redact
 from runtime.queue.keys import Keys
 from runtime.queue.ops import Call
 from runtime.queue.shards import Shards
+from runtime.queue.waiters import Waiter
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-MAX_CONNECTIONS = 1000  # a client's connections at most (each waiting coroutine holds one)
+MAX_CONNECTIONS = 8  # a client's connections at most (its waits share one more: waiters.py)
 CONNECTING_MAX = 32  # connections taken (made, when none is idle) at once: a thousand
 # coroutines starting together would overflow the server's accept backlog, and a
 # unix socket's connect then waits out its whole timeout
 SPARE_MAX = 64  # connections kept out of the pool between calls (still counted in use)
+# the connection whose slot the running task holds (AsyncConnection.turn)
+_turn_of: contextvars.ContextVar[AsyncConnection | None] = contextvars.ContextVar(
+    "turn_of", default=None
+)
 
 
 def aconnect(
@@ -72,6 +82,7 @@ def aconnect(
         "socket_connect_timeout": min(timeout_s, CONNECT_TIMEOUT_S),
         "retry": Retry(NoBackoff(), 0),
         "max_connections": max_connections,
+        **driver_options(),
         **kwargs,
     }
     target = urls.parse(url)
@@ -121,15 +132,20 @@ class AsyncConnection:
         self.timeout_s = timeout_s
         self.session = scripts.Session(self.url, self.keys.root)
         self.route = routing.Route.of(self.url)
-        self.redis_kwargs = {"max_connections": max_connections, **redis_kwargs}
+        # the pool never makes a call wait (the spare connections are its in use
+        # too): calls wait for one of `max_connections` slots (_slot) instead
+        self.redis_kwargs = {"max_connections": max_connections + SPARE_MAX, **redis_kwargs}
+        self._slots = asyncio.Semaphore(max_connections)
         self.redis = aconnect(self.route.url, timeout_s, **self.redis_kwargs)
         self.nodes: dict[str, redis.asyncio.Redis] = {self.route.url: self.redis}
         self._taking = asyncio.Semaphore(CONNECTING_MAX)
         # connections of calls that went well, kept aside for the next calls: taken
         # without the pool's lock and bookkeeping (most of a call's Python)
         self._spare: list[Any] = []
+        self.waiter = Waiter(self._unslotted, self.calls, self.keys.waiter_wake(uuid.uuid4().hex))
 
     async def aclose(self) -> None:
+        await self.waiter.aclose()
         spare, self._spare = self._spare, []
         for conn in spare:
             await self.redis.connection_pool.release(conn)
@@ -176,13 +192,68 @@ class AsyncConnection:
         try:
             request = next(plan)
             while True:
-                request = plan.send(await self.calls(request))
+                request = plan.send(await self._round(request))
         except StopIteration as done:
             return done.value
+
+    async def _unslotted(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """`calls` outside the slots, for the waiter's own tasks (their BLPOP holds a
+        connection for seconds: one more than `max_connections`, never one less)."""
+        _turn_of.set(self)  # for the rest of the calling task, which is the waiter's
+        return await self.calls(calls)
+
+    async def _round(self, request: list[Call[Any]]) -> list[Any]:
+        """A plan's round trip; a wait's blocking read is served by the shared
+        waiter (runtime.queue.waiters), the rest sent after it."""
+        blocked = waiting.blocked_on(request)
+        if blocked is None:
+            return await self.calls(request)
+        token = await self.waiter.pop(*blocked)
+        return [token, *await self.calls(request[1:])] if len(request) > 1 else [token]
 
     async def _drive(self, plan: scripts.Plan[T], blocks_s: float) -> T:
         """Carries out a plan's round trips on one pooled connection (of the node
         that owns the namespace's slot, for a cluster: MOVED is followed)."""
+        if _turn_of.get() is self:
+            return await self._drive_held(plan, blocks_s)
+        await self._slot()
+        try:
+            return await self._drive_held(plan, blocks_s)
+        finally:
+            self._slots.release()
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """A call's slot, taken first and held by the task's calls on this
+        connection until the block ends: the work before a call (building a put)
+        waits its turn too, so a thousand coroutines started at once wait, at a
+        few microseconds each, instead of all doing that work in one turn of
+        the event loop."""
+        if _turn_of.get() is self:
+            yield
+            return
+        await self._slot()
+        token = _turn_of.set(self)
+        try:
+            yield
+        finally:
+            _turn_of.reset(token)
+            self._slots.release()
+
+    async def _slot(self) -> None:
+        """One of `max_connections` slots, waited for up to `timeout_s` (then
+        RedisTransient): a call holds one while it holds a connection."""
+        if not self._slots.locked():
+            await self._slots.acquire()
+            return
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._slots.acquire()
+        except TimeoutError:
+            busy = f"all {self.redis_kwargs['max_connections'] - SPARE_MAX} connections busy"
+            raise classify(redis.ConnectionError(busy), self.url) from None
+
+    async def _drive_held(self, plan: scripts.Plan[T], blocks_s: float) -> T:
         pool = self.redis.connection_pool
         conn: Any = None
         ok = False

@@ -35,6 +35,7 @@ from redis.backoff import NoBackoff
 from runtime import config
 from runtime.errors import BadArgument, Error, RedisTransient, RedisUnavailable
 from runtime.queue import ops, recur, routing, scripts, urls
+from runtime.queue.connection import driver_options
 from runtime.queue.faults import classify, closed_transport, from_redis
 from runtime.queue.keys import Keys
 from runtime.queue.leases import Exchanged, Outcomes, Popped, Renewed
@@ -485,6 +486,7 @@ def _connect(url: str, command_timeout_s: float) -> redis.asyncio.Redis:
         "socket_timeout": command_timeout_s,
         "socket_connect_timeout": command_timeout_s,
         "retry": Retry(NoBackoff(), 0),
+        **driver_options(),
     }
     if url.split("://", 1)[0].lower() in ("redis", "rediss", urls.SENTINEL_SCHEME):
         options |= {"socket_keepalive": True, "socket_keepalive_options": _keepalive()}

@@ -18,6 +18,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import cache
 from typing import Any, Self, TypeVar
 
 import redis
@@ -63,6 +64,19 @@ def resolve_url(settings: config.Settings) -> str:
     return embedded.ensure(settings.state_dir)
 
 
+@cache
+def driver_options() -> dict[str, Any]:
+    """What a connection tells the server of its library, worked out once:
+    redis-py 8 reads its own version from the package's metadata for every new
+    connection (milliseconds of CPU each; in the event loop, for asyncio)
+    unless it is given a `driver_info`. Earlier versions read it once."""
+    try:
+        from redis.driver_info import DriverInfo  # noqa: PLC0415 - redis-py >= 8 only
+    except ImportError:
+        return {}
+    return {"driver_info": DriverInfo()}
+
+
 def connect(url: str, **kwargs: Any) -> redis.Redis:
     """A redis-py client that never retries on its own (retries are ours, and only
     for calls safe to repeat) and never waits forever for an answer. For a
@@ -72,6 +86,7 @@ def connect(url: str, **kwargs: Any) -> redis.Redis:
         "socket_timeout": SOCKET_TIMEOUT_S,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "retry": Retry(NoBackoff(), 0),
+        **driver_options(),
         **kwargs,
     }
     target = urls.parse(url)
