@@ -33,22 +33,18 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 import redis.asyncio.sentinel
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from runtime import config
-from runtime.errors import ConfigError, Error, RedisTransient
-from runtime.queue import aio, ops, routing, scripts, urls, waiting
+from runtime.errors import Error, RedisTransient
+from runtime.queue import aio, ops, routing, scripts, waiting
 from runtime.queue.connection import (
     CONNECT_TIMEOUT_S,
     RETRY_FOR_S,
     SOCKET_TIMEOUT_S,
     backoff_s,
-    driver_options,
     resolve_url,
-    sentinel_options,
 )
-from runtime.queue.faults import classify, closed_transport, from_redis, redact
+from runtime.queue.faults import classify, closed_transport, from_redis
 from runtime.queue.keys import Keys
 from runtime.queue.ops import Call
 from runtime.queue.shards import Shards
@@ -56,7 +52,9 @@ from runtime.queue.waiters import Waiter
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-MAX_CONNECTIONS = 8  # a client's connections at most (its waits share one more: waiters.py)
+MAX_CONNECTIONS = 8  # calls at once (so connections) of a client: one event loop keeps a
+# handful busy; more only make the replies that arrive together longer to read (its
+# waits share one more connection: waiters.py)
 CONNECTING_MAX = 32  # connections taken (made, when none is idle) at once: a thousand
 # coroutines starting together would overflow the server's accept backlog, and a
 # unix socket's connect then waits out its whole timeout
@@ -65,46 +63,6 @@ SPARE_MAX = 64  # connections kept out of the pool between calls (still counted 
 _turn_of: contextvars.ContextVar[AsyncConnection | None] = contextvars.ContextVar(
     "turn_of", default=None
 )
-
-
-def aconnect(
-    url: str,
-    timeout_s: float = SOCKET_TIMEOUT_S,
-    max_connections: int = MAX_CONNECTIONS,
-    **kwargs: Any,
-) -> redis.asyncio.Redis:
-    """A redis-py asyncio client that never retries on its own and never waits
-    longer than `timeout_s` to connect, for an answer or for a free connection
-    of its pool (connection.connect's asyncio twin: a Sentinel URL's primary, a
-    Cluster URL's first node)."""
-    options = {
-        "socket_timeout": timeout_s,
-        "socket_connect_timeout": min(timeout_s, CONNECT_TIMEOUT_S),
-        "retry": Retry(NoBackoff(), 0),
-        "max_connections": max_connections,
-        **driver_options(),
-        **kwargs,
-    }
-    target = urls.parse(url)
-    try:
-        if target.kind == "sentinel":
-            sentinels = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-                list(target.seeds), sentinel_kwargs=sentinel_options(target, options)
-            )
-            primary: redis.asyncio.Redis = sentinels.master_for(
-                target.service,
-                db=target.db,
-                username=target.username,
-                password=target.password,
-                **options,
-            )
-            return primary
-        if target.kind == "cluster":
-            url = target.node_url(target.seeds[0])
-        pool = redis.asyncio.BlockingConnectionPool.from_url(url, timeout=timeout_s, **options)
-        return redis.asyncio.Redis(connection_pool=pool)
-    except ValueError as err:
-        raise ConfigError(f"bad Redis URL {redact(url)}: {redact(str(err))}") from err
 
 
 class AsyncConnection:
@@ -136,7 +94,7 @@ class AsyncConnection:
         # too): calls wait for one of `max_connections` slots (_slot) instead
         self.redis_kwargs = {"max_connections": max_connections + SPARE_MAX, **redis_kwargs}
         self._slots = asyncio.Semaphore(max_connections)
-        self.redis = aconnect(self.route.url, timeout_s, **self.redis_kwargs)
+        self.redis = self._connect(self.route.url)
         self.nodes: dict[str, redis.asyncio.Redis] = {self.route.url: self.redis}
         self._taking = asyncio.Semaphore(CONNECTING_MAX)
         # connections of calls that went well, kept aside for the next calls: taken
@@ -328,11 +286,13 @@ class AsyncConnection:
             conn.socket_timeout = self.timeout_s
         return replies
 
+    def _connect(self, url: str) -> redis.asyncio.Redis:
+        connect_timeout_s = min(self.timeout_s, CONNECT_TIMEOUT_S)
+        return aio.connect(url, self.timeout_s, connect_timeout_s, **self.redis_kwargs)
+
     def _reroute(self) -> redis.asyncio.Redis:
         if self.route.url not in self.nodes:
-            self.nodes[self.route.url] = aconnect(
-                self.route.url, self.timeout_s, **self.redis_kwargs
-            )
+            self.nodes[self.route.url] = self._connect(self.route.url)
         self.redis = self.nodes[self.route.url]
         return self.redis
 
