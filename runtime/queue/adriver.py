@@ -11,12 +11,13 @@ Errors arrive classified (runtime.queue.faults), never as redis-py's.
 One connection pool per connection; at most `max_connections` calls at
 once, each holding one of its connections for its round trips (a call that
 finds them all in use waits its turn, for as long as calls go on ending:
-none for `timeout_s` is a RedisTransient); a call cancelled (asyncio) while its replies are unread drops that connection
-before giving it back, so the next call never reads a stale reply. Waits do
-not block a connection each: their blocking reads are one BLPOP shared by
-all (runtime.queue.waiters), so a thousand waiting coroutines cost one
-connection. Every command answers within `timeout_s` (a blocking read: its
-wait plus that), so an outage is an error, never a hang.
+none for `timeout_s` is a RedisTransient); a call cancelled (asyncio) while
+its replies are unread drops that connection before giving it back, so the
+next call never reads a stale reply. Waits do not block a connection each:
+their blocking reads are one BLPOP shared by all (runtime.queue.waiters), so
+a thousand waiting coroutines cost one connection. Every command answers
+within `timeout_s` (a blocking read: its wait plus that), so an outage is an
+error, never a hang.
 """
 
 from __future__ import annotations
