@@ -29,7 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from runtime.errors import Error
+from runtime.errors import Error, WrongState
 from runtime.queue import ops, waiting
 from runtime.queue.ops import Call
 
@@ -65,7 +65,10 @@ class Waiter:
             self._leave(key, woken)
 
     async def aclose(self) -> None:
-        for task in (self._task, self._nudging):
+        """Stops the BLPOP; the waits still on it raise WrongState."""
+        tasks = (self._task, self._nudging)
+        self._fail(WrongState("the client was closed while waiting"))
+        for task in tasks:
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Error):
@@ -75,7 +78,7 @@ class Waiter:
     def _listen(self, key: str) -> None:
         """Makes sure a BLPOP will listen to `key`: the next one (started now when
         none runs), or the one in flight once a token on wake_key restarts it."""
-        if self._task is None:
+        if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run())
         elif self._listening and key not in self._listening and self._nudging is None:
             self._nudging = asyncio.create_task(self._nudge())

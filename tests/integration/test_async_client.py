@@ -263,6 +263,21 @@ def test_a_thousand_waits_share_one_blocking_read_and_cancelled_leave_none(
     client.close()
 
 
+def test_a_wait_on_a_client_closed_under_it_raises_wrong_state(plain_client: Client) -> None:
+    plain_client.queue("q").put(J, {}, jid="j1")
+
+    async def work() -> None:
+        ac = AsyncClient.from_url(plain_client.url, namespace=plain_client.keys.namespace)
+        waiting = asyncio.create_task(ac.wait("j1", timeout=60))
+        while not ac.conn.waiter.waits:  # registered, and on the shared BLPOP
+            await asyncio.sleep(0.02)
+        await ac.aclose()
+        with pytest.raises(WrongState, match="closed while waiting"):
+            await waiting
+
+    run(work, deadline_s=20)
+
+
 def test_an_outage_fails_fast_and_clearly_and_the_same_client_recovers(
     own: ServerProcess,
 ) -> None:
