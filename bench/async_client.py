@@ -1,7 +1,7 @@
 """The application's asyncio client (runtime.AsyncClient) beside the synchronous
 Client, in one run. Not a test: prints its numbers as JSON lines.
 
-    .venv/bin/python -m bench.async_client [--jobs 2000] [--coroutines 1000] [--peers]
+    .venv/bin/python -m bench.async_client [--jobs 2000] [--coroutines 1000] [--peers] [--stalls]
 
 A private redis-server on TCP loopback. Measured:
 
@@ -13,7 +13,8 @@ A private redis-server on TCP loopback. Measured:
 * loop stalls: inside asyncio.run (and uvloop.run), a 1 ms ticker's largest
   gap and p99 gap, idle (the baseline) and while `coroutines` coroutines each
   put a no-op job and await its result from a running worker (one master,
-  concurrency 2);
+  concurrency 2); with the loop thread's CPU time in each gap (time.thread_time:
+  what the loop ran, apart from what else the machine runs); `--stalls`: only these;
 * `--peers`: arq's and SAQ's own async enqueue rate (their adapters'
   enqueue_one, bench/peers) on the same server, one call each, in their
   virtual envs (built by bench.side.ensure_venv from bench/peers/requirements).
@@ -145,18 +146,22 @@ async def async_latency(url: str, ns: str, waits: int) -> list[float]:
 # --- loop stalls ----------------------------------------------------------------------------
 
 
-async def ticking(work: Callable[[], Awaitable[Any]]) -> tuple[list[float], Any]:
-    """The gaps of a 1 ms ticker while `work` runs, and what it answered."""
+async def ticking(work: Callable[[], Awaitable[Any]]) -> tuple[list[float], list[float], Any]:
+    """The gaps of a 1 ms ticker while `work` runs (wall clock, and the loop
+    thread's CPU time in each: what the loop itself ran, whatever else the
+    machine runs), and what `work` answered."""
     gaps: list[float] = []
+    cpu: list[float] = []
     stop = asyncio.Event()
 
     async def tick() -> None:
-        last = time.perf_counter()
+        last, last_cpu = time.perf_counter(), time.thread_time()
         while not stop.is_set():
             await asyncio.sleep(0.001)
-            now = time.perf_counter()
+            now, now_cpu = time.perf_counter(), time.thread_time()
             gaps.append(now - last)
-            last = now
+            cpu.append(now_cpu - last_cpu)
+            last, last_cpu = now, now_cpu
 
     ticker = asyncio.create_task(tick())
     try:
@@ -164,11 +169,11 @@ async def ticking(work: Callable[[], Awaitable[Any]]) -> tuple[list[float], Any]
     finally:
         stop.set()
         await ticker
-    return gaps, answer
+    return gaps, cpu, answer
 
 
 async def stalls(url: str, ns: str, coroutines: int) -> dict[str, float]:
-    idle, _ = await ticking(lambda: asyncio.sleep(1.0))
+    idle, idle_cpu, _ = await ticking(lambda: asyncio.sleep(1.0))
     async with AsyncClient.from_url(url, namespace=ns) as ac:
         await ac.status()
 
@@ -179,13 +184,16 @@ async def stalls(url: str, ns: str, coroutines: int) -> dict[str, float]:
         async def all_of() -> list[Any]:
             return list(await asyncio.gather(*(one(i) for i in range(coroutines))))
 
-        busy, results = await ticking(all_of)
+        busy, busy_cpu, results = await ticking(all_of)
     assert len(results) == coroutines
     return {
         "idle_max_gap_ms": max(idle) * 1e3,
         "idle_p99_gap_ms": pct(idle, 0.99) * 1e3,
         "busy_max_gap_ms": max(busy) * 1e3,
         "busy_p99_gap_ms": pct(busy, 0.99) * 1e3,
+        "idle_max_cpu_ms": max(idle_cpu) * 1e3,
+        "busy_max_cpu_ms": max(busy_cpu) * 1e3,
+        "busy_p99_cpu_ms": pct(busy_cpu, 0.99) * 1e3,
     }
 
 
@@ -222,19 +230,12 @@ def main() -> int:
     parser.add_argument("--waits", type=int, default=200)
     parser.add_argument("--coroutines", type=int, default=1000)
     parser.add_argument("--peers", action="store_true", help="arq and SAQ in the same run")
+    parser.add_argument("--stalls", action="store_true", help="only the loop stalls")
     args = parser.parse_args()
     with bench_server.private_server(tcp=True) as server, tempfile.TemporaryDirectory() as tmp:
         url, workdir = server.url, Path(tmp)
-        report(what="put rate", client="Client", jobs_per_s=sync_puts(url, "s1", args.jobs))
-        for concurrency in (1, 50):
-            rate = asyncio.run(async_puts(url, f"a{concurrency}", args.jobs, concurrency))
-            report(what="put rate", client=f"AsyncClient x{concurrency}", jobs_per_s=rate)
-        for name, took in (
-            ("Client", sync_latency(url, "l1", args.waits)),
-            ("AsyncClient", asyncio.run(async_latency(url, "l2", args.waits))),
-        ):
-            report(what="wait latency", client=name, p50_ms=statistics.median(took) * 1e3,
-                   p99_ms=pct(took, 0.99) * 1e3)  # fmt: skip
+        if not args.stalls:
+            rates_and_latency(url, args.jobs, args.waits)
         worker = start_worker(url, "t1", workdir)
         try:
             for loop, runner in (("asyncio", asyncio.run), ("uvloop", uvloop.run)):
@@ -246,6 +247,19 @@ def main() -> int:
         if args.peers:
             peer_rates(server, args.jobs, workdir)
     return 0
+
+
+def rates_and_latency(url: str, jobs: int, waits: int) -> None:
+    report(what="put rate", client="Client", jobs_per_s=sync_puts(url, "s1", jobs))
+    for concurrency in (1, 50):
+        rate = asyncio.run(async_puts(url, f"a{concurrency}", jobs, concurrency))
+        report(what="put rate", client=f"AsyncClient x{concurrency}", jobs_per_s=rate)
+    for name, took in (
+        ("Client", sync_latency(url, "l1", waits)),
+        ("AsyncClient", asyncio.run(async_latency(url, "l2", waits))),
+    ):
+        report(what="wait latency", client=name, p50_ms=statistics.median(took) * 1e3,
+               p99_ms=pct(took, 0.99) * 1e3)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -36,14 +36,12 @@ import inspect
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
 from typing import (
     TYPE_CHECKING,
     Any,
     Concatenate,
     Generic,
     ParamSpec,
-    TypedDict,
     TypeVar,
     Unpack,
     cast,
@@ -53,7 +51,7 @@ from typing import (
 from runtime.children.context import JobContext
 from runtime.config import CHILD_MARKER
 from runtime.errors import BadArgument, Fail, WrongState
-from runtime.queue.wire import JobSpec
+from runtime.queue.wire import JobOptions, JobSpec
 from runtime.vocabulary import FailureGroup
 
 if TYPE_CHECKING:
@@ -66,26 +64,11 @@ DEFAULT_QUEUE = "default"
 BAD_DATA_GROUP = FailureGroup.BAD_ARGUMENT  # a job's data that does not fit its function
 
 
-class PutOptions(TypedDict, total=False):
-    """A put's options (`Queue.put`'s keywords), as `@job` defaults or `.options(...)`."""
+class PutOptions(JobOptions, total=False):
+    """A put's options (`Queue.put`'s keywords, runtime.queue.wire.JobOptions) and
+    its queue, as `@job` defaults or `.options(...)`."""
 
     queue: str
-    priority: int
-    delay: float
-    at: datetime | float
-    tags: Iterable[str]
-    retries: int
-    depends: Iterable[str]
-    domain: str | None
-    unique_key: str | None
-    unique_for: float
-    requeue_if_running: bool
-    jid: str
-    backoff: tuple[float, float]
-    timeout: float
-    tracked: bool
-    expires_in: float
-    debounce: float
 
 
 OPTION_NAMES = frozenset(PutOptions.__optional_keys__)

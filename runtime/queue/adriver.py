@@ -8,92 +8,62 @@ retries: a call marked `repeatable` that meets a `RedisTransient` is sent
 again after connection.backoff_s, for at most `retry_for_s` seconds in all.
 Errors arrive classified (runtime.queue.faults), never as redis-py's.
 
-One connection pool per connection, of at most `max_connections`: a call
-holds one of its connections for its round trips (a wait, for as long as it
-blocks), and a call that finds them all in use waits for one, up to
-`timeout_s` (then RedisTransient); a call cancelled (asyncio) while its replies are unread
-drops that connection before giving it back, so the next call never reads a
-stale reply and the server closes its side at once (a BLPOP of a cancelled
-wait ends with it). Every command answers within `timeout_s` (a blocking
-read: its wait plus that), so an outage is an error, never a hang.
+One connection pool per connection; at most `max_connections` calls at
+once, each holding one of its connections for its round trips (a call that
+finds them all in use waits its turn, for as long as calls go on ending:
+none for `timeout_s` is a RedisTransient); a call cancelled (asyncio) while
+its replies are unread drops that connection before giving it back, so the
+next call never reads a stale reply. Waits do not block a connection each:
+their blocking reads are one BLPOP shared by all (runtime.queue.waiters), so
+a thousand waiting coroutines cost one connection. Every command answers
+within `timeout_s` (a blocking read: its wait plus that), so an outage is an
+error, never a hang.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
 import redis.asyncio.sentinel
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from runtime import config
-from runtime.errors import ConfigError, Error, RedisTransient
-from runtime.queue import aio, ops, routing, scripts, urls, waiting
+from runtime.errors import Error, RedisTransient
+from runtime.queue import aio, ops, routing, scripts, waiting
 from runtime.queue.connection import (
     CONNECT_TIMEOUT_S,
     RETRY_FOR_S,
     SOCKET_TIMEOUT_S,
-    backoff_s,
     resolve_url,
-    sentinel_options,
+    retry_pause,
 )
-from runtime.queue.faults import classify, closed_transport, from_redis, redact
+from runtime.queue.faults import classify, closed_transport, from_redis
 from runtime.queue.keys import Keys
 from runtime.queue.ops import Call
 from runtime.queue.shards import Shards
+from runtime.queue.waiters import Waiter
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-MAX_CONNECTIONS = 1000  # a client's connections at most (each waiting coroutine holds one)
+MAX_CONNECTIONS = 8  # calls at once (so connections) of a client: one event loop keeps a
+# handful busy; more only make the replies that arrive together longer to read (its
+# waits share one more connection: waiters.py)
 CONNECTING_MAX = 32  # connections taken (made, when none is idle) at once: a thousand
 # coroutines starting together would overflow the server's accept backlog, and a
 # unix socket's connect then waits out its whole timeout
 SPARE_MAX = 64  # connections kept out of the pool between calls (still counted in use)
-
-
-def aconnect(
-    url: str,
-    timeout_s: float = SOCKET_TIMEOUT_S,
-    max_connections: int = MAX_CONNECTIONS,
-    **kwargs: Any,
-) -> redis.asyncio.Redis:
-    """A redis-py asyncio client that never retries on its own and never waits
-    longer than `timeout_s` to connect, for an answer or for a free connection
-    of its pool (connection.connect's asyncio twin: a Sentinel URL's primary, a
-    Cluster URL's first node)."""
-    options = {
-        "socket_timeout": timeout_s,
-        "socket_connect_timeout": min(timeout_s, CONNECT_TIMEOUT_S),
-        "retry": Retry(NoBackoff(), 0),
-        "max_connections": max_connections,
-        **kwargs,
-    }
-    target = urls.parse(url)
-    try:
-        if target.kind == "sentinel":
-            sentinels = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-                list(target.seeds), sentinel_kwargs=sentinel_options(target, options)
-            )
-            primary: redis.asyncio.Redis = sentinels.master_for(
-                target.service,
-                db=target.db,
-                username=target.username,
-                password=target.password,
-                **options,
-            )
-            return primary
-        if target.kind == "cluster":
-            url = target.node_url(target.seeds[0])
-        pool = redis.asyncio.BlockingConnectionPool.from_url(url, timeout=timeout_s, **options)
-        return redis.asyncio.Redis(connection_pool=pool)
-    except ValueError as err:
-        raise ConfigError(f"bad Redis URL {redact(url)}: {redact(str(err))}") from err
+# the connection whose slot the running task holds (AsyncConnection.turn)
+_turn_of: contextvars.ContextVar[AsyncConnection | None] = contextvars.ContextVar(
+    "turn_of", default=None
+)
 
 
 class AsyncConnection:
@@ -121,15 +91,21 @@ class AsyncConnection:
         self.timeout_s = timeout_s
         self.session = scripts.Session(self.url, self.keys.root)
         self.route = routing.Route.of(self.url)
-        self.redis_kwargs = {"max_connections": max_connections, **redis_kwargs}
-        self.redis = aconnect(self.route.url, timeout_s, **self.redis_kwargs)
+        # the pool never makes a call wait (the spare connections are its in use
+        # too): calls wait for one of `max_connections` slots (_slot) instead
+        self.redis_kwargs = {"max_connections": max_connections + SPARE_MAX, **redis_kwargs}
+        self._slots = asyncio.Semaphore(max_connections)
+        self._freed_at = 0.0  # when a call last gave its slot back (monotonic)
+        self.redis = self._connect(self.route.url)
         self.nodes: dict[str, redis.asyncio.Redis] = {self.route.url: self.redis}
         self._taking = asyncio.Semaphore(CONNECTING_MAX)
         # connections of calls that went well, kept aside for the next calls: taken
         # without the pool's lock and bookkeeping (most of a call's Python)
         self._spare: list[Any] = []
+        self.waiter = Waiter(self._unslotted, self.calls, self.keys.waiter_wake(uuid.uuid4().hex))
 
     async def aclose(self) -> None:
+        await self.waiter.aclose()
         spare, self._spare = self._spare, []
         for conn in spare:
             await self.redis.connection_pool.release(conn)
@@ -158,11 +134,7 @@ class AsyncConnection:
             try:
                 return _values(await self._drive(scripts.run(self.session, calls), blocks_s))
             except RedisTransient as err:
-                pause = backoff_s(attempt)
-                repeatable = all(c.repeatable for c in calls)
-                if not repeatable or time.monotonic() + pause > deadline:
-                    raise
-                log.debug("%s; trying %s again in %.2f s", err, calls[0].name, pause)
+                pause = retry_pause(err, calls, attempt, deadline)
             except Error as err:
                 found = await landed(err) if attempt and landed is not None else None
                 if found is None:
@@ -176,13 +148,76 @@ class AsyncConnection:
         try:
             request = next(plan)
             while True:
-                request = plan.send(await self.calls(request))
+                request = plan.send(await self._round(request))
         except StopIteration as done:
             return done.value
+
+    async def _unslotted(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """`calls` outside the slots, for the waiter's own tasks (their BLPOP holds a
+        connection for seconds: one more than `max_connections`, never one less)."""
+        _turn_of.set(self)  # for the rest of the calling task, which is the waiter's
+        return await self.calls(calls)
+
+    async def _round(self, request: list[Call[Any]]) -> list[Any]:
+        """A plan's round trip; a wait's blocking read is served by the shared
+        waiter (runtime.queue.waiters), the rest sent after it."""
+        blocked = waiting.blocked_on(request)
+        if blocked is None:
+            return await self.calls(request)
+        token = await self.waiter.pop(*blocked)
+        return [token, *await self.calls(request[1:])] if len(request) > 1 else [token]
 
     async def _drive(self, plan: scripts.Plan[T], blocks_s: float) -> T:
         """Carries out a plan's round trips on one pooled connection (of the node
         that owns the namespace's slot, for a cluster: MOVED is followed)."""
+        if _turn_of.get() is self:
+            return await self._drive_held(plan, blocks_s)
+        await self._slot()
+        try:
+            return await self._drive_held(plan, blocks_s)
+        finally:
+            self._free()
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """A call's slot, taken first and held by the task's calls on this
+        connection until the block ends: the work before a call (building a put)
+        waits its turn too, so a thousand coroutines started at once wait, at a
+        few microseconds each, instead of all doing that work in one turn of
+        the event loop."""
+        if _turn_of.get() is self:
+            yield
+            return
+        await self._slot()
+        token = _turn_of.set(self)
+        try:
+            yield
+        finally:
+            _turn_of.reset(token)
+            self._free()
+
+    async def _slot(self) -> None:
+        """One of `max_connections` slots: a call holds one while it holds a
+        connection. Waited for as long as calls go on ending; none freed for
+        `timeout_s` is an error (RedisTransient), not a hang."""
+        if not self._slots.locked():
+            await self._slots.acquire()
+            return
+        while True:
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    await self._slots.acquire()
+                return
+            except TimeoutError:
+                if time.monotonic() - self._freed_at >= self.timeout_s:
+                    busy = f"no call of {self.keys.root} ended for {self.timeout_s} s"
+                    raise classify(redis.TimeoutError(busy), self.url) from None
+
+    def _free(self) -> None:
+        self._freed_at = time.monotonic()
+        self._slots.release()
+
+    async def _drive_held(self, plan: scripts.Plan[T], blocks_s: float) -> T:
         pool = self.redis.connection_pool
         conn: Any = None
         ok = False
@@ -241,27 +276,15 @@ class AsyncConnection:
             await pool.release(conn)
 
     async def _trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
-        """One round trip's replies (error replies as their exceptions)."""
-        await aio.send(conn, scripts.pack(request), self.timeout_s)
-        # the socket's timeout, not read_response's own: that one answers None when
-        # it runs out (a poll), leaving the reply unread on the connection
-        conn.socket_timeout = self.timeout_s + blocks_s
-        replies = []
-        try:
-            for _ in request:
-                try:
-                    replies.append(await conn.read_response())
-                except redis.ResponseError as err:  # an error reply: the stream stays in step
-                    replies.append(err)
-        finally:
-            conn.socket_timeout = self.timeout_s
-        return replies
+        return await aio.round_trip(conn, request, self.timeout_s, blocks_s)
+
+    def _connect(self, url: str) -> redis.asyncio.Redis:
+        connect_timeout_s = min(self.timeout_s, CONNECT_TIMEOUT_S)
+        return aio.connect(url, self.timeout_s, connect_timeout_s, **self.redis_kwargs)
 
     def _reroute(self) -> redis.asyncio.Redis:
         if self.route.url not in self.nodes:
-            self.nodes[self.route.url] = aconnect(
-                self.route.url, self.timeout_s, **self.redis_kwargs
-            )
+            self.nodes[self.route.url] = self._connect(self.route.url)
         self.redis = self.nodes[self.route.url]
         return self.redis
 

@@ -33,9 +33,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from runtime import config
-from runtime.errors import BadArgument, Error, RedisTransient, RedisUnavailable
+from runtime.errors import BadArgument, ConfigError, Error, RedisTransient, RedisUnavailable
 from runtime.queue import ops, recur, routing, scripts, urls
-from runtime.queue.faults import classify, closed_transport, from_redis
+from runtime.queue.connection import driver_options, sentinel_options
+from runtime.queue.faults import classify, closed_transport, from_redis, redact
 from runtime.queue.keys import Keys
 from runtime.queue.leases import Exchanged, Outcomes, Popped, Renewed
 from runtime.queue.ops import Call, text
@@ -62,8 +63,8 @@ class MasterClient:
         self.command_timeout_s = command_timeout_s
         self.session = scripts.Session(url, keys.root)
         self.route = routing.Route.of(url)
-        self.redis: redis.asyncio.Redis = _connect(self.route.url, command_timeout_s)
-        self.blocking: redis.asyncio.Redis = _connect(self.route.url, command_timeout_s)
+        self.redis: redis.asyncio.Redis = connect(self.route.url, command_timeout_s)
+        self.blocking: redis.asyncio.Redis = connect(self.route.url, command_timeout_s)
         self.retired: list[redis.asyncio.Redis] = []  # clients of nodes left (cluster)
         self.spares = _spares(self.redis, self.blocking)  # kept out of their pools (_spare)
         self.round_trips: deque[float] = deque(maxlen=ROUND_TRIPS_KEPT)  # s, of calls (_run)
@@ -108,8 +109,8 @@ class MasterClient:
         """From now on, calls go to the node the route names (a cluster's slot owner);
         the clients of the node left are closed once no call uses them."""
         self.retired += [self.redis, self.blocking]
-        self.redis = _connect(self.route.url, self.command_timeout_s)
-        self.blocking = _connect(self.route.url, self.command_timeout_s)
+        self.redis = connect(self.route.url, self.command_timeout_s)
+        self.blocking = connect(self.route.url, self.command_timeout_s)
         self.spares = _spares(self.redis, self.blocking)  # the old pools': closed with them
 
     def _lost(self, err: BaseException) -> None:
@@ -211,19 +212,7 @@ class MasterClient:
         return pool, conn
 
     async def _round_trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
-        conn.socket_timeout = self.command_timeout_s
-        await send(conn, scripts.pack(request), self.command_timeout_s)
-        conn.socket_timeout = self.command_timeout_s + blocks_s
-        replies = []
-        try:
-            for _ in request:
-                try:
-                    replies.append(await conn.read_response())
-                except redis.ResponseError as err:  # an error reply: the stream stays in step
-                    replies.append(err)
-        finally:
-            conn.socket_timeout = self.command_timeout_s
-        return replies
+        return await round_trip(conn, request, self.command_timeout_s, blocks_s)
 
     async def _run(self, calls: Sequence[Call[Any]]) -> tuple[list[Any], float]:
         """Each call's result (or the Error that refused it) and when they were sent."""
@@ -383,7 +372,7 @@ class MasterClient:
         (RedisTransient, RedisUnavailable), and ends it; each call connects and
         subscribes afresh. Cancels published while no one listened are missed:
         their holder learns at its next lease renewal instead."""
-        listener = _connect(self.route.url, self.command_timeout_s)
+        listener = connect(self.route.url, self.command_timeout_s)
         pubsub = listener.pubsub()
         try:
             await pubsub.subscribe(self.keys.cancels(self.worker))
@@ -414,6 +403,27 @@ class MasterClient:
         _raise_if_error(gone)
         _raise_if_error(held)
         return int(held)
+
+
+async def round_trip(conn: Any, request: list[Any], timeout_s: float, blocks_s: float) -> list[Any]:
+    """Sends a round trip's commands on a connection; their replies (error replies
+    as their exceptions: the stream stays in step). Each answers within
+    `timeout_s`, a blocking one (`blocks_s`) within its wait plus that: the
+    socket's timeout, not read_response's own, which answers None when it runs
+    out (a poll) and leaves the reply unread on the connection."""
+    conn.socket_timeout = timeout_s
+    await send(conn, scripts.pack(request), timeout_s)
+    conn.socket_timeout = timeout_s + blocks_s
+    replies = []
+    try:
+        for _ in request:
+            try:
+                replies.append(await conn.read_response())
+            except redis.ResponseError as err:
+                replies.append(err)
+    finally:
+        conn.socket_timeout = timeout_s
+    return replies
 
 
 async def send(conn: Any, request: bytes, timeout_s: float) -> None:
@@ -476,42 +486,45 @@ def closed_by_peer(conn: Any) -> bool:
     return bool(writer.is_closing() or reader.exception() is not None or reader.at_eof())
 
 
-def _connect(url: str, command_timeout_s: float) -> redis.asyncio.Redis:
-    """A redis-py client that never retries on its own and never waits longer than
-    the command timeout; over TCP with keepalive on (probes after KEEPALIVE_IDLE_S
+def connect(
+    url: str, timeout_s: float, connect_timeout_s: float | None = None, **kwargs: Any
+) -> redis.asyncio.Redis:
+    """A redis-py asyncio client that never retries on its own and never waits
+    longer than `timeout_s` for an answer (`connect_timeout_s`, default the
+    same, to connect); over TCP with keepalive on (probes after KEEPALIVE_IDLE_S
     idle), which unix sockets do not take. For a Sentinel URL, a client of the
-    service's primary (redis-py's Sentinel: asked again on every new connection)."""
+    service's primary (redis-py's Sentinel: asked again on every new
+    connection); for a Cluster URL, of its first node (runtime.queue.routing).
+    The asyncio twin of connection.connect: a master's clients and the
+    application's AsyncClient (adriver) both."""
     options: dict[str, Any] = {
-        "socket_timeout": command_timeout_s,
-        "socket_connect_timeout": command_timeout_s,
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s if connect_timeout_s is None else connect_timeout_s,
         "retry": Retry(NoBackoff(), 0),
+        **driver_options(),
     }
     if url.split("://", 1)[0].lower() in ("redis", "rediss", urls.SENTINEL_SCHEME):
         options |= {"socket_keepalive": True, "socket_keepalive_options": _keepalive()}
+    options |= kwargs
     target = urls.parse(url)
-    if target.kind == "sentinel":
-        sentinels = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-            list(target.seeds), sentinel_kwargs=_sentinel_options(target, options)
-        )
-        primary: redis.asyncio.Redis = sentinels.master_for(
-            target.service,
-            db=target.db,
-            username=target.username,
-            password=target.password,
-            **options,
-        )
-        return primary
-    if target.kind == "cluster":
-        url = target.node_url(target.seeds[0])
-    return redis.asyncio.Redis.from_url(url, **options)
-
-
-def _sentinel_options(target: urls.Target, options: dict[str, Any]) -> dict[str, Any]:
-    """The sentinels' own connections: the same timeouts, their own credentials."""
-    mine = {k: v for k, v in options.items() if k.startswith("socket_") or k == "retry"}
-    if target.sentinel_password:
-        mine |= {"username": target.sentinel_username, "password": target.sentinel_password}
-    return mine
+    try:
+        if target.kind == "sentinel":
+            sentinels = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+                list(target.seeds), sentinel_kwargs=sentinel_options(target, options)
+            )
+            primary: redis.asyncio.Redis = sentinels.master_for(
+                target.service,
+                db=target.db,
+                username=target.username,
+                password=target.password,
+                **options,
+            )
+            return primary
+        if target.kind == "cluster":
+            url = target.node_url(target.seeds[0])
+        return redis.asyncio.Redis.from_url(url, **options)
+    except ValueError as err:
+        raise ConfigError(f"bad Redis URL {redact(url)}: {redact(str(err))}") from err
 
 
 def _keepalive() -> dict[int, int]:

@@ -5,7 +5,7 @@ classified (runtime.queue.faults) and, for calls safe to repeat, retried.
 Retries: a call marked `repeatable` that meets a `RedisTransient` (connection
 lost, timeout, BUSY, LOADING, READONLY, OOM ...) is sent again after a capped,
 jittered backoff, for at most `retry_for_s` seconds in all; then the error is
-raised. Other calls raise at once. `Client` and its parts (runtime.queue.admin,
+raised. Other calls raise at once. `Client` and its parts (runtime.queue.api.admin,
 scheduling, holder) share one `Connection`.
 """
 
@@ -18,6 +18,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import cache
 from typing import Any, Self, TypeVar
 
 import redis
@@ -63,6 +64,19 @@ def resolve_url(settings: config.Settings) -> str:
     return embedded.ensure(settings.state_dir)
 
 
+@cache
+def driver_options() -> dict[str, Any]:
+    """What a connection tells the server of its library, worked out once:
+    redis-py 8 reads its own version from the package's metadata for every new
+    connection (milliseconds of CPU each; in the event loop, for asyncio)
+    unless it is given a `driver_info`. Earlier versions read it once."""
+    try:
+        from redis.driver_info import DriverInfo  # noqa: PLC0415 - redis-py >= 8 only
+    except ImportError:
+        return {}
+    return {"driver_info": DriverInfo()}
+
+
 def connect(url: str, **kwargs: Any) -> redis.Redis:
     """A redis-py client that never retries on its own (retries are ours, and only
     for calls safe to repeat) and never waits forever for an answer. For a
@@ -72,6 +86,7 @@ def connect(url: str, **kwargs: Any) -> redis.Redis:
         "socket_timeout": SOCKET_TIMEOUT_S,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "retry": Retry(NoBackoff(), 0),
+        **driver_options(),
         **kwargs,
     }
     target = urls.parse(url)
@@ -116,6 +131,19 @@ def backoff_s(attempt: int) -> float:
     BACKOFF_CAP_S, jittered into its upper half (clients retry out of step)."""
     ceiling: float = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2.0**attempt)
     return ceiling * random.uniform(0.5, 1.0)
+
+
+def retry_pause(
+    err: RedisTransient, calls: Sequence[Call[Any]], attempt: int, deadline: float
+) -> float:
+    """The pause before sending `calls` again after `err` on try `attempt` + 1
+    (backoff_s); raises `err` when one of them is not safe to repeat or the
+    pause would end past `deadline` (monotonic). Both drivers' retries."""
+    pause = backoff_s(attempt)
+    if not all(c.repeatable for c in calls) or time.monotonic() + pause > deadline:
+        raise err
+    log.debug("%s; trying %s again in %.2f s", err, calls[0].name, pause)
+    return pause
 
 
 class Connection:
@@ -187,11 +215,7 @@ class Connection:
             try:
                 return _values(self._drive(scripts.run(self.session, calls)))
             except RedisTransient as err:
-                pause = backoff_s(attempt)
-                repeatable = all(c.repeatable for c in calls)
-                if not repeatable or time.monotonic() + pause > deadline:
-                    raise
-                log.debug("%s; trying %s again in %.2f s", err, calls[0].name, pause)
+                pause = retry_pause(err, calls, attempt, deadline)
             except Error as err:
                 found = landed(err) if attempt and landed is not None else None
                 if found is None:

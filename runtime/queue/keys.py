@@ -35,6 +35,8 @@ Key schema (the kind of each key in brackets):
                                      fraction: a slow link's first lease, handoff.lua)
     wake:<queue>             [list]  at most one token: an idle master BLPOPs it
     wake-worker:<worker>     [list]  jobs handed to an idle master (JSON), and tokens
+    wake-waiter:<waiter>     [list]  at most one token: an asyncio client's shared waiter
+                                     BLPOPs it with its jobs' wait:<jid> (runtime.queue.waiters)
     completed                [zset]  jid -> completion time (us), for retention
     cancelled                [zset]  tombstone jid -> cancel time (us), for retention
     output                   [hash]  jid -> the output tail of its last attempt (meta.ot)
@@ -118,6 +120,7 @@ TEMPLATES: dict[str, str] = {
     "idle": "q:{queue}:idle",
     "wake": "wake:{queue}",
     "worker_wake": "wake-worker:{worker}",
+    "waiter_wake": "wake-waiter:{waiter}",
     "completed": "completed",
     "cancelled": "cancelled",
     "output": "output",
@@ -180,6 +183,10 @@ class Keys:
 
     def worker_wake(self, worker: str) -> str:
         return self.key("worker_wake", worker=worker)
+
+    def waiter_wake(self, waiter: str) -> str:
+        """An asyncio client's waiter's own list (runtime.queue.waiters)."""
+        return self.key("waiter_wake", waiter=waiter)
 
     def waited(self, jid: str) -> str:
         return self.key("waited", jid=jid)

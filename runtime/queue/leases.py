@@ -37,7 +37,7 @@ class Leased:
     start_in_s: float | None = None  # leased before its turn: start this long after the pop
     expires_us: int | None = None  # when the lease runs out, on Redis's clock
     handed: bool = False  # handed to this master while it waited (a short first lease)
-    batch: str | None = None  # the bid of its batch (runtime.queue.batches)
+    batch: str | None = None  # the bid of its batch (runtime.queue.api.batches)
     traceparent: str | None = None  # W3C trace context of the span that put it
 
     @classmethod

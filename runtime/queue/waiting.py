@@ -64,6 +64,19 @@ def outcome(jid: str, ending: Ending) -> Any:
     return ending.result
 
 
+def blocked_on(request: list[Call[Any]]) -> tuple[str, float] | None:
+    """The wake-up list a round trip of `wait` blocks on first, and for how long
+    (None for a round trip that does not block). A driver may serve that BLPOP
+    its own way, then send the rest of the round trip (runtime.queue.waiters:
+    one BLPOP for all the waits of an asyncio connection); the plan receives
+    the token (or None) in its place."""
+    first = request[0] if request else None
+    if first is None or first.script or first.name != "BLPOP" or len(first.args) != 2:
+        return None
+    key, timeout_s = first.args
+    return str(key), float(timeout_s)
+
+
 def blocks_s(calls: list[Call[Any]]) -> float:
     """How long a round trip of these calls may wait for data before answering."""
     return max((call.blocks_s for call in calls), default=0.0)

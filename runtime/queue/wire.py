@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict
 
 from runtime import config
 from runtime.errors import LUA_ERROR_CODES, BadArgument, Error, LeaseLost
@@ -197,6 +197,28 @@ def _flow_options(
         if timed or options.get("requeue_if_running"):
             raise BadArgument("give debounce without delay, at or requeue_if_running")
         options["debounce_ms"] = _positive_ms("debounce", debounce)
+
+
+class JobOptions(TypedDict, total=False):
+    """A put's options, the keywords of `Queue.put` and `AsyncQueue.put` (and of
+    JobSpec.build after the queue): written once, typed for both."""
+
+    priority: int
+    delay: float
+    at: datetime | float
+    tags: Iterable[str]
+    retries: int
+    depends: Iterable[str]
+    domain: str | None
+    unique_key: str | None
+    unique_for: float | None
+    requeue_if_running: bool
+    jid: str | None
+    backoff: tuple[float, float] | None
+    timeout: float | None
+    tracked: bool
+    expires_in: float | None
+    debounce: float | None
 
 
 @dataclass(frozen=True)

@@ -223,32 +223,59 @@ def connected(client: Client) -> int:
     return int(client.redis.info("clients")["connected_clients"])
 
 
-def test_a_thousand_cancelled_waits_leave_the_connections_at_their_baseline(
+def blocked(client: Client) -> int:
+    return int(client.redis.info("clients")["blocked_clients"])
+
+
+def test_a_thousand_waits_share_one_blocking_read_and_cancelled_leave_none(
     own: ServerProcess,
 ) -> None:
-    """Waits on ten jobs, a hundred each (a job wakes up to 100 waiters at once)."""
+    """Waits on ten jobs, a hundred each (a job wakes up to 100 waiters at once):
+    one BLPOP serves them all, on one connection beside the pool's; cancelled,
+    they leave the pool's connections only."""
     client = Client.from_url(own.url, namespace=namespace())
     jids = [client.queue("q").put(J, {}) for _ in range(10)]
+    pool = 4
 
     async def work() -> Any:
-        async with AsyncClient.from_url(own.url, namespace=client.keys.namespace) as ac:
+        async with AsyncClient.from_url(
+            own.url, namespace=client.keys.namespace, max_connections=pool
+        ) as ac:
             await ac.status()
-            baseline = connected(client)
+            baseline = connected(client)  # this client's and the AsyncClient's first
             waits = [asyncio.create_task(ac.wait(jid)) for jid in jids for _ in range(100)]
-            while int(client.redis.info("clients")["blocked_clients"]) < 1000:
-                await asyncio.sleep(0.05)  # each in its BLPOP, on a connection of its own
-            assert connected(client) >= 1000
+            while not all(registered(client, jid, 100) for jid in jids):
+                await asyncio.sleep(0.05)  # the run's deadline bounds this
+            while blocked(client) < 1:
+                await asyncio.sleep(0.05)
+            assert blocked(client) == 1, "one BLPOP for the thousand waits"
+            assert connected(client) <= baseline + pool  # the pool's, and the waiter's
             for task in waits:
                 task.cancel()
             ended = await asyncio.gather(*waits, return_exceptions=True)
             assert all(isinstance(e, asyncio.CancelledError) for e in ended)
-            while connected(client) > baseline:  # the run's deadline bounds this
-                await asyncio.sleep(0.05)
+            while blocked(client) > 0 or connected(client) > baseline + pool - 1:
+                await asyncio.sleep(0.05)  # the waiter's connection is dropped at once
             jid = await ac.queue("q").put(J, {})  # and the client goes on
             return (await ac.get_job(jid)) is not None
 
-    assert run(work) is True
+    assert run(work, deadline_s=20) is True
     client.close()
+
+
+def test_a_wait_on_a_client_closed_under_it_raises_wrong_state(plain_client: Client) -> None:
+    plain_client.queue("q").put(J, {}, jid="j1")
+
+    async def work() -> None:
+        ac = AsyncClient.from_url(plain_client.url, namespace=plain_client.keys.namespace)
+        waiting = asyncio.create_task(ac.wait("j1", timeout=60))
+        while not ac.conn.waiter.waits:  # registered, and on the shared BLPOP
+            await asyncio.sleep(0.02)
+        await ac.aclose()
+        with pytest.raises(WrongState, match="closed while waiting"):
+            await waiting
+
+    run(work, deadline_s=20)
 
 
 def test_an_outage_fails_fast_and_clearly_and_the_same_client_recovers(

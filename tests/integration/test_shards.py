@@ -7,11 +7,14 @@ refused."""
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.crc import key_slot
@@ -339,3 +342,31 @@ def test_three_namespaces_on_three_nodes_act_as_one_site(cluster: Cluster, workd
     finally:
         master.close()
         site.close()
+
+
+def subscribed(redis: Any, channel: str) -> bool:
+    return bool(redis.pubsub_numsub(channel)[0][1] == 1)
+
+
+def test_the_events_of_a_site_come_from_every_namespace(default_server: ServerProcess) -> None:
+    """`runtime events` on a sharded site: tracked jobs of both shards."""
+    tag = uuid.uuid4().hex[:6]
+    a, b = f"e{tag}a", f"e{tag}b"
+    settings = config.Settings(url=default_server.url, namespace=a, shards=f"{a}:qa;{b}:qb,*")
+    site, listener = Site(settings=settings), Site(settings=settings)
+    seen: list[tuple[str, str]] = []
+
+    def listen() -> None:
+        for event in listener.scheduling.events(idle_s=10):
+            seen.append((event["event"], event["jid"]))
+            if len(seen) == 2:
+                return
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    for client in site.clients.values():
+        wait_for(functools.partial(subscribed, client.redis, client.keys.key("events")), 10)
+    site.queue("qa").put(f"{JOBS}:noop", {}, jid="in-a", tracked=True)
+    site.queue("qb").put(f"{JOBS}:noop", {}, jid="in-b", tracked=True)
+    thread.join(20)
+    assert sorted(seen) == [("put", "in-a"), ("put", "in-b")]

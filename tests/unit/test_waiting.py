@@ -54,3 +54,13 @@ def test_no_time_left_is_a_wait_timeout_naming_the_limit() -> None:
     assert names(next(plan)) == [("wait", ("j1", 0))]  # 0: only looks
     with pytest.raises(WaitTimeout, match="job j1 did not end within 0 s"):
         plan.send([Ending(JobState.WAITING)])
+
+
+def test_a_driver_finds_the_blocking_read_of_a_round_trip_and_nothing_else() -> None:
+    """blocked_on: what the asyncio driver serves from its shared waiter."""
+    plan = waiting.wait(KEYS, "j1", None)
+    first = next(plan)
+    assert waiting.blocked_on(first) is None  # wait.lua only: sent as it is
+    second = plan.send([Ending(JobState.RUNNING)])
+    assert waiting.blocked_on(second) == (KEYS.waited("j1"), 5.0)
+    assert waiting.blocked_on([]) is None

@@ -10,7 +10,8 @@ place for each one's arguments and reply decoding), the same plan of a wait
 (runtime.queue.waiting: the same results and errors), the same URL forms,
 settings and errors; only the driver differs (runtime.queue.adriver, one
 connection pool per namespace). A wait sends a bounded handful of commands,
-never a poll, and blocks only its coroutine: the event loop runs on.
+never a poll, and blocks only its coroutine: the event loop runs on, and
+the waits of a client share one blocking read (runtime.queue.waiters).
 
 A sharded site (`shards=`, RUNTIME_SHARDS) is one AsyncClient too: puts are
 routed by queue, a jid is found on any shard, counts and failures are summed
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from runtime import config
 from runtime.errors import Error, JobExists
@@ -32,7 +33,7 @@ from runtime.queue.api.shared import all_put, cancelled_by, settings_for
 from runtime.queue.connection import RETRY_FOR_S, SOCKET_TIMEOUT_S
 from runtime.queue.job import Job
 from runtime.queue.shards import Shards, sum_counts, sum_groups
-from runtime.queue.wire import JobSpec
+from runtime.queue.wire import JobOptions, JobSpec
 from runtime.vocabulary import CancelledBy
 
 
@@ -45,8 +46,9 @@ class AsyncClient:
     passing failure for up to `retry_for_s` seconds, and no command waits
     longer than `timeout_s` for an answer (a blocking read: its wait plus
     that), so an outage is an error, never a hang. The same client goes on
-    once Redis is back. Each namespace has one pool of at most
-    `max_connections` connections; each waiting coroutine holds one."""
+    once Redis is back. Each namespace has one pool: at most
+    `max_connections` calls at once, and one more connection for the blocking
+    read all its waits share (runtime.queue.waiters)."""
 
     def __init__(
         self,
@@ -187,7 +189,7 @@ class AsyncClient:
             done.extend(cancelled)
         return done
 
-    # --- batches (runtime.queue.batches; the batch lives in the home namespace) ----
+    # --- batches (runtime.queue.api.batches; the batch lives in the home namespace) ----
 
     async def batch(
         self,
@@ -283,51 +285,15 @@ class AsyncQueue:
         return f"AsyncQueue({self.name!r})"
 
     async def put(
-        self,
-        klass: str | Any,
-        data: Mapping[str, Any] | None = None,
-        *,
-        priority: int = 0,
-        delay: float = 0,
-        at: Any = None,
-        tags: Iterable[str] = (),
-        retries: int = config.DEFAULT_RETRIES,
-        depends: Iterable[str] = (),
-        domain: str | None = None,
-        unique_key: str | None = None,
-        unique_for: float | None = None,
-        requeue_if_running: bool = False,
-        jid: str | None = None,
-        backoff: tuple[float, float] | None = None,
-        timeout: float | None = None,
-        tracked: bool = False,
-        expires_in: float | None = None,
-        debounce: float | None = None,
+        self, klass: str | Any, data: Mapping[str, Any] | None = None, **options: Unpack[JobOptions]
     ) -> str:
         """Queue.put: puts one job; returns its jid (or, for a duplicate of a unique
-        key, the jid of the job holding that key)."""
-        spec = JobSpec.build(
-            self.name,
-            klass,
-            data,
-            priority=priority,
-            delay=delay,
-            at=at,
-            tags=tags,
-            retries=retries,
-            depends=depends,
-            domain=domain,
-            unique_key=unique_key,
-            unique_for=unique_for,
-            requeue_if_running=requeue_if_running,
-            jid=jid,
-            backoff=backoff,
-            timeout=timeout,
-            tracked=tracked,
-            expires_in=expires_in,
-            debounce=debounce,
-        )
-        return (await self.client.put_many([spec]))[0]
+        key, the jid of the job holding that key). Its turn first (AsyncConnection.turn):
+        a thousand puts at once wait for it before building their jobs."""
+        async with self.client._of(self.name).turn():
+            return (await self.client.put_many([JobSpec.build(self.name, klass, data, **options)]))[
+                0
+            ]
 
     def spec(self, klass: str | Any, data: Mapping[str, Any] | None = None, **opts: Any) -> JobSpec:
         """A job for `AsyncClient.put_many` (same options as `put`)."""

@@ -10,15 +10,14 @@ queues without the two modules importing each other.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
-from runtime import config
 from runtime.queue import ops
 from runtime.queue.api.admin import Admin
 from runtime.queue.api.holder import Lease, Leases
 from runtime.queue.connection import Connection
 from runtime.queue.job import Job
-from runtime.queue.wire import JobSpec
+from runtime.queue.wire import JobOptions, JobSpec
 
 
 class Owner(Protocol):
@@ -51,51 +50,11 @@ class Queue:
         return f"Queue({self.name!r})"
 
     def put(
-        self,
-        klass: str | Any,
-        data: Mapping[str, Any] | None = None,
-        *,
-        priority: int = 0,
-        delay: float = 0,
-        at: Any = None,
-        tags: Iterable[str] = (),
-        retries: int = config.DEFAULT_RETRIES,
-        depends: Iterable[str] = (),
-        domain: str | None = None,
-        unique_key: str | None = None,
-        unique_for: float | None = None,
-        requeue_if_running: bool = False,
-        jid: str | None = None,
-        backoff: tuple[float, float] | None = None,
-        timeout: float | None = None,
-        tracked: bool = False,
-        expires_in: float | None = None,
-        debounce: float | None = None,
+        self, klass: str | Any, data: Mapping[str, Any] | None = None, **options: Unpack[JobOptions]
     ) -> str:
         """Puts one job; returns its jid (or, for a duplicate of a unique key, the jid
-        of the job holding that key)."""
-        spec = JobSpec.build(
-            self.name,
-            klass,
-            data,
-            priority=priority,
-            delay=delay,
-            at=at,
-            tags=tags,
-            retries=retries,
-            depends=depends,
-            domain=domain,
-            unique_key=unique_key,
-            unique_for=unique_for,
-            requeue_if_running=requeue_if_running,
-            jid=jid,
-            backoff=backoff,
-            timeout=timeout,
-            tracked=tracked,
-            expires_in=expires_in,
-            debounce=debounce,
-        )
-        return self.client.put_many([spec])[0]
+        of the job holding that key). Options: runtime.queue.wire.JobOptions."""
+        return self.client.put_many([JobSpec.build(self.name, klass, data, **options)])[0]
 
     def spec(self, klass: str | Any, data: Mapping[str, Any] | None = None, **opts: Any) -> JobSpec:
         """A job for `Client.put_many` (same options as `put`)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from runtime.errors import BadArgument
@@ -88,19 +88,7 @@ class Scheduling:
     def events(self, idle_s: float | None = None) -> Iterator[dict[str, Any]]:
         """Yields the events of tracked jobs as they happen; stops after `idle_s`
         seconds without one (never, by default)."""
-        pubsub = self.conn.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-        with self.conn.reaching():
-            pubsub.subscribe(self.conn.keys.key("events"))
-        last = time.monotonic()
-        try:
-            while idle_s is None or time.monotonic() - last < idle_s:
-                with self.conn.reaching():
-                    message = pubsub.get_message(timeout=1.0)
-                if message is not None:
-                    last = time.monotonic()
-                    yield ops.event(message["data"])
-        finally:
-            pubsub.close()
+        return follow([self.conn], idle_s)
 
     # --- recurring jobs -----------------------------------------------------------
 
@@ -195,3 +183,28 @@ class Scheduling:
         """Removes `domain`'s own limit (the default limit applies, if one is set);
         its throttled jobs are re-scheduled at once."""
         self.conn.call(ops.domain_limit(domain, ""))
+
+
+def follow(conns: Sequence[Connection], idle_s: float | None) -> Iterator[dict[str, Any]]:
+    """The events of tracked jobs of every namespace of `conns` (each its own
+    pub/sub connection, read in turn), as they happen; stops after `idle_s`
+    seconds without one (None: never)."""
+    subscribed: list[tuple[Connection, Any]] = []
+    try:
+        for conn in conns:
+            pubsub = conn.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            subscribed.append((conn, pubsub))
+            with conn.reaching():
+                pubsub.subscribe(conn.keys.key("events"))
+        turn_s = 1.0 / max(1, len(subscribed))  # each listened to about once a second
+        last = time.monotonic()
+        while idle_s is None or time.monotonic() - last < idle_s:
+            for conn, pubsub in subscribed:
+                with conn.reaching():
+                    message = pubsub.get_message(timeout=turn_s)
+                if message is not None:
+                    last = time.monotonic()
+                    yield ops.event(message["data"])
+    finally:
+        for _, pubsub in subscribed:
+            pubsub.close()

@@ -6,13 +6,13 @@ are gathered from every namespace.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import date
 from typing import Any, Protocol
 
 from runtime.errors import NoSuchJob
 from runtime.queue.api.admin import Admin
-from runtime.queue.api.scheduling import Scheduling
+from runtime.queue.api.scheduling import Scheduling, follow
 from runtime.queue.connection import Connection
 from runtime.queue.job import Job
 from runtime.queue.recur import Recurrence
@@ -267,7 +267,9 @@ class SiteScheduling(Scheduling):
     def tracked(self) -> list[Job]:
         return [job for part in self._each() for job in part.tracked()]
 
-    # events(): the home namespace's only (one pub/sub channel per namespace)
+    def events(self, idle_s: float | None = None) -> Iterator[dict[str, Any]]:
+        """The events of tracked jobs of every namespace (a pub/sub channel each)."""
+        return follow([part.conn for part in self._each()], idle_s)
 
     def recur(self, queue: str, klass: str | Any, data: Mapping[str, Any] | None = None,
               **options: Any) -> Recurrence:  # fmt: skip

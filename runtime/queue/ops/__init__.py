@@ -57,6 +57,8 @@ from runtime.queue.ops.jobs import (
     unrecur,
     wait,
     wait_for_end,
+    wait_for_ends,
+    wake_waiter,
     workers,
 )
 from runtime.queue.ops.leasing import (
@@ -187,7 +189,9 @@ __all__ = [
     "unset_setting",
     "wait",
     "wait_for_end",
+    "wait_for_ends",
     "wait_for_work",
     "wake_at_us",
+    "wake_waiter",
     "workers",
 ]

@@ -24,6 +24,7 @@ from runtime.queue.ops.call import (
     as_page,
     as_strings,
     as_text_or_none,
+    cmd,
     op,
     read_json,
     text,
@@ -114,6 +115,28 @@ def wait_for_end(key: str, timeout_s: float) -> Call[str | None]:
 
     return Call("BLPOP", (key, timeout_s), decode, script=False, repeatable=True,
                 blocks_s=timeout_s)  # fmt: skip
+
+
+def wait_for_ends(keys: Sequence[str], timeout_s: float) -> Call[tuple[str, str] | None]:
+    """BLPOP on many jobs' wake-up lists (runtime.queue.waiters): (the list, how its
+    job ended) of the first with a token, None on timeout. Repeatable, as
+    wait_for_end is."""
+
+    def decode(reply: Any) -> tuple[str, str] | None:
+        return None if reply is None else (text(reply[0]), text(reply[1]))
+
+    return Call("BLPOP", (*keys, timeout_s), decode, script=False, repeatable=True,
+                blocks_s=timeout_s)  # fmt: skip
+
+
+def wake_waiter(key: str, linger_s: float) -> list[Call[None]]:
+    """A token on a waiter's own list (at most one, gone after `linger_s`): its
+    BLPOP answers and starts again (runtime.queue.waiters)."""
+    return [
+        cmd("RPUSH", key, "1", decode=as_none),
+        cmd("LTRIM", key, 0, 0, decode=as_none),
+        cmd("PEXPIRE", key, round(linger_s * 1000), decode=as_none),
+    ]
 
 
 # --- changing jobs (never sent twice: a repeat would not be the same change) ---------------
