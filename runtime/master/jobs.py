@@ -3,7 +3,7 @@ child or a busy one's pipeline, what the child says (outcome, progress, puts),
 how the child ended, and the report that goes to Redis — or the job given back.
 Every change of a job's place is a `Ledger.move`. Pure: plain values in,
 actions out. A job's reports go to the namespace it came from: the Reports of
-its lane (`lanes`, one for each namespace the master serves).
+its shard (`shards`, one for each namespace the master serves).
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ class JobFlow:
         capacity: Capacity,
         reports: Reports,
         actions: list[events.Action],
-        lanes: list[tuple[Reports, Link]] | None = None,
+        shards: list[tuple[Reports, Link]] | None = None,
     ) -> None:
         self.worker, self.worker_id = worker, worker_id
         self.ledger, self.slots, self.capacity = ledger, slots, capacity
         self.reports, self.actions = reports, actions
-        # by lane: the reports owed to each namespace, and its link (several: book.py)
-        self.lanes = [reports] if lanes is None else [r for r, _ in lanes]
-        self.links = [] if lanes is None else [link for _, link in lanes]
+        # by shard: the reports owed to each namespace, and its link (several: book.py)
+        self.shards = [reports] if shards is None else [r for r, _ in shards]
+        self.links = [] if shards is None else [link for _, link in shards]
         self.start_failure: str | None = None  # a child could not start (sandbox): why
 
     # --- handing jobs to children ----------------------------------------------------
@@ -79,7 +79,7 @@ class JobFlow:
         """Whether a handed job waits for its confirming renewal: in a namespace whose
         Redis is out of reach it waits for that Redis, not the other namespaces' jobs."""
         links = self.links
-        return not links or any(links[self.ledger.held[j].lane].up for j in self.ledger.confirming)
+        return not links or any(links[self.ledger.held[j].shard].up for j in self.ledger.confirming)
 
     def _turns_come(self, now: float) -> None:
         """Jobs whose turn is close go to the front of the buffer: they are due."""
@@ -170,7 +170,7 @@ class JobFlow:
                 return
             held = self.ledger.held[message.jid]
             if isinstance(message, protocol.Done):
-                self.lanes[held.lane].outcomes.add_complete(
+                self.shards[held.shard].outcomes.add_complete(
                     held.jid,
                     held.leased.token,
                     result=message.result,
@@ -220,7 +220,7 @@ class JobFlow:
         held = self.ledger.held.get(event.jid)
         if slot is None or held is None or slot.running != event.jid:
             return
-        reports = self.lanes[held.lane]
+        reports = self.shards[held.shard]
         reports.outcomes.add_live(held.jid, held.leased.token, event.text, event.dropped)
         reports.noted(now)
 
@@ -234,7 +234,7 @@ class JobFlow:
         held = self.ledger.held.get(message.jid)
         if held is None or slot.running != message.jid:
             return
-        reports = self.lanes[held.lane]
+        reports = self.shards[held.shard]
         if isinstance(message, protocol.Progress):
             token = held.leased.token
             reports.outcomes.add_progress(
@@ -391,7 +391,7 @@ class JobFlow:
             leased.queue,
             self.worker_id,
         )
-        outcomes = self.lanes[held.lane].outcomes
+        outcomes = self.shards[held.shard].outcomes
         if retry:
             delay_ms = -1 if delay is None else round(max(0.0, delay) * 1000)
             outcomes.add_retry(
@@ -408,11 +408,11 @@ class JobFlow:
         if held.lost:
             self.ledger.move(held.jid, None, now=now)
             return
-        self.lanes[held.lane].outcomes.add_release(held.jid, held.leased.token, started=started)
+        self.shards[held.shard].outcomes.add_release(held.jid, held.leased.token, started=started)
         self._report(held, now)
 
     def _report(self, held: Held, now: float) -> None:
         """The job's outcome goes to Redis with the next exchange; the ledger keeps
         the job (its lease renewed) until Redis took it."""
         self.ledger.move(held.leased.jid, Where.REPORTING, now=now)
-        self.lanes[held.lane].noted(now)  # the oldest report sets when the batch leaves
+        self.shards[held.shard].noted(now)  # the oldest report sets when the batch leaves

@@ -19,11 +19,11 @@ too, so nothing stops silently. Signal handlers only put an intent on the queue:
                (freshly imported code), each after its current job
     TTIN       one child more           TTOU   one child less
 
-A master may serve queues of several namespaces of a sharded site (`lanes`,
+A master may serve queues of several namespaces of a sharded site (`shards`,
 runtime.master.shards): one loop, one fork server, one set of children, and
 one MasterClient for each namespace (its own connections, blocking read for
-work, cancels and size watch). Every Redis action of the book names its lane;
-the task that carries it out uses that lane's client and says the lane in the
+work, cancels and size watch). Every Redis action of the book names its shard;
+the task that carries it out uses that shard's client and says the shard in the
 event it posts.
 """
 
@@ -100,20 +100,20 @@ class Master:
         worker: config.WorkerSettings,
         url: str,
         worker_id: str,
-        lanes: list[tuple[str, tuple[str, ...]]] | None = None,
+        shards: list[tuple[str, tuple[str, ...]]] | None = None,
     ) -> None:
-        """`lanes`: (namespace, its queues) for each namespace served; None: the
+        """`shards`: (namespace, its queues) for each namespace served; None: the
         worker's queues in `settings.namespace`."""
         self.settings = settings
         self.worker = worker
         self.worker_id = worker_id
-        self.lanes = lanes or [(settings.namespace, worker.queues)]
+        self.shards = shards or [(settings.namespace, worker.queues)]
         rule = Shards.of(settings)  # a namespace may live on a server of its own
         self.clients = [
-            MasterClient(rule.url_of(ns) or url, Keys(ns), worker_id) for ns, _ in self.lanes
+            MasterClient(rule.url_of(ns) or url, Keys(ns), worker_id) for ns, _ in self.shards
         ]
         self.client = self.clients[0]
-        self.book = Book(worker, worker_id, lanes=lanes if len(self.lanes) > 1 else None)
+        self.book = Book(worker, worker_id, shards=shards if len(self.shards) > 1 else None)
         self.events: deque[events.Event] = deque()
         self.woken = asyncio.Event()
         self.processes = Processes(settings, worker, worker_id, self.post)
@@ -124,9 +124,9 @@ class Master:
         self.started_ms = round(time.time() * 1000)  # for `runtime workers`, not for schedules
         self.wait_s = IDLE_WAIT_S  # how long one blocking read for work may last
         self.fitted_lease_s: float | None = None  # the lease _fit_timeout last fitted
-        self.cancels_failed_at = [-CANCELS_PAUSE_S] * len(self.lanes)  # by lane
-        self.watch_names = {  # the watching tasks' names, by lane
-            what: [(lane, self._named(what, lane)) for lane in range(len(self.lanes))]
+        self.cancels_failed_at = [-CANCELS_PAUSE_S] * len(self.shards)  # by shard
+        self.watch_names = {  # the watching tasks' names, by shard
+            what: [(shard, self._named(what, shard)) for shard in range(len(self.shards))]
             for what in ("sizes", "cancels")
         }
         self.unexpected: dict[str, tuple[float, int]] = {}  # task name -> (last logged, since)
@@ -232,9 +232,9 @@ class Master:
         if wake:
             self._wake()
 
-    def _named(self, name: str, lane: int) -> str:
-        """A task's name: of the first lane as for one namespace, else with the lane's."""
-        return name if lane == 0 else f"{name}@{self.lanes[lane][0]}"
+    def _named(self, name: str, shard: int) -> str:
+        """A task's name: of the first shard as for one namespace, else with the shard's."""
+        return name if shard == 0 else f"{name}@{self.shards[shard][0]}"
 
     def _unique(self, name: str) -> str:
         self.counter += 1
@@ -262,34 +262,34 @@ class Master:
             case events.Post():
                 self.processes.send(action.index, action.message)
             case events.Exchange():
-                name = self._named("exchange", action.lane)
+                name = self._named("exchange", action.shard)
                 fallback = self._exchange_failed(action)
                 self._own(name, self._exchange(action), fallback, reports=True)
             case events.Renew():
-                name = self._named("renew", action.lane)
+                name = self._named("renew", action.shard)
                 self._own(name, self._renew(action), self._renew_failed(action), reports=True)
             case events.Kill():
                 self.processes.kill(action.index, action.signal)
             case events.Spawn():
                 self._own(self._unique("spawn"), self.processes.spawn(action.index))
             case events.Wait():
-                lane = action.lane
-                name = self._named("wait", lane)
-                self._own(name, self._wait(lane), self._wait_failed(lane), reports=True)
+                shard = action.shard
+                name = self._named("wait", shard)
+                self._own(name, self._wait(shard), self._wait_failed(shard), reports=True)
             case events.StopWaiting():
-                self._cancel(self._named("wait", action.lane))
+                self._cancel(self._named("wait", action.shard))
             case events.GiveBack():
-                giving = self.clients[action.lane].give_back(action.key)
+                giving = self.clients[action.shard].give_back(action.key)
                 self._own(self._unique("give-back"), giving)
             case events.ReplaceServer():
                 self._own("replace", self._replace())
             case events.Extend():
-                self._extend(action.low, action.lane)
+                self._extend(action.low, action.shard)
             case events.Trim():
-                self._trim(action.lane)
+                self._trim(action.shard)
             case events.Register():
-                name = self._named("register", action.lane)
-                self._own(name, self._register(action.concurrency, action.lane))
+                name = self._named("register", action.shard)
+                self._own(name, self._register(action.concurrency, action.shard))
             case events.ReportFailure():  # never waits for Sentry: leases must go on
                 sentry.report(
                     group=action.group, message=action.message, tags=action.tags, flush_s=None
@@ -302,7 +302,7 @@ class Master:
             task.cancel()
 
     async def _exchange(self, action: events.Exchange) -> None:
-        done = await self.clients[action.lane].exchange(
+        done = await self.clients[action.shard].exchange(
             action.outcomes,
             action.pop,
             list(action.queues),
@@ -319,7 +319,7 @@ class Master:
                 done.sent_at,
                 time.monotonic(),
                 done.unsent,
-                action.lane,
+                action.shard,
             )
         )
         if done.popped is not None and done.popped.jobs:
@@ -331,13 +331,13 @@ class Master:
     def _exchange_failed(self, action: events.Exchange) -> Callable[[BaseException], events.Event]:
         sent = time.monotonic()
         return lambda err: events.ExchangeFailed(
-            action.outcomes, condition_of(err), str(err), sent, action.lane
+            action.outcomes, condition_of(err), str(err), sent, action.shard
         )
 
     async def _renew(self, action: events.Renew) -> None:
-        client = self.clients[action.lane]
+        client = self.clients[action.shard]
         done = await client.heartbeat(action.leases, outage_ms=action.outage_ms)
-        renewed = events.Renewed(action.leases, frozenset(done.lost), done.sent_at, action.lane)
+        renewed = events.Renewed(action.leases, frozenset(done.lost), done.sent_at, action.shard)
         if action.confirms and self.finished is not None:
             self.events.append(renewed)
             self._run_pass()  # a handed job waited for this answer only: it starts now
@@ -347,14 +347,14 @@ class Master:
     def _renew_failed(self, action: events.Renew) -> Callable[[BaseException], events.Event]:
         sent = time.monotonic()
         return lambda err: events.RenewFailed(
-            action.leases, condition_of(err), str(err), sent, action.lane
+            action.leases, condition_of(err), str(err), sent, action.shard
         )
 
-    async def _wait(self, lane: int) -> None:
-        client = self.clients[lane]
-        got = await client.wait_for_work(list(self.lanes[lane][1]), self.wait_s)
+    async def _wait(self, shard: int) -> None:
+        client = self.clients[shard]
+        got = await client.wait_for_work(list(self.shards[shard][1]), self.wait_s)
         if got is None:
-            self.post(events.WaitEnded(lane=lane))
+            self.post(events.WaitEnded(shard=shard))
             return
         key, value = got
         own = key == client.keys.worker_wake(self.worker_id)
@@ -372,18 +372,18 @@ class Master:
         confirmed = None
         if handed is not None:
             try:
-                confirmed = await self._confirm(lane, handed)
+                confirmed = await self._confirm(shard, handed)
             except BaseException:  # the book renews it as any handed job (and fails the wait)
-                self.events.append(events.WaitEnded(handed, key, own, at_us, lane))
+                self.events.append(events.WaitEnded(handed, key, own, at_us, shard))
                 self._wake()
                 raise
-        self.events.append(events.WaitEnded(handed, key, own, at_us, lane, confirmed))
+        self.events.append(events.WaitEnded(handed, key, own, at_us, shard, confirmed))
         if handed is not None and self.finished is not None:
             self._run_pass()  # a job for an idle child: it goes now, not a loop turn later
         else:
             self._wake()
 
-    async def _confirm(self, lane: int, handed: Leased) -> events.Renewed:
+    async def _confirm(self, shard: int, handed: Leased) -> events.Renewed:
         """The confirming renewal of a job handed to us, made by the blocking read
         as it returns, before the book hears of the job: no pass, no task and no
         loop turn before it goes (a handed job starts on its answer, so they all
@@ -391,19 +391,19 @@ class Master:
         others are renewed on their own plan, and one renewal of the book may be
         out meanwhile."""
         leases = {handed.jid: handed.token}
-        done = await self.clients[lane].heartbeat(leases)
-        return events.Renewed(leases, frozenset(done.lost), done.sent_at, lane)
+        done = await self.clients[shard].heartbeat(leases)
+        return events.Renewed(leases, frozenset(done.lost), done.sent_at, shard)
 
-    def _wait_failed(self, lane: int) -> Callable[[BaseException], events.Event]:
+    def _wait_failed(self, shard: int) -> Callable[[BaseException], events.Event]:
         sent = time.monotonic()
-        return lambda err: events.WaitFailed(condition_of(err), str(err), sent, lane)
+        return lambda err: events.WaitFailed(condition_of(err), str(err), sent, shard)
 
-    async def _register(self, concurrency: int, lane: int = 0) -> None:
+    async def _register(self, concurrency: int, shard: int = 0) -> None:
         try:
-            await self.clients[lane].register(
+            await self.clients[shard].register(
                 host=socket.gethostname(),
                 pid=os.getpid(),
-                queues=list(self.lanes[lane][1]),
+                queues=list(self.shards[shard][1]),
                 concurrency=concurrency,
                 started_ms=self.started_ms,
             )
@@ -418,12 +418,12 @@ class Master:
             return
         self.post(events.ServerReplaced(generation))
 
-    def _extend(self, low: dict[str, Any], lane: int = 0) -> None:
+    def _extend(self, low: dict[str, Any], shard: int = 0) -> None:
         """A cron recurrence runs low on ticks: compute more (one task per recurrence)."""
-        name = self._named(f"extend:{low['id']}", lane)
+        name = self._named(f"extend:{low['id']}", shard)
         if name in self.tasks:
             return
-        client = self.clients[lane]
+        client = self.clients[shard]
 
         async def extend() -> None:
             try:
@@ -433,11 +433,11 @@ class Master:
 
         self._own(name, extend())
 
-    def _trim(self, lane: int) -> None:
-        """Redis is full: retention trimmed (full.trim), one task a lane at a time."""
-        name = self._named("trim", lane)
+    def _trim(self, shard: int) -> None:
+        """Redis is full: retention trimmed (full.trim), one task a shard at a time."""
+        name = self._named("trim", shard)
         if name not in self.tasks:
-            self._own(name, full.trim(self.clients[lane], self.worker_id))
+            self._own(name, full.trim(self.clients[shard], self.worker_id))
 
     def _fit_timeout(self, lease_s: float) -> None:
         """A half-open connection must be noticed within a third of a lease: commands
@@ -454,7 +454,7 @@ class Master:
         """The shortest lease of our queues, from the shared settings, before any pop."""
         setting = config.SHARED["heartbeat"]
         lengths = []
-        for client, (_, queues) in zip(self.clients, self.lanes, strict=True):
+        for client, (_, queues) in zip(self.clients, self.shards, strict=True):
             for name in ["heartbeat", *(f"{q}-heartbeat" for q in queues)]:
                 raw = await client.setting(name)
                 if raw is not None:
@@ -548,35 +548,35 @@ class Master:
         self._run_pass()
 
     def _watch_sizes(self) -> None:
-        tasks, lanes = self.tasks, self.book.lanes
-        for lane, name in self.watch_names["sizes"]:  # every pass: no call unless needed
-            if name not in tasks and lanes[lane].link.up:
-                queues = list(self.lanes[lane][1])
-                self._own(name, SizeWatch(self.clients[lane], queues, self.worker_id).run())
+        tasks, shards = self.tasks, self.book.shards
+        for shard, name in self.watch_names["sizes"]:  # every pass: no call unless needed
+            if name not in tasks and shards[shard].link.up:
+                queues = list(self.shards[shard][1])
+                self._own(name, SizeWatch(self.clients[shard], queues, self.worker_id).run())
 
     def _watch_cancels(self) -> None:
         """Listens for cancels of jobs we hold (while Redis answers; started again)."""
-        tasks, lanes = self.tasks, self.book.lanes
-        for lane, name in self.watch_names["cancels"]:
-            if name not in tasks and lanes[lane].link.up and not self.cancels_failing(lane):
-                self._own(name, self._cancels(lane), self._cancels_failed(lane))
+        tasks, shards = self.tasks, self.book.shards
+        for shard, name in self.watch_names["cancels"]:
+            if name not in tasks and shards[shard].link.up and not self.cancels_failing(shard):
+                self._own(name, self._cancels(shard), self._cancels_failed(shard))
 
-    async def _cancels(self, lane: int) -> None:
+    async def _cancels(self, shard: int) -> None:
         try:
-            async for jid in self.clients[lane].cancellations():
+            async for jid in self.clients[shard].cancellations():
                 self.post(events.Cancelled(jid))
         finally:  # ended: listened again after a pause
-            self.cancels_failed_at[lane] = time.monotonic()
+            self.cancels_failed_at[shard] = time.monotonic()
 
-    def _cancels_failed(self, lane: int) -> Callable[[BaseException], None]:
+    def _cancels_failed(self, shard: int) -> Callable[[BaseException], None]:
         def failed(err: BaseException) -> None:
-            self.cancels_failed_at[lane] = time.monotonic()  # listened again after a pause
+            self.cancels_failed_at[shard] = time.monotonic()  # listened again after a pause
             log.debug("listening for cancels failed: %s worker=%s", err, self.worker_id)
 
         return failed
 
-    def cancels_failing(self, lane: int = 0) -> bool:
-        return time.monotonic() - self.cancels_failed_at[lane] < CANCELS_PAUSE_S
+    def cancels_failing(self, shard: int = 0) -> bool:
+        return time.monotonic() - self.cancels_failed_at[shard] < CANCELS_PAUSE_S
 
     async def _start(self) -> None:
         """Reaches Redis (every namespace's) and starts the children; returns once
@@ -635,8 +635,8 @@ class Master:
         await self.processes.close()
         if sentry.enabled():  # events not sent yet: a bounded wait, off the loop
             await asyncio.to_thread(sentry.flush, SENTRY_FLUSH_S)
-        for client, (namespace, queues) in zip(self.clients, self.lanes, strict=True):
-            where = "" if len(self.lanes) == 1 else f" namespace={namespace}"
+        for client, (namespace, queues) in zip(self.clients, self.shards, strict=True):
+            where = "" if len(self.shards) == 1 else f" namespace={namespace}"
             try:
                 held = await asyncio.wait_for(client.forget(list(queues)), 1.0)
                 if held:
