@@ -1,6 +1,6 @@
 """What a lease holder (a master) receives and reports: `Leased` jobs and the
 `Popped` reply that brings them, the `Outcomes` it collects, and what its
-calls answer (`Exchanged`, `Renewed`). Pure values, no I/O: runtime.queue.ops
+calls answer (`ExchangeReply`, `RenewReply`). Pure values, no I/O: runtime.queue.ops
 builds them from replies; runtime.queue.aio sends them.
 
 A reply is decoded one job at a time: a job that does not decode goes to
@@ -344,7 +344,7 @@ class Outcomes:
 
 
 @dataclass(frozen=True)
-class Exchanged:
+class ExchangeReply:
     """What one exchange answered.
 
     states: {jid: its state after the report, or the error that refused it}
@@ -369,7 +369,7 @@ class Exchanged:
 
 
 @dataclass(frozen=True)
-class Renewed:
+class RenewReply:
     """What one lease renewal answered: the jids no longer ours (stop them), and
     time.monotonic() just before the request was written."""
 
