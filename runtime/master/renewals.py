@@ -89,7 +89,7 @@ class Renewals:
                 self.ledger.move(jid, Where.BUFFERED, now=now, front=True)
             elif held.slot is not None:
                 deadline = plan.stop_before(held.lease_until, held.renew_length_s())
-                self.actions.append(events.Post(held.slot, protocol.Lease(jid, deadline)))
+                self.actions.append(events.Post(held.slot, protocol.Deadline(jid, deadline)))
 
     def _lose(self, held: Held, now: float) -> None:
         """Redis says the lease is gone: the job is not ours any more."""
