@@ -62,7 +62,7 @@ class Intake:
         While Redis is out of reach an exchange is the probe, whatever there is to say."""
         if not self.link.up:
             return None if self.exchanging or self.link.probing else self.link.retry_at
-        if self.exchanging or self._confirming():
+        if self.exchanging or self._shard_awaits_confirmation():
             return None  # a handed job's confirming renewal goes alone: its answer starts it
         accepting = self.capacity.accepting()
         taken = self.capacity.others_asking(self.shard)  # asked for by the other shards' pops
@@ -110,7 +110,7 @@ class Intake:
             return True
         return now >= reports.since + FLUSH_AFTER_S / 2
 
-    def _confirming(self) -> bool:
+    def _shard_awaits_confirmation(self) -> bool:
         """Whether a job handed to this shard awaits its confirming renewal."""
         held, shard = self.ledger.held, self.shard
         return any(held[jid].shard == shard for jid in self.ledger.confirming)

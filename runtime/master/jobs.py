@@ -54,7 +54,9 @@ class JobFlow:
         renewal (one round trip): it was ready before anything popped since, so it
         goes first."""
         ledger = self.ledger
-        if (ledger.confirming and self._confirming()) or (not ledger.buffer and not ledger.timed):
+        if (ledger.confirming and self._hand_out_waits_for_confirmation()) or (
+            not ledger.buffer and not ledger.timed
+        ):
             return  # most passes
         if ledger.timed:
             self._turns_come(now)
@@ -75,7 +77,7 @@ class JobFlow:
                         break
                     self._send(slot, held, now, running=False)
 
-    def _confirming(self) -> bool:
+    def _hand_out_waits_for_confirmation(self) -> bool:
         """Whether a handed job waits for its confirming renewal: in a namespace whose
         Redis is out of reach it waits for that Redis, not the other namespaces' jobs."""
         links = self.links
