@@ -12,7 +12,8 @@ The book is composed of narrow parts, each owning its state:
     Slots     the children (slots.py)
     Capacity  the mode, the children wanted, prefetch and pipelining (capacity.py)
     Intake    exchanges, pops, handoffs, waiting for work (intake.py)
-    JobFlow   jobs through children: hand-out, messages, endings (jobs.py)
+    HandOut   jobs to children: idle ones first, then pipelines (handout.py)
+    JobFlow   jobs through children: messages, endings, giving back (jobs.py)
     Renewals  keeping the leases alive (renewals.py)
     Reports   the outcomes owed to Redis (reports.py)
     Link      up or down, backoff (link.py)
@@ -44,6 +45,7 @@ from runtime import config
 from runtime.errors import Condition, RedisCondition
 from runtime.master import events, plan, reasons
 from runtime.master.capacity import Capacity
+from runtime.master.handout import HandOut
 from runtime.master.held import (
     HANDOFF_EARLY_S,
     STOP_REPORT_WAIT_S,
@@ -117,7 +119,7 @@ class Book:
             )
             for i, (ns, qs) in enumerate(served)
         ]
-        several = [(shard.reports, shard.link) for shard in self.shards] if shards else None
+        sharded = bool(shards)  # shards given: several namespaces
         first = self.shards[0]
         self.flow = JobFlow(
             worker,
@@ -127,7 +129,17 @@ class Book:
             self.capacity,
             first.reports,
             self.actions,
-            several,
+            [shard.reports for shard in self.shards] if sharded else None,
+        )
+        self.handing = HandOut(
+            worker,
+            worker_id,
+            self.ledger,
+            self.slots,
+            self.capacity,
+            self.actions,
+            self.flow.release,
+            [shard.link for shard in self.shards] if sharded else None,
         )
         for shard in self.shards:
             parts = (self.ledger, self.capacity, shard.link, shard.reports, self.actions)
@@ -217,7 +229,7 @@ class Book:
             self._stop_leasing(now)
         self.actions += self.slots.reconcile(capacity.target, capacity.mode is Mode.RUN, now)
         if accepting:
-            self.flow.hand_out(now)
+            self.handing.hand_out(now)
         if self.several:  # the first to pop takes the room: each shard in its turn
             self.turn = (self.turn + 1) % len(shards)
             shards = shards[self.turn :] + shards[: self.turn]
@@ -237,7 +249,7 @@ class Book:
         """Jobs waiting for a child go to the idle ones now (the loop sends them
         before anything else: one send a child); the actions of that alone."""
         if self.ledger.buffer and self.capacity.accepting() and self.slots.idle_count():
-            self.flow.hand_out(now)
+            self.handing.hand_out(now)
             return self.take_actions()
         return []
 
