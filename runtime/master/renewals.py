@@ -72,7 +72,7 @@ class Renewals:
     def on_confirmed(self, event: events.Renewed, now: float) -> None:
         """A renewal's answer taken in: by `on_renewed` for the renewals this part
         sends, and alone for the confirming renewal of a handed job that the
-        blocking read made itself as it returned (master._wait; one of ours may be
+        blocking read made itself as it returned (remote.Remote.wait; one of ours may be
         out meanwhile). That one says nothing of the link: it never carries an
         outage (resumed.lua), so only the book's own calls end one."""
         self.ledger.forget_due(self.shard)  # the leases' ends move
