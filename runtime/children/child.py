@@ -8,7 +8,7 @@ job that never yields cannot stop them; an idle child reads them on its main
 thread (the reader thread, woken by an eventfd, lets go of the socket meanwhile),
 so a job sent to it starts as its message is read, without a hand-off between
 threads. It keeps the lease deadline of every job the child holds (the running
-one, and the one or two the master sent ahead while jobs are short): `lease`
+one, and the one or two the master sent ahead while jobs are short): `deadline`
 messages move them, `withdraw` drops a job that has not started (answered by
 `skipped`), and when the running job's deadline passes (its master stopped
 renewing: frozen, or cut off from Redis) the child stops itself before the lease
@@ -192,7 +192,7 @@ class Child:
             with self.lock:  # the deadline holds from now, not from when the job starts
                 self.deadlines[message.jid] = message.deadline
             self.inbox.put(message)
-        elif isinstance(message, protocol.Lease):
+        elif isinstance(message, protocol.Deadline):
             with self.lock:
                 if message.jid in self.deadlines:
                     self.deadlines[message.jid] = message.deadline

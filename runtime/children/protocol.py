@@ -78,10 +78,10 @@ class Run(Message):
 
 
 @dataclass
-class Lease(Message):
+class Deadline(Message):
     """The lease on the running job was renewed: safe until `deadline` (monotonic)."""
 
-    kind: ClassVar[str] = "lease"
+    kind: ClassVar[str] = "deadline"
     jid: str
     deadline: float
 
@@ -185,7 +185,7 @@ class Skipped(Message):
 
 
 KINDS: dict[str, type[Message]] = kinds(
-    Run, Lease, Withdraw, Stop, Ready, Heartbeat, Done, Failed, Skipped, Put, Progress
+    Run, Deadline, Withdraw, Stop, Ready, Heartbeat, Done, Failed, Skipped, Put, Progress
 )
 
 # Marker lines the child writes on its output pipe (stdout and stderr share it):

@@ -12,18 +12,19 @@ The book is composed of narrow parts, each owning its state:
     Slots     the children (slots.py)
     Capacity  the mode, the children wanted, prefetch and pipelining (capacity.py)
     Intake    exchanges, pops, handoffs, waiting for work (intake.py)
-    JobFlow   jobs through children: hand-out, messages, endings (jobs.py)
+    HandOut   jobs to children: idle ones first, then pipelines (handout.py)
+    JobFlow   jobs through children: messages, endings, giving back (jobs.py)
     Renewals  keeping the leases alive (renewals.py)
     Reports   the outcomes owed to Redis (reports.py)
     Link      up or down, backoff (link.py)
 
 A master may serve queues of several namespaces of a sharded site (one Redis
 slot, perhaps one server, each: runtime.queue.shards) with one set of children.
-Each namespace is a `Lane` with its own Link, Reports, Intake and Renewals and
+Each namespace is a `Shard` with its own Link, Reports, Intake and Renewals and
 its own registration; the ledger, the slots and the capacity are shared, and
-every held job remembers its lane (`Held.lane`): it is renewed and reported
+every held job remembers its shard (`Held.shard`): it is renewed and reported
 there, and a namespace out of reach stops, and fences, its own jobs only.
-`link`, `reports`, `intake` and `renewals` are the first lane's (the only one's,
+`link`, `reports`, `intake` and `renewals` are the first shard's (the only one's,
 for a master of one namespace).
 
 Pure: no I/O, no asyncio, no clock: times are monotonic seconds the loop passes
@@ -44,6 +45,7 @@ from runtime import config
 from runtime.errors import Condition, RedisCondition
 from runtime.master import events, plan, reasons
 from runtime.master.capacity import Capacity
+from runtime.master.handout import HandOut
 from runtime.master.held import (
     HANDOFF_EARLY_S,
     STOP_REPORT_WAIT_S,
@@ -66,7 +68,7 @@ log = logging.getLogger(__name__)
 REGISTER_EVERY_S = 600.0  # the master's registration (host, pid, queues) is renewed this often
 
 
-class Lane:
+class Shard:
     """One namespace the master serves: its queues, and its parts of the book."""
 
     def __init__(
@@ -80,7 +82,7 @@ class Lane:
         self.registered_at = -math.inf
 
     def settled(self, held: int) -> bool:
-        """Nothing of it left to tell Redis (`held`: jobs of this lane held)."""
+        """Nothing of it left to tell Redis (`held`: jobs of this shard held)."""
         intake = self.intake
         return (
             not held
@@ -96,19 +98,19 @@ class Book:
         worker: config.WorkerSettings,
         worker_id: str,
         rng: random.Random | None = None,
-        lanes: Sequence[tuple[str, tuple[str, ...]]] | None = None,
+        shards: Sequence[tuple[str, tuple[str, ...]]] | None = None,
     ) -> None:
-        """`lanes`: (namespace, its queues) for each namespace served (None: one,
+        """`shards`: (namespace, its queues) for each namespace served (None: one,
         with every queue of `worker`)."""
         self.worker, self.worker_id = worker, worker_id
         self.actions: list[events.Action] = []  # every part appends here; the loop takes them
         self.slots = Slots()
-        served = list(lanes or [("", worker.queues)])
+        served = list(shards or [("", worker.queues)])
         self.ledger = Ledger(self.slots, len(served))
         self.capacity = Capacity(worker, worker_id, self.slots, self.ledger, len(served))
         rng = rng or random.Random()
-        self.lanes = [
-            Lane(
+        self.shards = [
+            Shard(
                 i,
                 ns,
                 qs,
@@ -117,8 +119,8 @@ class Book:
             )
             for i, (ns, qs) in enumerate(served)
         ]
-        several = [(lane.reports, lane.link) for lane in self.lanes] if lanes else None
-        first = self.lanes[0]
+        sharded = bool(shards)  # shards given: several namespaces
+        first = self.shards[0]
         self.flow = JobFlow(
             worker,
             worker_id,
@@ -127,22 +129,34 @@ class Book:
             self.capacity,
             first.reports,
             self.actions,
-            several,
+            [shard.reports for shard in self.shards] if sharded else None,
         )
-        for lane in self.lanes:
-            parts = (self.ledger, self.capacity, lane.link, lane.reports, self.actions)
+        self.handing = HandOut(
+            worker,
+            worker_id,
+            self.ledger,
+            self.slots,
+            self.capacity,
+            self.actions,
+            self.flow.release,
+            [shard.link for shard in self.shards] if sharded else None,
+        )
+        for shard in self.shards:
+            parts = (self.ledger, self.capacity, shard.link, shard.reports, self.actions)
             let_go = self.flow.let_go
-            lane.intake = Intake(worker, worker_id, *parts, lane.index, lane.queues, let_go=let_go)
-            lane.renewals = Renewals(
-                worker_id, self.ledger, lane.link, self.actions, self.flow.let_go, lane.index
+            shard.intake = Intake(
+                worker, worker_id, *parts, shard.index, shard.queues, let_go=let_go
+            )
+            shard.renewals = Renewals(
+                worker_id, self.ledger, shard.link, self.actions, self.flow.let_go, shard.index
             )
         self.link, self.reports = first.link, first.reports
         self.intake, self.renewals = first.intake, first.renewals
         self.drain_at: float | None = None
         self.stopping_since: float | None = None
         self.checked_at = -math.inf
-        self.several = len(self.lanes) > 1  # namespaces served (a sharded site's worker)
-        self.turn = 0  # the lane that goes first in the next pass, of several
+        self.several = len(self.shards) > 1  # namespaces served (a sharded site's worker)
+        self.turn = 0  # the shard that goes first in the next pass, of several
 
     # --- the public face -------------------------------------------------------------
 
@@ -152,26 +166,26 @@ class Book:
             case events.ChildSaid():  # the most common first
                 self.flow.on_child_said(event, now)
             case events.Exchanged():
-                self.lanes[event.lane].intake.on_exchanged(event, now)
+                self.shards[event.shard].intake.on_exchanged(event, now)
             case events.Renewed():
-                lane = self.lanes[event.lane]
-                if lane.renewals.on_renewed(event, now):
-                    lane.intake.want_work = True
+                shard = self.shards[event.shard]
+                if shard.renewals.on_renewed(event, now):
+                    shard.intake.want_work = True
             case events.WaitEnded():
-                lane = self.lanes[event.lane]
-                lane.intake.on_wait_ended(event, now)
+                shard = self.shards[event.shard]
+                shard.intake.on_wait_ended(event, now)
                 if event.confirmed is not None:  # renewed as it came: it may start now
-                    lane.renewals.on_confirmed(event.confirmed, now)
+                    shard.renewals.on_confirmed(event.confirmed, now)
             case events.ChildExited():
                 self.flow.on_child_exited(event, now)
             case events.ExchangeFailed() | events.WaitFailed():
-                lane = self.lanes[event.lane]
-                lane.intake.on_failed(event, now)
-                self._redis_failed(lane, event.condition, event.detail, now)
+                shard = self.shards[event.shard]
+                shard.intake.on_failed(event, now)
+                self._redis_failed(shard, event.condition, event.detail, now)
             case events.RenewFailed():
-                lane = self.lanes[event.lane]
-                lane.renewals.renewing = False
-                self._redis_failed(lane, event.condition, event.detail, now)
+                shard = self.shards[event.shard]
+                shard.renewals.renewing = False
+                self._redis_failed(shard, event.condition, event.detail, now)
             case events.ChildSpawned():
                 self.slots.spawned(event.index, event.pid)
             case events.SpawnFailed():
@@ -199,9 +213,9 @@ class Book:
     def step(self, now: float) -> None:
         """Decides what to do now: checks on running jobs, children to start or stop,
         jobs to hand out, leases to renew, reports and pops to send, waiting."""
-        capacity, lanes = self.capacity, self.lanes
-        for lane in lanes:
-            intake = lane.intake
+        capacity, shards = self.capacity, self.shards
+        for shard in shards:
+            intake = shard.intake
             if intake.wake_at is not None and now >= intake.wake_at:
                 intake.want_work, intake.wake_at = True, None  # something came due: pop again
         if now - self.checked_at >= TICK_S:
@@ -215,16 +229,16 @@ class Book:
             self._stop_leasing(now)
         self.actions += self.slots.reconcile(capacity.target, capacity.mode is Mode.RUN, now)
         if accepting:
-            self.flow.hand_out(now)
-        if self.several:  # the first to pop takes the room: each lane in its turn
-            self.turn = (self.turn + 1) % len(lanes)
-            lanes = lanes[self.turn :] + lanes[: self.turn]
-        for lane in lanes:
-            intake = lane.intake
-            lane.renewals.maybe_renew(now)
+            self.handing.hand_out(now)
+        if self.several:  # the first to pop takes the room: each shard in its turn
+            self.turn = (self.turn + 1) % len(shards)
+            shards = shards[self.turn :] + shards[: self.turn]
+        for shard in shards:
+            intake = shard.intake
+            shard.renewals.maybe_renew(now)
             intake.maybe_exchange(now)
             intake.maybe_wait(now)
-            self._maybe_register(lane, now)
+            self._maybe_register(shard, now)
 
     def take_actions(self) -> list[events.Action]:
         actions = self.actions[:]  # a copy, then emptied: every part holds this list
@@ -235,7 +249,7 @@ class Book:
         """Jobs waiting for a child go to the idle ones now (the loop sends them
         before anything else: one send a child); the actions of that alone."""
         if self.ledger.buffer and self.capacity.accepting() and self.slots.idle_count():
-            self.flow.hand_out(now)
+            self.handing.hand_out(now)
             return self.take_actions()
         return []
 
@@ -243,11 +257,11 @@ class Book:
         """Seconds until a pass has something to do without news (None: nothing)."""
         capacity, ledger = self.capacity, self.ledger
         dues: list[float | None] = []
-        for lane in self.lanes:
-            intake = lane.intake
-            dues += [intake.exchange_at(now), lane.renewals.at(now), intake.wake_at]
-            if lane.link.up:
-                dues.append(lane.registered_at + REGISTER_EVERY_S)
+        for shard in self.shards:
+            intake = shard.intake
+            dues += [intake.exchange_at(now), shard.renewals.at(now), intake.wake_at]
+            if shard.link.up:
+                dues.append(shard.registered_at + REGISTER_EVERY_S)
             elif self.stopping_since is not None:
                 dues.append(max(now + TICK_S, self.stopping_since + STOP_REPORT_WAIT_S))
         if self.drain_at is not None and self.drain_at > now:
@@ -271,20 +285,20 @@ class Book:
         to report what is left: said in the log)."""
         if self.capacity.mode is Mode.RUN or self.slots.any_busy():
             return False
-        held = [0] * len(self.lanes)
+        held = [0] * len(self.shards)
         for h in self.ledger.held.values():
-            held[h.lane] += 1
-        waiting = [lane for lane in self.lanes if not lane.settled(held[lane.index])]
+            held[h.shard] += 1
+        waiting = [shard for shard in self.shards if not shard.settled(held[shard.index])]
         if not waiting:
             return True
         since = self.stopping_since if self.stopping_since is not None else now
-        if all(not lane.link.up for lane in waiting) and now - since >= STOP_REPORT_WAIT_S:
-            for lane in waiting:
+        if all(not shard.link.up for shard in waiting) and now - since >= STOP_REPORT_WAIT_S:
+            for shard in waiting:
                 log.warning(
                     "exiting with %d reports unsent: Redis is out of reach; their "
                     "leases will run out and the jobs run again worker=%s",
-                    held[lane.index],
-                    lane.link.worker_id,
+                    held[shard.index],
+                    shard.link.worker_id,
                 )
             return True
         return False
@@ -316,9 +330,9 @@ class Book:
             flags += [f"redis-down({self.link.condition})"] if not self.link.up else []
         else:
             flags += [
-                f"redis-down({lane.namespace}:{lane.link.condition})"
-                for lane in self.lanes
-                if not lane.link.up
+                f"redis-down({shard.namespace}:{shard.link.condition})"
+                for shard in self.shards
+                if not shard.link.up
             ]
         text = f"queues={','.join(self.worker.queues)} children={len(self.slots)}/"
         text += f"{capacity.target} busy={len(self.slots.busy())}"
@@ -329,18 +343,18 @@ class Book:
         checks, and every job that is reporting has its report waiting or out.
         Walks everything: for the tests, never on the loop's path."""
         self.ledger.invariants()
-        owed = [lane.reports.jids() for lane in self.lanes]
+        owed = [shard.reports.jids() for shard in self.shards]
         for jid, held in self.ledger.held.items():
             if held.where is Where.REPORTING:
-                assert jid in owed[held.lane], (
-                    f"{jid} is reporting but no report of it waits or is out in its lane"
+                assert jid in owed[held.shard], (
+                    f"{jid} is reporting but no report of it waits or is out in its shard"
                 )
-        for lane in self.lanes:
-            reports = lane.reports
+        for shard in self.shards:
+            reports = shard.reports
             assert reports.since is not None or not reports.outcomes, "reports, no since"
-            assert lane.intake.exchanging == (reports.sending is not None), "sending"
-            assert self.capacity.asking[lane.index] >= 0, "asking"
-        assert len(self.capacity.asking) == len(self.lanes), "asking"
+            assert shard.intake.exchanging == (reports.sending is not None), "sending"
+            assert self.capacity.asking[shard.index] >= 0, "asking"
+        assert len(self.capacity.asking) == len(self.shards), "asking"
 
     # --- the mode --------------------------------------------------------------------
 
@@ -357,8 +371,8 @@ class Book:
                 self.flow.kill(slot, why)
         elif intent in (Intent.PAUSE, Intent.RESUME):
             capacity.paused = intent is Intent.PAUSE
-            for lane in self.lanes:
-                lane.intake.want_work = lane.intake.want_work or not capacity.paused
+            for shard in self.shards:
+                shard.intake.want_work = shard.intake.want_work or not capacity.paused
         elif intent is Intent.REPLACE:
             self.actions.append(events.ReplaceServer())
         elif intent in (Intent.GROW, Intent.SHRINK):
@@ -384,22 +398,22 @@ class Book:
         ledger = self.ledger
         for jid in [*ledger.confirming, *ledger.buffer, *ledger.timed]:
             self.flow.release(held_by[jid], now)
-        for lane in self.lanes:
-            lane.intake.stop_waiting()
+        for shard in self.shards:
+            shard.intake.stop_waiting()
 
-    def _redis_failed(self, lane: Lane, condition: Condition, detail: str, now: float) -> None:
-        lane.link.failed(now, condition, detail, self.ledger.shortest_lease())
+    def _redis_failed(self, shard: Shard, condition: Condition, detail: str, now: float) -> None:
+        shard.link.failed(now, condition, detail, self.ledger.shortest_lease())
         if condition == RedisCondition.OOM:  # a full Redis frees what it may, then we wait
-            self.actions.append(events.Trim(lane.index))
+            self.actions.append(events.Trim(shard.index))
 
-    def _maybe_register(self, lane: Lane, now: float) -> None:
+    def _maybe_register(self, shard: Shard, now: float) -> None:
         """Who this master is goes to Redis (each namespace's) at start, when its
         children's number changes, and every REGISTER_EVERY_S (it expires)."""
-        fresh = now - lane.registered_at < REGISTER_EVERY_S
+        fresh = now - shard.registered_at < REGISTER_EVERY_S
         target = self.capacity.target
-        if lane.link.up and (lane.registered_target != target or not fresh):
-            lane.registered_target, lane.registered_at = target, now
-            self.actions.append(events.Register(target, lane.index))
+        if shard.link.up and (shard.registered_target != target or not fresh):
+            shard.registered_target, shard.registered_at = target, now
+            self.actions.append(events.Register(target, shard.index))
 
     # --- checks on running jobs -----------------------------------------------------
 
@@ -430,16 +444,16 @@ class Book:
         """A job handed to a namespace now out of reach, whose short first lease ran
         out unconfirmed, is not ours: it never started, Redis gives it to the next
         pop. Dropped, it holds no room the other namespaces' jobs need."""
-        held_by, lanes = self.ledger.held, self.lanes
+        held_by, shards = self.ledger.held, self.shards
         for jid in list(self.ledger.confirming):
             held = held_by[jid]
-            if now >= held.lease_until and not lanes[held.lane].link.up:
+            if now >= held.lease_until and not shards[held.shard].link.up:
                 log.warning(
                     "job handed to this master not confirmed, its lease ran out jid=%s "
                     "queue=%s worker=%s",
                     jid,
                     held.leased.queue,
-                    lanes[held.lane].link.worker_id,
+                    shards[held.shard].link.worker_id,
                 )
                 self.ledger.move(jid, None, now=now)
 

@@ -30,7 +30,7 @@ class Capacity:
         worker_id: str,
         slots: Slots,
         ledger: Ledger,
-        lanes: int = 1,
+        shards: int = 1,
     ) -> None:
         self.worker, self.worker_id = worker, worker_id
         self.slots, self.ledger = slots, ledger
@@ -45,14 +45,14 @@ class Capacity:
         self.fixed = worker.prefetch == 0 and worker.pipeline == 0
         self.pipelining = False
         self.pipelining_logged_at, self.pipelining_flips = -math.inf, 0
-        self.asking = [0] * lanes  # by lane: the jobs its pop out now asked for
+        self.asking = [0] * shards  # by shard: the jobs its pop out now asked for
 
-    def others_asking(self, lane: int) -> int:
+    def others_asking(self, shard: int) -> int:
         """The jobs the other namespaces' pops out now asked for."""
         asking = self.asking
         if len(asking) == 1:
             return 0
-        return sum(asking) - asking[lane]
+        return sum(asking) - asking[shard]
 
     def accepting(self) -> bool:
         return self.mode is Mode.RUN and not self.paused

@@ -103,7 +103,7 @@ class Exchanged:
     sent_at: float  # monotonic, when the request went out (after connecting)
     received_at: float
     unsent: Outcomes | None = None  # reports Redis refused for now (sent again)
-    lane: int = 0  # the namespace it went to (the book's lanes)
+    shard: int = 0  # the namespace it went to (the book's shards)
 
 
 @dataclass
@@ -112,7 +112,7 @@ class ExchangeFailed:
     condition: Condition  # why, in one word
     detail: str
     sent_at: float
-    lane: int = 0
+    shard: int = 0
 
 
 @dataclass
@@ -120,7 +120,7 @@ class Renewed:
     leases: dict[str, str]  # what was renewed: jid -> token
     lost: frozenset[str]
     sent_at: float
-    lane: int = 0
+    shard: int = 0
 
 
 @dataclass
@@ -129,7 +129,7 @@ class RenewFailed:
     condition: Condition
     detail: str
     sent_at: float
-    lane: int = 0
+    shard: int = 0
 
 
 @dataclass
@@ -144,7 +144,7 @@ class WaitEnded:
     key: str | None = None
     own: bool = False  # the key is this master's own list
     at_us: int | None = None  # a queue's token says: look then (Redis time), not now
-    lane: int = 0
+    shard: int = 0
     confirmed: Renewed | None = None  # the handed job's renewal, answered
 
 
@@ -153,7 +153,7 @@ class WaitFailed:
     condition: Condition
     detail: str
     sent_at: float
-    lane: int = 0
+    shard: int = 0
 
 
 @dataclass
@@ -214,14 +214,14 @@ class Exchange:
     pop: int | None  # None: no pop; 0: only learn when something comes due
     queues: tuple[str, ...]
     outage_ms: int
-    lane: int = 0
+    shard: int = 0
 
 
 @dataclass
 class Renew:
     leases: dict[str, str]
     outage_ms: int
-    lane: int = 0
+    shard: int = 0
     confirms: bool = False  # it confirms a job handed to us: that job starts on its answer
 
 
@@ -229,12 +229,12 @@ class Renew:
 class Wait:
     """Start the blocking read for work (a job handed to us, or a wake-up token)."""
 
-    lane: int = 0
+    shard: int = 0
 
 
 @dataclass
 class StopWaiting:
-    lane: int = 0
+    shard: int = 0
 
 
 @dataclass
@@ -242,7 +242,7 @@ class GiveBack:
     """A wake-up token we cannot use: back to its list for another master."""
 
     key: str
-    lane: int = 0
+    shard: int = 0
 
 
 @dataclass
@@ -255,7 +255,7 @@ class Extend:
     """A cron recurrence runs low on ticks: compute more."""
 
     low: dict[str, Any]
-    lane: int = 0
+    shard: int = 0
 
 
 @dataclass
@@ -263,7 +263,7 @@ class Register:
     """Tell Redis who this master is and how many children it wants."""
 
     concurrency: int
-    lane: int = 0
+    shard: int = 0
 
 
 @dataclass
@@ -271,7 +271,7 @@ class Trim:
     """Redis is full (oom): delete what retention lets go (completed jobs past
     jobs-history or jobs-history-count) before waiting for room."""
 
-    lane: int = 0
+    shard: int = 0
 
 
 @dataclass

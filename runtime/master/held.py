@@ -56,7 +56,7 @@ class Held:
     killed_at: float | None = None  # SIGKILL sent: SIGTERM was ignored for the kill grace
     lost: bool = False  # Redis said its lease is gone
     cancelled: bool = False  # cancelled while held: nothing of it is reported
-    lane: int = 0  # the namespace it came from, where it is renewed and reported (book.py)
+    shard: int = 0  # the namespace it came from, where it is renewed and reported (book.py)
     puts: list[tuple[str, str]] = field(default_factory=list)  # jobs put with its completion
 
     @property

@@ -3,10 +3,10 @@ in, in one round trip; jobs handed to an idle master while it waited; when to
 wait, and for how long. Jobs that come are added to the ledger (ledger.py).
 Pure, like the book: plain values in, actions out.
 
-A master serving several namespaces has one Intake for each (its `lane`, with
+A master serving several namespaces has one Intake for each (its `shard`, with
 that namespace's queues, link and reports); the jobs it takes remember their
-lane. The children's room is shared: a pop asks for the room the other lanes'
-pops out now did not ask for (Capacity.asking, by lane).
+shard. The children's room is shared: a pop asks for the room the other shards'
+pops out now did not ask for (Capacity.asking, by shard).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Intake:
         link: Link,
         reports: Reports,
         actions: list[events.Action],
-        lane: int = 0,
+        shard: int = 0,
         queues: tuple[str, ...] | None = None,
         *,
         let_go: Callable[[Held, reasons.Ending, float], None],
@@ -47,7 +47,7 @@ class Intake:
         self.worker, self.worker_id = worker, worker_id
         self.ledger, self.capacity, self.link = ledger, capacity, link
         self.reports, self.actions = reports, actions
-        self.lane, self.let_go = lane, let_go
+        self.shard, self.let_go = shard, let_go
         self.queues = list(worker.queues if queues is None else queues)
         self.exchanging = self.waiting = False
         self.want_work = True  # the last pop was full, or something woke us since
@@ -62,10 +62,10 @@ class Intake:
         While Redis is out of reach an exchange is the probe, whatever there is to say."""
         if not self.link.up:
             return None if self.exchanging or self.link.probing else self.link.retry_at
-        if self.exchanging or self._confirming():
+        if self.exchanging or self._shard_awaits_confirmation():
             return None  # a handed job's confirming renewal goes alone: its answer starts it
         accepting = self.capacity.accepting()
-        taken = self.capacity.others_asking(self.lane)  # asked for by the other lanes' pops
+        taken = self.capacity.others_asking(self.shard)  # asked for by the other shards' pops
         wants_jobs = accepting and self.want_work and self.capacity.urgent_room(now, taken) > 0
         if wants_jobs or (not accepting and self.registered):  # a pop (or an unregistering one)
             return now
@@ -82,7 +82,7 @@ class Intake:
         if due is None or due > now or not self.link.may_call(now):
             return
         accepting = self.capacity.accepting()
-        room = self.capacity.room(now, self.capacity.others_asking(self.lane)) if accepting else 0
+        room = self.capacity.room(now, self.capacity.others_asking(self.shard)) if accepting else 0
         # no room and nothing to unregister: the reports go alone (a pop of 0 costs
         # Redis a call and would stop the urgent pops until something wakes us)
         count: int | None = room if room or self.registered else None
@@ -95,8 +95,10 @@ class Intake:
         self.link.sending()
         outcomes = self.reports.take() if self._reports_ride(count, now) else self.reports.hold()
         if count:
-            self.capacity.asking[self.lane] = count
-        self.actions.append(events.Exchange(outcomes, count, self._rotated(), outage_ms, self.lane))
+            self.capacity.asking[self.shard] = count
+        self.actions.append(
+            events.Exchange(outcomes, count, self._rotated(), outage_ms, self.shard)
+        )
 
     def _reports_ride(self, count: int | None, now: float) -> bool:
         """Whether the reports go with this exchange. A pop takes them only once they
@@ -108,10 +110,10 @@ class Intake:
             return True
         return now >= reports.since + FLUSH_AFTER_S / 2
 
-    def _confirming(self) -> bool:
-        """Whether a job handed to this lane awaits its confirming renewal."""
-        held, lane = self.ledger.held, self.lane
-        return any(held[jid].lane == lane for jid in self.ledger.confirming)
+    def _shard_awaits_confirmation(self) -> bool:
+        """Whether a job handed to this shard awaits its confirming renewal."""
+        held, shard = self.ledger.held, self.shard
+        return any(held[jid].shard == shard for jid in self.ledger.confirming)
 
     def _rotated(self) -> tuple[str, ...]:
         if self.worker.order == "round-robin" and len(self.queues) > 1:
@@ -121,7 +123,7 @@ class Intake:
     def _answered(self) -> None:
         """The exchange out came back (or failed): its pop asks for nothing more."""
         self.exchanging = False
-        self.capacity.asking[self.lane] = 0
+        self.capacity.asking[self.shard] = 0
 
     def on_exchanged(self, event: events.Exchanged, now: float) -> None:
         self._answered()
@@ -173,7 +175,7 @@ class Intake:
             self.offset = event.sent_at - popped.now_us / 1e6
         self.registered = bool(asked) and len(popped.jobs) < (asked or 0)
         if popped.refill:
-            self.actions += [events.Extend(low, self.lane) for low in popped.refill]
+            self.actions += [events.Extend(low, self.shard) for low in popped.refill]
         for jid, why in popped.corrupt:
             log.error(
                 "a popped job does not decode, left to its lease: %s jid=%s worker=%s",
@@ -181,17 +183,19 @@ class Intake:
                 jid,
                 self.worker_id,
             )
-        add, lane, held_by = self.ledger.add, self.lane, self.ledger.held
+        add, shard, held_by = self.ledger.add, self.shard, self.ledger.held
         for leased in popped.jobs:
             if leased.jid in held_by and not self._leased_again(leased, now):
                 continue
             if leased.handed:  # handed to us while we waited: its first lease is short
                 self._take_handed(leased, now)
             elif leased.start_in_s is None:
-                add(Held(leased, Where.BUFFERED, event.sent_at + leased.lease_s, lane=lane))
+                add(Held(leased, Where.BUFFERED, event.sent_at + leased.lease_s, shard=shard))
             else:  # Redis's clock read in the call: start no earlier than received + wait
                 start_at = event.received_at + leased.start_in_s
-                add(Held(leased, Where.TIMED, event.sent_at + leased.lease_s, start_at, lane=lane))
+                add(
+                    Held(leased, Where.TIMED, event.sent_at + leased.lease_s, start_at, shard=shard)
+                )
         if asked is not None and len(popped.jobs) < max(asked, 1):
             self.want_work = False
             # on Redis's clock when the pop ran, no earlier than it was sent: counted
@@ -214,7 +218,7 @@ class Intake:
         if leased.jid in self.ledger.held and not self._leased_again(leased, now):
             return
         lease_until = leased.expires_us / 1e6 + self.offset
-        self.ledger.add(Held(leased, Where.CONFIRMING, lease_until, lane=self.lane))
+        self.ledger.add(Held(leased, Where.CONFIRMING, lease_until, shard=self.shard))
 
     def _leased_again(self, leased: Leased, now: float) -> bool:
         """A lease of a job this master holds already: Redis took the job back (its
@@ -233,7 +237,7 @@ class Intake:
             old.where.value,
             self.worker_id,
         )
-        if old.lane == self.lane:  # (the same jid in another namespace is another job)
+        if old.shard == self.shard:  # (the same jid in another namespace is another job)
             if old.where is Where.REPORTING:  # a report of the lost lease would be refused
                 self.reports.drop(old.jid, old.leased.token)
                 self.ledger.move(old.jid, None, now=now)
@@ -255,16 +259,16 @@ class Intake:
             self.capacity.accepting()
             and self.link.up
             and not self.want_work
-            and self.capacity.room(now, self.capacity.others_asking(self.lane)) > 0
+            and self.capacity.room(now, self.capacity.others_asking(self.shard)) > 0
         )
         if want and not self.waiting:
             self.waiting = True
-            self.actions.append(events.Wait(self.lane))
+            self.actions.append(events.Wait(self.shard))
 
     def stop_waiting(self) -> None:
         if self.waiting:
             self.waiting = False
-            self.actions.append(events.StopWaiting(self.lane))
+            self.actions.append(events.StopWaiting(self.shard))
 
     def on_wait_ended(self, event: events.WaitEnded, now: float) -> None:
         self.waiting = False
@@ -273,9 +277,9 @@ class Intake:
         elif (
             event.key is not None
             and not event.own
-            and self.capacity.room(now, self.capacity.others_asking(self.lane)) == 0
+            and self.capacity.room(now, self.capacity.others_asking(self.shard)) == 0
         ):
-            self.actions.append(events.GiveBack(event.key, self.lane))  # to other masters
+            self.actions.append(events.GiveBack(event.key, self.shard))  # to other masters
         elif event.at_us is not None and self.offset is not None:
             # a job was handed to another master: pop when its first lease ends (if
             # that master is dead, the pop reclaims the job); until then, wait on

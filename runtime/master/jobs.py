@@ -1,9 +1,9 @@
-"""How a job moves from the ledger (ledger.py) through a child: handed to an idle
-child or a busy one's pipeline, what the child says (outcome, progress, puts),
-how the child ended, and the report that goes to Redis — or the job given back.
-Every change of a job's place is a `Ledger.move`. Pure: plain values in,
-actions out. A job's reports go to the namespace it came from: the Reports of
-its lane (`lanes`, one for each namespace the master serves).
+"""How a job handed to a child (handout.py) goes on: what the child says
+(outcome, progress, puts), how the child ended, and the report that goes to
+Redis — or the job asked back, given back or let go. Every change of a job's
+place is a `Ledger.move`. Pure: plain values in, actions out. A job's reports
+go to the namespace it came from: the Reports of its shard (`shards`, one for
+each namespace the master serves).
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ import signal
 
 from runtime import config
 from runtime.children import protocol
-from runtime.master import events, plan, reasons
+from runtime.master import events, reasons
 from runtime.master.capacity import Capacity
-from runtime.master.held import HANDOFF_EARLY_S, WITHDRAW_AFTER_S, Held, Where
+from runtime.master.held import Held, Where
 from runtime.master.ledger import Ledger
-from runtime.master.link import Link
 from runtime.master.reports import Reports
 from runtime.master.slots import Slot, Slots, SlotState
 from runtime.queue import wire
@@ -35,114 +34,15 @@ class JobFlow:
         capacity: Capacity,
         reports: Reports,
         actions: list[events.Action],
-        lanes: list[tuple[Reports, Link]] | None = None,
+        shards: list[Reports] | None = None,
     ) -> None:
         self.worker, self.worker_id = worker, worker_id
         self.ledger, self.slots, self.capacity = ledger, slots, capacity
         self.reports, self.actions = reports, actions
-        # by lane: the reports owed to each namespace, and its link (several: book.py)
-        self.lanes = [reports] if lanes is None else [r for r, _ in lanes]
-        self.links = [] if lanes is None else [link for _, link in lanes]
+        self.shards = shards or [reports]  # by shard: the reports owed to each namespace
         self.start_failure: str | None = None  # a child could not start (sandbox): why
 
-    # --- handing jobs to children ----------------------------------------------------
-
-    def hand_out(self, now: float) -> None:
-        """Idle children first (the job starts now), then pipelines of busy ones, but
-        not of one whose job has run long enough to have its pipeline withdrawn
-        (book._withdraw_stuck). Not while a job handed to us awaits its confirming
-        renewal (one round trip): it was ready before anything popped since, so it
-        goes first."""
-        ledger = self.ledger
-        if (ledger.confirming and self._confirming()) or (not ledger.buffer and not ledger.timed):
-            return  # most passes
-        if ledger.timed:
-            self._turns_come(now)
-        for slot in self.slots.idle():
-            held = self._next_pending(now)
-            if held is None:
-                break
-            self._send(slot, held, now, running=True)
-        depth = self.capacity.depth(now)
-        if depth and self.ledger.buffer:
-            held_by = ledger.held
-            for slot in self.slots.accepting():
-                if held_by[slot.running].running_for(now) > WITHDRAW_AFTER_S:  # type: ignore[index]
-                    continue  # stuck on a long job: a job sent behind it would be withdrawn
-                for _ in range(self.capacity.pipeline_room(slot, depth)):  # less by one a job
-                    held = self._next_pending(now)
-                    if held is None:
-                        break
-                    self._send(slot, held, now, running=False)
-
-    def _confirming(self) -> bool:
-        """Whether a handed job waits for its confirming renewal: in a namespace whose
-        Redis is out of reach it waits for that Redis, not the other namespaces' jobs."""
-        links = self.links
-        return not links or any(links[self.ledger.held[j].lane].up for j in self.ledger.confirming)
-
-    def _turns_come(self, now: float) -> None:
-        """Jobs whose turn is close go to the front of the buffer: they are due."""
-        timed, held = self.ledger.timed, self.ledger.held
-        due = 0
-        while due < len(timed) and (held[timed[due]].start_at or 0.0) - HANDOFF_EARLY_S <= now:
-            due += 1
-        for jid in reversed(timed[:due]):  # in their order, ahead of the buffer
-            self.ledger.move(jid, Where.BUFFERED, now=now, front=True)
-
-    def _next_pending(self, now: float) -> Held | None:
-        """The next job leased ahead with enough of its lease left to run. One whose
-        lease ran out (its master was frozen or cut off), or holds too little to be
-        worth starting (plan.start_before), is never started: it is given back."""
-        buffer, held_by = self.ledger.buffer, self.ledger.held
-        while buffer:
-            held = held_by[buffer[0]]
-            if now < held.start_before():
-                return held
-            stop_at = plan.stop_before(held.lease_until, held.renew_length_s())
-            if now >= stop_at:
-                log.warning(
-                    "job leased ahead not started, its lease ran out jid=%s queue=%s worker=%s",
-                    held.jid,
-                    held.leased.queue,
-                    self.worker_id,
-                )
-            else:
-                log.info(
-                    "job leased ahead given back unstarted, %.2f s of its lease left "
-                    "jid=%s queue=%s worker=%s",
-                    stop_at - now,
-                    held.jid,
-                    held.leased.queue,
-                    self.worker_id,
-                )
-            self.release(held, now)
-        return None
-
-    def _send(self, slot: Slot, held: Held, now: float, running: bool) -> None:
-        leased = held.leased
-        where = Where.RUNNING if running else Where.PIPELINED
-        self.ledger.move(leased.jid, where, slot.index, now=now)
-        deadline = plan.stop_before(held.lease_until, held.renew_length_s())
-        self.actions.append(
-            events.Post(
-                slot.index,
-                protocol.Run(
-                    jid=leased.jid,
-                    klass=leased.klass,
-                    queue=leased.queue,
-                    data=leased.data,
-                    attempt=leased.attempt,
-                    retries=leased.retries,
-                    remaining=leased.remaining,
-                    deadline=deadline,
-                    cpu_limit_s=self.worker.cpu_limit_s,
-                    start_at=held.start_at,
-                    batch=leased.batch,
-                    traceparent=leased.traceparent,
-                ),
-            )
-        )
+    # --- asking jobs back -------------------------------------------------------------
 
     def withdraw(self, slot: Slot, now: float) -> None:
         """Asks back the jobs pipelined behind the slot's running one."""
@@ -170,7 +70,7 @@ class JobFlow:
                 return
             held = self.ledger.held[message.jid]
             if isinstance(message, protocol.Done):
-                self.lanes[held.lane].outcomes.add_complete(
+                self.shards[held.shard].outcomes.add_complete(
                     held.jid,
                     held.leased.token,
                     result=message.result,
@@ -220,7 +120,7 @@ class JobFlow:
         held = self.ledger.held.get(event.jid)
         if slot is None or held is None or slot.running != event.jid:
             return
-        reports = self.lanes[held.lane]
+        reports = self.shards[held.shard]
         reports.outcomes.add_live(held.jid, held.leased.token, event.text, event.dropped)
         reports.noted(now)
 
@@ -234,7 +134,7 @@ class JobFlow:
         held = self.ledger.held.get(message.jid)
         if held is None or slot.running != message.jid:
             return
-        reports = self.lanes[held.lane]
+        reports = self.shards[held.shard]
         if isinstance(message, protocol.Progress):
             token = held.leased.token
             reports.outcomes.add_progress(
@@ -391,7 +291,7 @@ class JobFlow:
             leased.queue,
             self.worker_id,
         )
-        outcomes = self.lanes[held.lane].outcomes
+        outcomes = self.shards[held.shard].outcomes
         if retry:
             delay_ms = -1 if delay is None else round(max(0.0, delay) * 1000)
             outcomes.add_retry(
@@ -408,11 +308,11 @@ class JobFlow:
         if held.lost:
             self.ledger.move(held.jid, None, now=now)
             return
-        self.lanes[held.lane].outcomes.add_release(held.jid, held.leased.token, started=started)
+        self.shards[held.shard].outcomes.add_release(held.jid, held.leased.token, started=started)
         self._report(held, now)
 
     def _report(self, held: Held, now: float) -> None:
         """The job's outcome goes to Redis with the next exchange; the ledger keeps
         the job (its lease renewed) until Redis took it."""
         self.ledger.move(held.leased.jid, Where.REPORTING, now=now)
-        self.lanes[held.lane].noted(now)  # the oldest report sets when the batch leaves
+        self.shards[held.shard].noted(now)  # the oldest report sets when the batch leaves

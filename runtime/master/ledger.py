@@ -20,7 +20,7 @@ exactly while the ledger files a running job in it (slots.py derives it).
 
 The ledger also keeps the bound on when the first lease needs renewing
 (`renew_due`), lowered as jobs come in: one for each namespace the master serves
-(its lanes: a lane's leases are renewed together, in its namespace).
+(its shards: a shard's leases are renewed together, in its namespace).
 
 `invariants()` checks all of that; the tests run it after every event (it walks
 every job: never on the loop's path). Pure: no I/O, no clock.
@@ -40,13 +40,13 @@ QUEUED = (Where.PIPELINED, Where.WITHDRAWING)  # the places in a slot's `queued`
 
 
 class Ledger:
-    def __init__(self, slots: Slots, lanes: int = 1) -> None:
+    def __init__(self, slots: Slots, shards: int = 1) -> None:
         self.held: dict[str, Held] = {}
         self.buffer: deque[str] = deque()
         self.confirming: list[str] = []  # handed to us, started once a renewal confirms them
         self.timed: list[str] = []  # by start_at
         self.slots = slots  # their `running` and `queued` are the ledger's to write
-        self.renew_due: list[float | object | None] = [UNKNOWN] * lanes  # by lane
+        self.renew_due: list[float | object | None] = [UNKNOWN] * shards  # by shard
 
     def add(self, held: Held) -> None:
         """A job leased or handed to us is held from now, in its first place
@@ -64,9 +64,9 @@ class Ledger:
             held.where = Where.TIMED
             self._time(jid)
             due = plan.renew_at(held.lease_until, held.renew_length_s())
-        bound = self.renew_due[held.lane]
+        bound = self.renew_due[held.shard]
         if bound is None or (type(bound) is float and due < bound):
-            self.renew_due[held.lane] = due
+            self.renew_due[held.shard] = due
 
     def move(  # noqa: PLR0912 - one call a move: it is made several times a job
         self,
@@ -162,22 +162,22 @@ class Ledger:
 
     # --- renewals ----------------------------------------------------------------------
 
-    def renewal_due(self, lane: int = 0) -> float | None:
-        """When the first lease of `lane` needs renewing, or earlier (None: no lease
+    def renewal_due(self, shard: int = 0) -> float | None:
+        """When the first lease of `shard` needs renewing, or earlier (None: no lease
         to renew).
         Worked out from every held job when unknown (at start, after a renewal), then
         lowered as jobs come (`add`), not raised as they go: scanning every held job
         at each event was a twentieth of the master's time in a drain."""
-        if self.renew_due[lane] is UNKNOWN:
-            self.renew_due[lane] = min(
-                (h.renew_due_at() for h in self.held.values() if not h.lost and h.lane == lane),
+        if self.renew_due[shard] is UNKNOWN:
+            self.renew_due[shard] = min(
+                (h.renew_due_at() for h in self.held.values() if not h.lost and h.shard == shard),
                 default=None,
             )
-        return self.renew_due[lane]  # type: ignore[return-value]
+        return self.renew_due[shard]  # type: ignore[return-value]
 
-    def forget_due(self, lane: int = 0) -> None:
+    def forget_due(self, shard: int = 0) -> None:
         """The leases' ends moved (renewed), or the bound came: work it out again."""
-        self.renew_due[lane] = UNKNOWN
+        self.renew_due[shard] = UNKNOWN
 
     def shortest_lease(self) -> float | None:
         return min((h.renew_length_s() for h in self.held.values()), default=None)
@@ -215,15 +215,15 @@ class Ledger:
             f"slots queue {queued}, records say {[counts[w] for w in QUEUED]}"
         )
         for held in self.held.values():
-            assert 0 <= held.lane < len(self.renew_due), f"{held.jid} of no lane ({held.lane})"
-        for lane, due in enumerate(self.renew_due):
+            assert 0 <= held.shard < len(self.renew_due), f"{held.jid} of no shard ({held.shard})"
+        for shard, due in enumerate(self.renew_due):
             if due is UNKNOWN:
                 continue
             assert due is None or isinstance(due, float), f"renewal due {due!r}"
-            ours = [h.renew_due_at() for h in self.held.values() if not h.lost and h.lane == lane]
-            assert due is not None or not ours, f"leases held with no renewal due (lane {lane})"
+            ours = [h.renew_due_at() for h in self.held.values() if not h.lost and h.shard == shard]
+            assert due is not None or not ours, f"leases held with no renewal due (shard {shard})"
             assert due is None or not ours or due <= min(ours), (
-                f"renewal due at {due}, after a lease of lane {lane} needs it ({min(ours)})"
+                f"renewal due at {due}, after a lease of shard {shard} needs it ({min(ours)})"
             )
 
     def _check_record(self, jid: str, held: Held) -> None:

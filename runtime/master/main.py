@@ -27,38 +27,38 @@ def run_worker(
 ) -> int:
     """Runs a master until it is told to stop; returns the exit code. The queues of a
     sharded site that live in several namespaces are served by one master with a
-    lane for each namespace (runtime.master.shards)."""
+    shard for each namespace (runtime.master.shards)."""
     cwd = str(Path.cwd())
     if cwd not in sys.path:  # `runtime worker myapp.jobs` from the project's directory
         sys.path.insert(0, cwd)
-    lanes = shards.lanes_of(settings, worker)
-    if len(lanes) == 1:  # one namespace: the ordinary master of it
-        [(namespace, queues)] = lanes
+    served = shards.served_of(settings, worker)
+    if len(served) == 1:  # one namespace: the ordinary master of it
+        [(namespace, queues)] = served
         settings, worker = replace(settings, namespace=namespace), replace(worker, queues=queues)
         return run_master(settings, worker, worker_id)
-    settings = replace(settings, namespace=lanes[0][0])
-    return run_master(settings, worker, worker_id, lanes)
+    settings = replace(settings, namespace=served[0][0])
+    return run_master(settings, worker, worker_id, served)
 
 
 def run_master(
     settings: config.Settings,
     worker: config.WorkerSettings,
     worker_id: str | None = None,
-    lanes: shards.Lanes | None = None,
+    several: shards.Served | None = None,
 ) -> int:
     """Runs one master until it is told to stop: of `settings.namespace`, or of
-    every namespace `lanes` names (each with its queues)."""
+    every namespace `several` names (each with its queues)."""
     url = resolve_url(settings)
     worker_id = worker_id or default_worker_id()
     set_title(f"runtime master {worker_id} starting")
-    served = lanes or [(settings.namespace, worker.queues)]
+    served = several or [(settings.namespace, worker.queues)]
     rule = Shards.of(settings)
     if urls.kind_of(url) != "cluster":  # one server (or one primary) holds them all
-        served = [served[0], *(lane for lane in served[1:] if rule.url_of(lane[0]))]
+        served = [served[0], *(shard for shard in served[1:] if rule.url_of(shard[0]))]
     for namespace, queues in served:  # on a cluster or a server of its own, each namespace's
         mine = rule.url_of(namespace) or url
         preflight.check(
             replace(settings, namespace=namespace), replace(worker, queues=queues), mine
         )
-    master = Master(settings, worker, url, worker_id, lanes)
+    master = Master(settings, worker, url, worker_id, several)
     return int(uvloop.run(master.run()))

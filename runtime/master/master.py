@@ -19,12 +19,12 @@ too, so nothing stops silently. Signal handlers only put an intent on the queue:
                (freshly imported code), each after its current job
     TTIN       one child more           TTOU   one child less
 
-A master may serve queues of several namespaces of a sharded site (`lanes`,
+A master may serve queues of several namespaces of a sharded site (`shards`,
 runtime.master.shards): one loop, one fork server, one set of children, and
 one MasterClient for each namespace (its own connections, blocking read for
-work, cancels and size watch). Every Redis action of the book names its lane;
-the task that carries it out uses that lane's client and says the lane in the
-event it posts.
+work, cancels and size watch). Every Redis action of the book names its shard;
+the task that carries it out (remote.py, the master's side of Redis) uses that
+shard's client and says the shard in the event it posts.
 """
 
 from __future__ import annotations
@@ -33,35 +33,20 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import signal
-import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, assert_never
+from typing import assert_never
 
 from runtime import config, sentry
-from runtime.errors import (
-    Condition,
-    ConfigError,
-    CorruptReply,
-    Error,
-    RedisCondition,
-    RedisTransient,
-)
-from runtime.master import events, full
+from runtime.errors import ConfigError, Error
+from runtime.master import events
 from runtime.master.book import Book
-from runtime.master.held import AHEAD_S
 from runtime.master.notify import Notifier
 from runtime.master.processes import Processes
-from runtime.master.sizes import SizeWatch
+from runtime.master.remote import Hooks, Remote
 from runtime.master.status import Status
-from runtime.queue import ops
-from runtime.queue.aio import MasterClient
-from runtime.queue.keys import Keys
-from runtime.queue.leases import Leased
-from runtime.queue.shards import Shards
 
 log = logging.getLogger(__name__)
 
@@ -76,21 +61,10 @@ SIGNALS = {
     signal.SIGTTIN: events.Intent.GROW,
     signal.SIGTTOU: events.Intent.SHRINK,
 }
-IDLE_WAIT_S = 10.0  # an idle master pops at least this often (its idle registration too)
 READY_TIMEOUT_S = 60.0
 SENTRY_FLUSH_S = 1.0  # at exit, the longest wait for unsent Sentry events
 UNEXPECTED_LOG_EVERY_S = 60.0
-CANCELS_PAUSE_S = 1.0  # after listening for cancels failed, the wait to listen again
 MIN_PASS_S = 0.0005  # a pass that found nothing to do never comes round sooner
-
-
-def condition_of(err: BaseException) -> Condition:
-    """The one word a failure of Redis is logged under (see RedisTransient)."""
-    if isinstance(err, RedisTransient):
-        return err.condition
-    if isinstance(err, TimeoutError):
-        return RedisCondition.TIMEOUT
-    return RedisCondition.CONNECTION if isinstance(err, OSError | EOFError) else "error"
 
 
 class Master:
@@ -100,35 +74,25 @@ class Master:
         worker: config.WorkerSettings,
         url: str,
         worker_id: str,
-        lanes: list[tuple[str, tuple[str, ...]]] | None = None,
+        shards: list[tuple[str, tuple[str, ...]]] | None = None,
     ) -> None:
-        """`lanes`: (namespace, its queues) for each namespace served; None: the
+        """`shards`: (namespace, its queues) for each namespace served; None: the
         worker's queues in `settings.namespace`."""
         self.settings = settings
         self.worker = worker
         self.worker_id = worker_id
-        self.lanes = lanes or [(settings.namespace, worker.queues)]
-        rule = Shards.of(settings)  # a namespace may live on a server of its own
-        self.clients = [
-            MasterClient(rule.url_of(ns) or url, Keys(ns), worker_id) for ns, _ in self.lanes
-        ]
-        self.client = self.clients[0]
-        self.book = Book(worker, worker_id, lanes=lanes if len(self.lanes) > 1 else None)
+        served = shards or [(settings.namespace, worker.queues)]
+        self.book = Book(worker, worker_id, shards=shards if len(served) > 1 else None)
         self.events: deque[events.Event] = deque()
+        self.tasks: dict[str, asyncio.Task[None]] = {}  # every task the loop owns, by name
+        links = [shard.link for shard in self.book.shards]
+        hooks = Hooks(self.tasks, self.events, self.post, self._wake, self._run_pass, self._own)
+        self.remote = Remote(settings, worker, url, worker_id, served, links, hooks)
         self.woken = asyncio.Event()
         self.processes = Processes(settings, worker, worker_id, self.post)
         self.notifier = Notifier()
         self.status = Status(self.notifier, worker_id)
-        self.tasks: dict[str, asyncio.Task[None]] = {}  # every task the loop owns, by name
         self.counter = 0
-        self.started_ms = round(time.time() * 1000)  # for `runtime workers`, not for schedules
-        self.wait_s = IDLE_WAIT_S  # how long one blocking read for work may last
-        self.fitted_lease_s: float | None = None  # the lease _fit_timeout last fitted
-        self.cancels_failed_at = [-CANCELS_PAUSE_S] * len(self.lanes)  # by lane
-        self.watch_names = {  # the watching tasks' names, by lane
-            what: [(lane, self._named(what, lane)) for lane in range(len(self.lanes))]
-            for what in ("sizes", "cancels")
-        }
         self.unexpected: dict[str, tuple[float, int]] = {}  # task name -> (last logged, since)
         # the loop: a pass runs as a callback, soon after an event comes (one pass for
         # every event of the same turn of the event loop; some events may wait a
@@ -232,10 +196,6 @@ class Master:
         if wake:
             self._wake()
 
-    def _named(self, name: str, lane: int) -> str:
-        """A task's name: of the first lane as for one namespace, else with the lane's."""
-        return name if lane == 0 else f"{name}@{self.lanes[lane][0]}"
-
     def _unique(self, name: str) -> str:
         self.counter += 1
         return f"{name}#{self.counter}"
@@ -258,38 +218,39 @@ class Master:
 
     def _do(self, action: events.Action) -> None:  # noqa: PLR0912 - a case an action
         """Carries out one action (mypy checks that every kind has its case)."""
+        remote = self.remote
         match action:
             case events.Post():
                 self.processes.send(action.index, action.message)
             case events.Exchange():
-                name = self._named("exchange", action.lane)
-                fallback = self._exchange_failed(action)
-                self._own(name, self._exchange(action), fallback, reports=True)
+                name = remote.named("exchange", action.shard)
+                fallback = remote.exchange_failed(action)
+                self._own(name, remote.exchange(action), fallback, reports=True)
             case events.Renew():
-                name = self._named("renew", action.lane)
-                self._own(name, self._renew(action), self._renew_failed(action), reports=True)
+                name = remote.named("renew", action.shard)
+                self._own(name, remote.renew(action), remote.renew_failed(action), reports=True)
             case events.Kill():
                 self.processes.kill(action.index, action.signal)
             case events.Spawn():
                 self._own(self._unique("spawn"), self.processes.spawn(action.index))
             case events.Wait():
-                lane = action.lane
-                name = self._named("wait", lane)
-                self._own(name, self._wait(lane), self._wait_failed(lane), reports=True)
+                shard = action.shard
+                name = remote.named("wait", shard)
+                self._own(name, remote.wait(shard), remote.wait_failed(shard), reports=True)
             case events.StopWaiting():
-                self._cancel(self._named("wait", action.lane))
+                self._cancel(remote.named("wait", action.shard))
             case events.GiveBack():
-                giving = self.clients[action.lane].give_back(action.key)
+                giving = remote.clients[action.shard].give_back(action.key)
                 self._own(self._unique("give-back"), giving)
             case events.ReplaceServer():
                 self._own("replace", self._replace())
             case events.Extend():
-                self._extend(action.low, action.lane)
+                remote.extend_recurrence(action.low, action.shard)
             case events.Trim():
-                self._trim(action.lane)
+                remote.trim(action.shard)
             case events.Register():
-                name = self._named("register", action.lane)
-                self._own(name, self._register(action.concurrency, action.lane))
+                name = remote.named("register", action.shard)
+                self._own(name, remote.register(action.concurrency, action.shard))
             case events.ReportFailure():  # never waits for Sentry: leases must go on
                 sentry.report(
                     group=action.group, message=action.message, tags=action.tags, flush_s=None
@@ -301,115 +262,6 @@ class Master:
         if (task := self.tasks.get(name)) is not None:
             task.cancel()
 
-    async def _exchange(self, action: events.Exchange) -> None:
-        done = await self.clients[action.lane].exchange(
-            action.outcomes,
-            action.pop,
-            list(action.queues),
-            self.worker.order,
-            AHEAD_S,
-            outage_ms=action.outage_ms,
-        )
-        self.post(
-            events.Exchanged(
-                action.outcomes,
-                action.pop,
-                done.states,
-                done.popped,
-                done.sent_at,
-                time.monotonic(),
-                done.unsent,
-                action.lane,
-            )
-        )
-        if done.popped is not None and done.popped.jobs:
-            jobs = done.popped.jobs
-            lease_s = jobs[0].lease_s if len(jobs) == 1 else min(j.lease_s for j in jobs)
-            if lease_s != self.fitted_lease_s:  # the same lease fits the same timeouts
-                self._fit_timeout(lease_s)
-
-    def _exchange_failed(self, action: events.Exchange) -> Callable[[BaseException], events.Event]:
-        sent = time.monotonic()
-        return lambda err: events.ExchangeFailed(
-            action.outcomes, condition_of(err), str(err), sent, action.lane
-        )
-
-    async def _renew(self, action: events.Renew) -> None:
-        client = self.clients[action.lane]
-        done = await client.heartbeat(action.leases, outage_ms=action.outage_ms)
-        renewed = events.Renewed(action.leases, frozenset(done.lost), done.sent_at, action.lane)
-        if action.confirms and self.finished is not None:
-            self.events.append(renewed)
-            self._run_pass()  # a handed job waited for this answer only: it starts now
-        else:
-            self.post(renewed)
-
-    def _renew_failed(self, action: events.Renew) -> Callable[[BaseException], events.Event]:
-        sent = time.monotonic()
-        return lambda err: events.RenewFailed(
-            action.leases, condition_of(err), str(err), sent, action.lane
-        )
-
-    async def _wait(self, lane: int) -> None:
-        client = self.clients[lane]
-        got = await client.wait_for_work(list(self.lanes[lane][1]), self.wait_s)
-        if got is None:
-            self.post(events.WaitEnded(lane=lane))
-            return
-        key, value = got
-        own = key == client.keys.worker_wake(self.worker_id)
-        handed = None
-        if own and value.startswith(b"{"):
-            try:
-                handed = ops.handed(value)
-            except CorruptReply as err:
-                log.error(
-                    "a job handed to this master does not decode, left to its lease: %s worker=%s",
-                    err,
-                    self.worker_id,
-                )
-        at_us = None if own else ops.wake_at_us(value)
-        confirmed = None
-        if handed is not None:
-            try:
-                confirmed = await self._confirm(lane, handed)
-            except BaseException:  # the book renews it as any handed job (and fails the wait)
-                self.events.append(events.WaitEnded(handed, key, own, at_us, lane))
-                self._wake()
-                raise
-        self.events.append(events.WaitEnded(handed, key, own, at_us, lane, confirmed))
-        if handed is not None and self.finished is not None:
-            self._run_pass()  # a job for an idle child: it goes now, not a loop turn later
-        else:
-            self._wake()
-
-    async def _confirm(self, lane: int, handed: Leased) -> events.Renewed:
-        """The confirming renewal of a job handed to us, made by the blocking read
-        as it returns, before the book hears of the job: no pass, no task and no
-        loop turn before it goes (a handed job starts on its answer, so they all
-        stood between a put and its start). Only the handed job's lease: the
-        others are renewed on their own plan, and one renewal of the book may be
-        out meanwhile."""
-        leases = {handed.jid: handed.token}
-        done = await self.clients[lane].heartbeat(leases)
-        return events.Renewed(leases, frozenset(done.lost), done.sent_at, lane)
-
-    def _wait_failed(self, lane: int) -> Callable[[BaseException], events.Event]:
-        sent = time.monotonic()
-        return lambda err: events.WaitFailed(condition_of(err), str(err), sent, lane)
-
-    async def _register(self, concurrency: int, lane: int = 0) -> None:
-        try:
-            await self.clients[lane].register(
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                queues=list(self.lanes[lane][1]),
-                concurrency=concurrency,
-                started_ms=self.started_ms,
-            )
-        except Error as err:  # shown by `runtime workers` only: not worth more
-            log.debug("could not register: %s worker=%s", err, self.worker_id)
-
     async def _replace(self) -> None:
         try:
             generation = await self.processes.replace()
@@ -417,49 +269,6 @@ class Master:
             log.error("could not start a new fork server: %s worker=%s", err, self.worker_id)
             return
         self.post(events.ServerReplaced(generation))
-
-    def _extend(self, low: dict[str, Any], lane: int = 0) -> None:
-        """A cron recurrence runs low on ticks: compute more (one task per recurrence)."""
-        name = self._named(f"extend:{low['id']}", lane)
-        if name in self.tasks:
-            return
-        client = self.clients[lane]
-
-        async def extend() -> None:
-            try:
-                await client.extend_recurrence(low["id"], low["cron"], low["tz"], low["after"])
-            except Error as err:
-                log.warning("could not extend recurrence id=%s: %s", low["id"], err)
-
-        self._own(name, extend())
-
-    def _trim(self, lane: int) -> None:
-        """Redis is full: retention trimmed (full.trim), one task a lane at a time."""
-        name = self._named("trim", lane)
-        if name not in self.tasks:
-            self._own(name, full.trim(self.clients[lane], self.worker_id))
-
-    def _fit_timeout(self, lease_s: float) -> None:
-        """A half-open connection must be noticed within a third of a lease: commands
-        time out then, and an idle master's blocking read (a connection that may die
-        silently) is renewed at least that often, or every IDLE_WAIT_S."""
-        self.fitted_lease_s = lease_s
-        timeout_s = min(5.0, max(0.2, lease_s / 3))
-        for client in self.clients:
-            if timeout_s != client.command_timeout_s:
-                client.set_command_timeout(timeout_s)
-        self.wait_s = min(IDLE_WAIT_S, max(1.0, lease_s / 3))
-
-    async def _fit_timeout_to_settings(self) -> None:
-        """The shortest lease of our queues, from the shared settings, before any pop."""
-        setting = config.SHARED["heartbeat"]
-        lengths = []
-        for client, (_, queues) in zip(self.clients, self.lanes, strict=True):
-            for name in ["heartbeat", *(f"{q}-heartbeat" for q in queues)]:
-                raw = await client.setting(name)
-                if raw is not None:
-                    lengths.append(setting.parse(raw))
-        self._fit_timeout(min(lengths, default=setting.default))
 
     # --- the loop -------------------------------------------------------------------
 
@@ -484,14 +293,15 @@ class Master:
         actions = self.book.take_actions()
         if actions:
             self._carry_out(actions)
-        self._watch_sizes()
-        self._watch_cancels()
+        self.remote.watch_sizes()
+        self.remote.watch_cancels()
         self.status.show(self.book.describe, now)
         return busy or bool(actions)
 
     async def _loop(self) -> None:
         """Runs passes until the book is done: as callbacks (no task switch per pass)."""
         self.finished = asyncio.get_running_loop().create_future()
+        self.remote.running = True
         self._run_pass()
         try:
             await self.finished
@@ -547,44 +357,11 @@ class Master:
         self.timer = None
         self._run_pass()
 
-    def _watch_sizes(self) -> None:
-        tasks, lanes = self.tasks, self.book.lanes
-        for lane, name in self.watch_names["sizes"]:  # every pass: no call unless needed
-            if name not in tasks and lanes[lane].link.up:
-                queues = list(self.lanes[lane][1])
-                self._own(name, SizeWatch(self.clients[lane], queues, self.worker_id).run())
-
-    def _watch_cancels(self) -> None:
-        """Listens for cancels of jobs we hold (while Redis answers; started again)."""
-        tasks, lanes = self.tasks, self.book.lanes
-        for lane, name in self.watch_names["cancels"]:
-            if name not in tasks and lanes[lane].link.up and not self.cancels_failing(lane):
-                self._own(name, self._cancels(lane), self._cancels_failed(lane))
-
-    async def _cancels(self, lane: int) -> None:
-        try:
-            async for jid in self.clients[lane].cancellations():
-                self.post(events.Cancelled(jid))
-        finally:  # ended: listened again after a pause
-            self.cancels_failed_at[lane] = time.monotonic()
-
-    def _cancels_failed(self, lane: int) -> Callable[[BaseException], None]:
-        def failed(err: BaseException) -> None:
-            self.cancels_failed_at[lane] = time.monotonic()  # listened again after a pause
-            log.debug("listening for cancels failed: %s worker=%s", err, self.worker_id)
-
-        return failed
-
-    def cancels_failing(self, lane: int = 0) -> bool:
-        return time.monotonic() - self.cancels_failed_at[lane] < CANCELS_PAUSE_S
-
     async def _start(self) -> None:
         """Reaches Redis (every namespace's) and starts the children; returns once
         they are ready."""
-        for client in self.clients:
-            await client.connect()
-        await self._fit_timeout_to_settings()
-        self._watch_cancels()  # subscribed while the children start, before READY
+        await self.remote.connect()
+        self.remote.watch_cancels()  # subscribed while the children start, before READY
         await self.processes.start()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not self.book.ready():
@@ -635,22 +412,7 @@ class Master:
         await self.processes.close()
         if sentry.enabled():  # events not sent yet: a bounded wait, off the loop
             await asyncio.to_thread(sentry.flush, SENTRY_FLUSH_S)
-        for client, (namespace, queues) in zip(self.clients, self.lanes, strict=True):
-            where = "" if len(self.lanes) == 1 else f" namespace={namespace}"
-            try:
-                held = await asyncio.wait_for(client.forget(list(queues)), 1.0)
-                if held:
-                    log.warning(
-                        "exiting with %d jobs still leased worker=%s%s",
-                        held,
-                        self.worker_id,
-                        where,
-                    )
-            except (TimeoutError, Error) as err:
-                log.warning(
-                    "could not say goodbye to Redis: %s worker=%s%s", err, self.worker_id, where
-                )
-            await client.close()
+        await self.remote.say_goodbye()
         log.log(
             logging.INFO if started else logging.DEBUG, "master stopped worker=%s", self.worker_id
         )

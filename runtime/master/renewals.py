@@ -2,7 +2,7 @@
 when the first one is due (early: plan.renew_at), the new deadlines told to the
 children, and the jobs whose lease Redis says is gone let go. Pure: the ledger
 (ledger.py) keeps the renewal bound, the link says whether a call may go.
-A master serving several namespaces has one Renewals for each (its `lane`):
+A master serving several namespaces has one Renewals for each (its `shard`):
 each renews the jobs that came from its namespace, over that namespace's link."""
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ class Renewals:
         link: Link,
         actions: list[events.Action],
         let_go: Callable[[Held, reasons.Ending, float], None],
-        lane: int = 0,
+        shard: int = 0,
     ) -> None:
-        self.worker_id, self.lane = worker_id, lane
+        self.worker_id, self.shard = worker_id, shard
         self.ledger, self.link, self.actions = ledger, link, actions
         self.let_go = let_go  # a job that is not ours any more (jobs.JobFlow.let_go)
         self.renewing = False  # a renewal is out
 
     def at(self, now: float) -> float | None:
         """When the next renewal should go (None: nothing to renew, or one is out)."""
-        due = self.ledger.renewal_due(self.lane)
+        due = self.ledger.renewal_due(self.shard)
         if due is None or self.renewing:
             return None
         return due if self.link.up else max(due, self.link.retry_at)
@@ -44,15 +44,15 @@ class Renewals:
     def maybe_renew(self, now: float) -> None:
         due = self.at(now)
         if due is not None and due <= now:  # a bound: the job it was for may be gone
-            self.ledger.forget_due(self.lane)
+            self.ledger.forget_due(self.shard)
             due = self.at(now)
         if due is None or due > now or not self.link.may_call(now):
             return
-        lane = self.lane
+        shard = self.shard
         leases = {
             jid: h.leased.token
             for jid, h in self.ledger.held.items()
-            if not h.lost and h.lane == lane
+            if not h.lost and h.shard == shard
         }
         if not leases:
             return
@@ -60,7 +60,7 @@ class Renewals:
         outage_ms = self.link.outage_ms(now)
         self.link.sending()
         confirms = any(jid in leases for jid in self.ledger.confirming)
-        self.actions.append(events.Renew(leases, outage_ms, lane, confirms=confirms))
+        self.actions.append(events.Renew(leases, outage_ms, shard, confirms=confirms))
 
     def on_renewed(self, event: events.Renewed, now: float) -> bool:
         """True when the renewal ended an outage of Redis."""
@@ -72,10 +72,10 @@ class Renewals:
     def on_confirmed(self, event: events.Renewed, now: float) -> None:
         """A renewal's answer taken in: by `on_renewed` for the renewals this part
         sends, and alone for the confirming renewal of a handed job that the
-        blocking read made itself as it returned (master._wait; one of ours may be
+        blocking read made itself as it returned (remote.Remote.wait; one of ours may be
         out meanwhile). That one says nothing of the link: it never carries an
         outage (resumed.lua), so only the book's own calls end one."""
-        self.ledger.forget_due(self.lane)  # the leases' ends move
+        self.ledger.forget_due(self.shard)  # the leases' ends move
         held_by = self.ledger.held
         for jid, token in event.leases.items():
             held = held_by.get(jid)
@@ -89,7 +89,7 @@ class Renewals:
                 self.ledger.move(jid, Where.BUFFERED, now=now, front=True)
             elif held.slot is not None:
                 deadline = plan.stop_before(held.lease_until, held.renew_length_s())
-                self.actions.append(events.Post(held.slot, protocol.Lease(jid, deadline)))
+                self.actions.append(events.Post(held.slot, protocol.Deadline(jid, deadline)))
 
     def _lose(self, held: Held, now: float) -> None:
         """Redis says the lease is gone: the job is not ours any more."""

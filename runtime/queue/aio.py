@@ -38,7 +38,7 @@ from runtime.queue import ops, recur, routing, scripts, urls
 from runtime.queue.connection import driver_options, sentinel_options
 from runtime.queue.faults import classify, closed_transport, from_redis, redact
 from runtime.queue.keys import Keys
-from runtime.queue.leases import Exchanged, Outcomes, Popped, Renewed
+from runtime.queue.leases import ExchangeReply, Outcomes, Popped, RenewReply
 from runtime.queue.ops import Call, text
 
 T = TypeVar("T")
@@ -259,7 +259,7 @@ class MasterClient:
         ahead_s: float = 0.0,
         outage_ms: int = 0,
         apart: bool = False,
-    ) -> Exchanged:
+    ) -> ExchangeReply:
         """Sends the outcomes, then pops up to `pop_count` jobs (None: no pop; 0: only
         learn when something comes due; jobs whose turn comes within `ahead_s` too),
         in one round trip. With `outage_ms`, first says Redis was out of reach that
@@ -286,7 +286,7 @@ class MasterClient:
         elif pop:
             calls.append(ops.pop(self.worker, pop_count or 0, queues, order, ahead_s, True, rtt_s))
         if not calls:
-            return Exchanged({}, None, time.monotonic())
+            return ExchangeReply({}, None, time.monotonic())
         results, sent_at = await self._run(calls)
         if outage_ms > 0:
             _raise_if_error(results.pop(0))
@@ -302,19 +302,19 @@ class MasterClient:
             return done
         return _exchanged(outcomes, first, reports, results, last, sent_at)
 
-    async def heartbeat(self, leases: dict[str, str], outage_ms: int = 0) -> Renewed:
+    async def heartbeat(self, leases: dict[str, str], outage_ms: int = 0) -> RenewReply:
         """Renews the leases {jid: token} in one call (after `resumed`, with
         `outage_ms`); says which are lost, and when the call was sent."""
         calls: list[Call[Any]] = [ops.heartbeat(self.worker, leases)] if leases else []
         if outage_ms > 0:
             calls.insert(0, ops.resumed(self.worker, outage_ms))
         if not calls:
-            return Renewed(set(), time.monotonic())
+            return RenewReply(set(), time.monotonic())
         results, sent_at = await self._run(calls)
         for value in results:
             _raise_if_error(value)
         beat = results[-1] if leases else ops.Heartbeat((), ())
-        return Renewed(set(beat.lost), sent_at, set(beat.renewed))
+        return RenewReply(set(beat.lost), sent_at, set(beat.renewed))
 
     async def extend_recurrence(self, id: str, cron: str, tz: str, after_ms: int) -> int:
         """Adds the next ticks of a cron recurrence (computed here: the scripts cannot)."""
@@ -595,7 +595,7 @@ def _exchanged(
     results: list[Any],
     popped: Popped | None,
     sent_at: float,
-) -> Exchanged:
+) -> ExchangeReply:
     """States of the reports and the puts; those refused by a transient condition
     go to `unsent` when the pop went through (else, if none was taken, the refusal
     is raised). The progress reports' answers are dropped."""
@@ -618,4 +618,4 @@ def _exchanged(
             states.update(value)
     if popped is None and len(unsent) == len(outcomes) and len(unsent):
         raise next(v for v in results if isinstance(v, RedisTransient))
-    return Exchanged(states, popped, sent_at, unsent, put)
+    return ExchangeReply(states, popped, sent_at, unsent, put)

@@ -1,7 +1,13 @@
 """What a lease holder (a master) receives and reports: `Leased` jobs and the
 `Popped` reply that brings them, the `Outcomes` it collects, and what its
-calls answer (`Exchanged`, `Renewed`). Pure values, no I/O: runtime.queue.ops
-builds them from replies; runtime.queue.aio sends them.
+calls answer (`ExchangeReply`, `RenewReply`). Pure values, no I/O:
+runtime.queue.ops builds them from replies and encodes the rows;
+runtime.queue.aio splits, sends and merges back the outcomes.
+
+They live here, not in runtime/master/, because the Redis boundary makes and
+reads every one of them, and imports go one way (master -> queue). The
+master's own values (its events and actions, the held job's record) are in
+runtime/master/events.py and held.py.
 
 A reply is decoded one job at a time: a job that does not decode goes to
 `Popped.corrupt` with its jid (when it has one), the others are kept.
@@ -344,7 +350,7 @@ class Outcomes:
 
 
 @dataclass(frozen=True)
-class Exchanged:
+class ExchangeReply:
     """What one exchange answered.
 
     states: {jid: its state after the report, or the error that refused it}
@@ -369,7 +375,7 @@ class Exchanged:
 
 
 @dataclass(frozen=True)
-class Renewed:
+class RenewReply:
     """What one lease renewal answered: the jids no longer ours (stop them), and
     time.monotonic() just before the request was written."""
 

@@ -221,7 +221,7 @@ def test_the_reader_thread_lets_go_of_the_socket_for_an_idle_child_and_takes_it_
         taken = _in_thread(child._next)
         assert isinstance(taken, protocol.Run) and taken.jid == "j1"
         later = time.monotonic() + 60
-        master.sendall(protocol.encode(protocol.Lease("j1", later)))  # while j1 "runs"
+        master.sendall(protocol.encode(protocol.Deadline("j1", later)))  # while j1 "runs"
         deadline = time.monotonic() + 5
         while child.deadlines.get("j1") != later and time.monotonic() < deadline:
             time.sleep(0.01)

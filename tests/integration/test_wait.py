@@ -16,7 +16,7 @@ import pytest
 from runtime import Client, JobExists, Lease, NoSuchJob
 from runtime.errors import Error, JobFailed, WaitTimeout
 from runtime.queue.aio import MasterClient
-from runtime.queue.leases import Exchanged, Outcomes
+from runtime.queue.leases import ExchangeReply, Outcomes
 from tests.support.waiting import stays, wait_for
 
 W = "host-1"
@@ -230,7 +230,7 @@ def test_a_put_sent_again_after_a_lost_reply_answers_job_exists(plain_client: Cl
     out = Outcomes()
     out.add_put(*plain_client.queue("links").spec("a.b:c", jid="once").to_wire())
 
-    async def twice(aio: MasterClient) -> tuple[Exchanged, Exchanged]:
+    async def twice(aio: MasterClient) -> tuple[ExchangeReply, ExchangeReply]:
         return await aio.exchange(out, None, [], "ordered"), await aio.exchange(
             out, None, [], "ordered"
         )

@@ -179,9 +179,9 @@ def test_leases_are_renewed_early_and_the_child_learns_the_new_deadline() -> Non
     renew = only(rig.later(LEASE_S * 0.02), events.Renew)
     assert renew.leases == {"a": "tok-a"} and renew.outage_ms == 0
     rig.apply(events.Renewed(renew.leases, frozenset(), rig.now))
-    lease = only(rig.step(), events.Post).message
-    assert isinstance(lease, protocol.Lease)
-    assert lease.deadline == pytest.approx(plan.stop_before(rig.now + LEASE_S, LEASE_S))
+    told = only(rig.step(), events.Post).message
+    assert isinstance(told, protocol.Deadline)
+    assert told.deadline == pytest.approx(plan.stop_before(rig.now + LEASE_S, LEASE_S))
 
 
 def test_a_lease_redis_says_is_lost_kills_its_child_and_nothing_is_reported() -> None:

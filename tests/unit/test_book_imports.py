@@ -14,6 +14,7 @@ BOOK_MODULES = [
     "runtime.master.ledger",
     "runtime.master.intake",
     "runtime.master.jobs",
+    "runtime.master.handout",
     "runtime.master.renewals",
     "runtime.master.held",
     "runtime.master.capacity",

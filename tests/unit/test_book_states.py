@@ -309,7 +309,7 @@ class BookMachine(RuleBasedStateMachine):
             self._apply(events.WaitFailed(RedisCondition.CONNECTION, "reset", self.now))
         elif what == "handed":
             self._apply(events.WaitEnded(self._leased(3.0, 60.0, 1, handed=True), "own", True))
-        elif what in ("confirmed", "found lost"):  # the read renewed it itself (master._wait)
+        elif what in ("confirmed", "found lost"):  # the read renewed it itself (remote.Remote.wait)
             job = self._leased(3.0, 60.0, 1, handed=True)
             lost = frozenset({job.jid}) if what == "found lost" else frozenset()
             confirmed = events.Renewed({job.jid: job.token}, lost, self.now)

@@ -25,7 +25,7 @@ RUN = protocol.Run(
 )
 MESSAGES: list[protocol.Message] = [
     RUN,
-    protocol.Lease("j1", 99.0),
+    protocol.Deadline("j1", 99.0),
     protocol.Stop(),
     protocol.Ready(10, 9, 1, False),
     protocol.Heartbeat("j1"),

@@ -9,6 +9,10 @@
 -- (JSON text); deletes at most retention_batch completed jobs past retention,
 -- and, when it scanned a queue, as many tombstones (Retention.sweep).
 -- The caller flushes the statistics (Stats.flush) once its call is done.
+--
+-- Pop.run's steps, in order: Pop.scan (recurrences, reclaim, promotion, freed
+-- lanes), Pop.take (leases in the pop's order, then jobs due soon), Pop.wake_at
+-- (when to look again, a full pop's wake-up for other masters), Pop.reply.
 
 local Pop = {}
 
@@ -32,14 +36,13 @@ function Pop.args(args, first, last)
   return p
 end
 
-function Pop.run(p, now_us, retention_batch)
-  local worker, count, seed, order = p.worker, p.count, p.seed, p.order
-  local ahead_us, idle, queues = p.ahead_us, p.idle, p.queues
-  local now_ms = Clock.ms(now_us)
-  Lease.seen(worker, now_ms) -- at most once a second
-
+-- The queues not paused, in order (`active`); the cron recurrences low on ticks
+-- (`refill`); and `scanned`: queue -> true for those not quiet (lib/due.lua),
+-- whose sets were looked at: their recurrences, reclaim, promotion and freed
+-- lanes done now.
+function Pop.scan(queues, count, now_us, ahead_us)
   local active, refill = {}, {}
-  local scanned = {} -- queue -> true: not quiet (lib/due.lua), its sets were looked at
+  local scanned = {}
   for _, queue in ipairs(queues) do
     if not Due.paused(queue) then
       if not Due.quiet(queue, now_us, now_us + ahead_us) then
@@ -56,19 +59,17 @@ function Pop.run(p, now_us, retention_batch)
       active[#active + 1] = queue
     end
   end
-  Retention.trim(now_us, retention_batch) -- old completed jobs go even when none complete
-  if next(scanned) then
-    Retention.sweep(now_us, retention_batch) -- and old tombstones, when nothing is cancelled
-  end
+  return active, refill, scanned
+end
 
-  Handoff.withdraw(worker, queues)
-  local out = Handoff.collect(worker)
-  local function take(jid, meta, data, start_us)
-    out[#out + 1] = Lease.hand(jid, meta, data, worker, seed, now_us, start_us)
-  end
-
-  local stopped_short = false -- a queue set aside pop_skips lanes and has more
-  if order == 'ordered' then
+-- Leases jobs of the active queues into `out` (through `take`) until it holds
+-- p.count: in the queues' order or round-robin, then, with room left, scheduled
+-- jobs due within p.ahead_us. True if a queue set aside pop_skips lanes and has
+-- more (the pop stopped short: the caller looks again at once).
+function Pop.take(p, active, scanned, out, take, now_us)
+  local count, ahead_us = p.count, p.ahead_us
+  local stopped_short = false
+  if p.order == 'ordered' then
     for _, queue in ipairs(active) do
       if #out >= count or stopped_short then
         break
@@ -103,68 +104,68 @@ function Pop.run(p, now_us, retention_batch)
       end
     end
   end
+  return stopped_short
+end
 
-  -- every start may leave a TAT behind: forget passed ones at least as fast
-  Domains.prune(now_us, LIMITS.prune_batch + 2 * #out)
-
-  -- When something next comes due in the queue (us): a scheduled job (whole
-  -- milliseconds), a throttled lane's domain, a lease expiry (for an expired
-  -- lease that post-outage grace holds: the end of its grace). It keeps the
-  -- earliest score of the four sets for the pops to come (lib/due.lua).
-  local function next_due_us(queue)
-    local due, earliest
-    local keys = { K.scheduled(queue), K.throttled(queue), K.running(queue), K.recurring(queue) }
-    for i, key in ipairs(keys) do
-      local first = tonumber(redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
-      if first and first >= Due.HELD then
-        first = nil -- lanes held for a slot or a resume: no time frees them
-      end
-      if first and (not earliest or first < earliest) then
-        earliest = first
-      end
-      if first and i == 1 then
-        first = math.floor(first / 1000) * 1000
-      elseif first and i == 3 and first <= now_us then
-        first = Grace.until_us(queue, first, now_us) or first
-      end
-      if first and (not due or first < due) then
-        due = first
-      end
+-- When something next comes due in the queue (us): a scheduled job (whole
+-- milliseconds), a throttled lane's domain, a lease expiry (for an expired
+-- lease that post-outage grace holds: the end of its grace). It keeps the
+-- earliest score of the four sets for the pops to come (lib/due.lua).
+function Pop.next_due_us(queue, now_us)
+  local due, earliest
+  local keys = { K.scheduled(queue), K.throttled(queue), K.running(queue), K.recurring(queue) }
+  for i, key in ipairs(keys) do
+    local first = tonumber(redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+    if first and first >= Due.HELD then
+      first = nil -- lanes held for a slot or a resume: no time frees them
     end
-    Due.store(queue, earliest, now_us)
-    return due
+    if first and (not earliest or first < earliest) then
+      earliest = first
+    end
+    if first and i == 1 then
+      first = math.floor(first / 1000) * 1000
+    elseif first and i == 3 and first <= now_us then
+      first = Grace.until_us(queue, first, now_us) or first
+    end
+    if first and (not due or first < due) then
+      due = first
+    end
   end
+  Due.store(queue, earliest, now_us)
+  return due
+end
 
-  -- A full pop leaves a wake-up for another master when work is left; a pop that
-  -- came back short tells this master when to look again.
+-- A full pop (`taken` jobs of p.count) leaves a wake-up for another master when
+-- work is left; a pop that came back short answers when this master should look
+-- again (us; nil: nothing comes due).
+function Pop.wake_at(p, active, scanned, taken, now_us)
+  local count = p.count
   local wake_at
   for _, queue in ipairs(active) do
-    if count > 0 and #out >= count then
+    if count > 0 and taken >= count then
       if Lanes.has_prios(queue) then
         Place.wake(queue)
       end
       if scanned[queue] then
-        next_due_us(queue) -- a full pop that was not quiet keeps the time anew
+        Pop.next_due_us(queue, now_us) -- a full pop that was not quiet keeps the time anew
       end
     else
-      local due = next_due_us(queue)
+      local due = Pop.next_due_us(queue, now_us)
       if due and (not wake_at or due < wake_at) then
         wake_at = due
       end
     end
   end
-  if idle and count > 0 and #out < count and not stopped_short then
-    Handoff.register(worker, active, now_ms, p.rtt_ms)
-  end
-  if stopped_short then
-    wake_at = now_us
-  end
+  return wake_at
+end
+
+-- The reply (JSON text), made in one piece (each string made is hashed whole: a
+-- reply's jobs are its bulk).
+function Pop.reply(out, now_us, wake_at, refill)
   local wake_in_ms = '-1'
   if wake_at then
     wake_in_ms = string.format('%.3f', math.max(0, wake_at - now_us) / 1000)
   end
-  -- the reply made in one piece (each string made is hashed whole: a reply's
-  -- jobs are its bulk)
   local reply = { '{"jobs":[' }
   for i, job in ipairs(out) do
     reply[2 * i], reply[2 * i + 1] = job, ','
@@ -172,4 +173,35 @@ function Pop.run(p, now_us, retention_batch)
   reply[2 * #out + (#out > 0 and 1 or 2)] = '],"now_us":' .. int(now_us) .. ',"wake_in_ms":'
     .. wake_in_ms .. ',"refill":' .. Json.array(refill) .. '}'
   return table.concat(reply)
+end
+
+function Pop.run(p, now_us, retention_batch)
+  local worker, count, seed = p.worker, p.count, p.seed
+  local now_ms = Clock.ms(now_us)
+  Lease.seen(worker, now_ms) -- at most once a second
+
+  local active, refill, scanned = Pop.scan(p.queues, count, now_us, p.ahead_us)
+  Retention.trim(now_us, retention_batch) -- old completed jobs go even when none complete
+  if next(scanned) then
+    Retention.sweep(now_us, retention_batch) -- and old tombstones, when nothing is cancelled
+  end
+
+  Handoff.withdraw(worker, p.queues)
+  local out = Handoff.collect(worker)
+  local function take(jid, meta, data, start_us)
+    out[#out + 1] = Lease.hand(jid, meta, data, worker, seed, now_us, start_us)
+  end
+  local stopped_short = Pop.take(p, active, scanned, out, take, now_us)
+
+  -- every start may leave a TAT behind: forget passed ones at least as fast
+  Domains.prune(now_us, LIMITS.prune_batch + 2 * #out)
+
+  local wake_at = Pop.wake_at(p, active, scanned, #out, now_us)
+  if p.idle and count > 0 and #out < count and not stopped_short then
+    Handoff.register(worker, active, now_ms, p.rtt_ms)
+  end
+  if stopped_short then
+    wake_at = now_us
+  end
+  return Pop.reply(out, now_us, wake_at, refill)
 end
