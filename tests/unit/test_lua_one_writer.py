@@ -87,8 +87,9 @@ def findings(name: str, code: str) -> list[tuple[str, str]]:
         for arg in args:
             key = re.match(rf"\s*(K\.(?:{keys}))\b", arg)
             local = re.match(r"\s*(\w+)\s*\)?$", arg)
-            if key or (local and local.group(1) in bound):
-                found.append((key.group(1) if key else bound[local.group(1)], text))
+            written = key.group(1) if key else bound.get(local.group(1)) if local else None
+            if written:
+                found.append((written, text))
                 break
     for mover in MOVERS:
         defined = rf"function {re.escape(mover)}\("
