@@ -69,6 +69,7 @@ LIBRARY = (
     "config",
     "clock",
     "due",
+    "compact",
     "job",
     "attempt",
     "wait",

@@ -46,7 +46,7 @@ ALLOWED = (
     ("lib/stats.lua", "K.cancelled_index", r"", "Stats.enter / Stats.leave (called by Place)"),
     ("lib/lease.lua", "K.running", r"'ZADD', K\.running\(meta\.q\), 'XX'", "a renewal"),
     ("queue_forget.lua", "K.", r"^redis\.call\('DEL'", "the keys of an empty queue go"),
-    ("lib/job.lua", "state", r"^local LETTER_STATE = ", "a compact record's letters, read"),
+    ("lib/compact.lua", "state", r"^local LETTER_STATE = ", "a compact record's letters, read"),
 )
 
 FIELD_WRITE = re.compile(r"[\w\]\)]\.s\s*(?:,\s*[\w.\[\]'\"]+\s*)*=(?!=)")
