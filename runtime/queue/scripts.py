@@ -79,6 +79,7 @@ LIBRARY = (
     "lanes",
     "lease",
     "place",
+    "sweep",
     "handoff",
     "deps",
     "create",

@@ -70,6 +70,12 @@ def call_text(code: str, start: int) -> str:
     return code[start:]
 
 
+def bound_to(before: str, name: str) -> str | None:
+    """The key builder a local was last bound to before a call (`local key = K.running(q)`)."""
+    bindings = re.findall(rf"(?<![\w.]){name}\s*=\s*(K\.\w+)", before)
+    return bindings[-1] if bindings else None
+
+
 def findings(name: str, code: str) -> list[tuple[str, str]]:
     """(what, the line or call) of every write of a state or an index in `code`."""
     found: list[tuple[str, str]] = []
@@ -77,18 +83,15 @@ def findings(name: str, code: str) -> list[tuple[str, str]]:
     found += [("state", line.strip()) for line in lines if FIELD_WRITE.search(line)]
     found += [("state", line.strip()) for line in lines if BUILT.search(line)]
     keys = "|".join(INDEX_KEYS)
-    # locals bound to an index's key: `local key = K.scheduled(queue)`
-    bound = dict(re.findall(rf"\b(\w+)\s*=\s*(K\.(?:{keys}))\b", code))
     for call in CALL.finditer(code):
         if call.group(1).upper() not in WRITES:
             continue
         text = " ".join(call_text(code, call.start()).split())
-        args = text.split(",")[1:]
-        for arg in args:
+        for arg in text.split(",")[1:]:
             key = re.match(rf"\s*(K\.(?:{keys}))\b", arg)
             local = re.match(r"\s*(\w+)\s*\)?$", arg)
-            written = key.group(1) if key else bound.get(local.group(1)) if local else None
-            if written:
+            written = key.group(1) if key else local and bound_to(code[: call.start()], local[1])
+            if written and re.fullmatch(rf"K\.(?:{keys})", written):
                 found.append((written, text))
                 break
     for mover in MOVERS:
