@@ -11,7 +11,7 @@ Key schema (the kind of each key in brackets):
                                      "\\n", data JSON
     config                   [hash]  shared setting -> value (see runtime.config.SHARED)
     names                    [hash]  the (queue, klass) pairs compact records name by
-                                     number (lua/lib/job.lua): "=<queue> <klass>" -> id
+                                     number (lua/lib/compact.lua): "=<queue> <klass>" -> id
                                      (hex), "#<id>" -> "<queue> <klass>", count -> the
                                      last id; never shrinks (at most names_max pairs)
     queues                   [zset]  queue name -> first-use time (ms)
@@ -73,7 +73,7 @@ Key schema (the kind of each key in brackets):
                                      queues, concurrency, started_ms); expires (worker_info.lua)
     record-forms             [string] the fewest record forms a registered master reads,
                                      found by a put while compact-records is unset (kept
-                                     10 s; lua/lib/job.lua)
+                                     10 s; lua/lib/compact.lua)
     deps:<jid>               [set]   jids this job waits on
     dependents:<jid>         [set]   jids waiting on this job
     domain-limits            [hash]  domain -> {"rate":..,"period":..,"burst":..,

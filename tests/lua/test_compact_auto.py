@@ -1,6 +1,6 @@
 """compact-records unset (-1, the default): a put stores a queued job compact
-when every registered master reads compact records, else JSON (lib/job.lua,
-Job.compact). Registered: a master seen within the hour that told its info
+when every registered master reads compact records, else JSON (lib/compact.lua,
+Compact.enabled). Registered: a master seen within the hour that told its info
 (worker_info.lua); one whose info tells no `records` runs a release before
 compact records. The finding is kept in {ns}:record-forms for 10 s, so a put
 reads one key; 0 and 1 are kept as set, whatever the masters."""

@@ -5,24 +5,30 @@ The indexes of a queue: its lanes (waiting and throttled jobs), `scheduled`,
 `running`, `depends`, `complete` and `failed`. A record's state names one of
 them; the queue's counts are their sizes; a running job's worker lists it among
 its jobs and no worker lists a job it does not hold; a failed job is in its
-group's list. `check_indexes` reads all of it with plain commands (a test may
-scan its own namespace; scripts never do), so a writer of a state that forgets
-an index, or leaves a job behind in one, fails here whichever script it is.
+group's list, and each group's count is its list's length; a queue holding a
+job that has not ended is listed among the queues. `check_indexes` reads all of
+it with plain commands (a test may scan its own namespace; scripts never do),
+so a writer of a state that forgets an index, or leaves a job behind in one,
+fails here whichever script it is (lua/lib/place.lua's Place.to_<state> are
+the only writers: tests/unit/test_lua_one_writer.py). A planted bug, a move
+into depends that forgets to list its queue, proves the check finds one.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from runtime import Client
-from runtime.errors import BadArgument, DependedOn
-from runtime.vocabulary import JobState
+from runtime.errors import BadArgument, DependedOn, NoSuchJob, WrongState
+from runtime.queue import scripts
+from runtime.vocabulary import FailureGroup, JobState
 from tests.lua.test_due import OPS, QUEUES, Run, fresh_client
 from tests.support.redis_server import RedisServer
 
@@ -39,6 +45,8 @@ INDEX_OF = {
 }
 # what a forgotten queue leaves, unlisted, until retention deletes it (queue_forget.lua)
 UNLISTED_WHEN_FORGOTTEN = (JobState.COMPLETE, JobState.CANCELLED)
+# the indexes of jobs that have not ended: a queue holding one is listed in K.queues
+LISTING = ("lane", "scheduled", "running", "depends", "failed")
 SETS = {
     "scheduled": "scheduled",
     "running": "running",
@@ -114,7 +122,14 @@ def check_indexes(client: Client, forgotten: frozenset[str] = frozenset()) -> No
     for worker in registered | set(held):
         holds = set(members(client, client.keys.key("worker_jobs", worker=worker)))
         assert holds == held.get(worker, set()), worker
+    groups = client.redis.zrange(client.keys.key("failed_groups"), 0, -1, withscores=True)
+    for group, count in cast(list[tuple[bytes, float]], groups):
+        listed = members(client, client.keys.key("failed", group=text(group)))
+        assert count == len(listed) > 0, (text(group), count, len(listed))
+    queues = {text(q) for q in client.redis.zrange(client.keys.key("queues"), 0, -1)}
     for queue in QUEUES:
+        holding = [i for places in found.values() for q, i in places if q == queue]
+        assert queue in queues or not set(holding) & set(LISTING), (queue, holding)
         counts = client.queue(queue).counts()
         indexed = [i for places in found.values() for q, i in places if q == queue]
         assert counts["waiting"] + counts["throttled"] == indexed.count("lane"), (queue, counts)
@@ -143,12 +158,43 @@ class Graph(Run):
         with contextlib.suppress(DependedOn):  # cancel both together
             super().cancel(i)
 
+    def depend(self, on: bool, i: int, j: int) -> None:
+        if not self.jids:
+            return
+        jid, other = self.jids[i % len(self.jids)], self.jids[j % len(self.jids)]
+        scheduling = self.client.scheduling
+        with contextlib.suppress(BadArgument, WrongState, NoSuchJob):  # a cycle, it ran
+            scheduling.depend(jid, other) if on else scheduling.undepend(jid, other)
+
+    def unfail(self, group: str, queue: str | None) -> None:
+        with contextlib.suppress(BadArgument):
+            self.client.unfail(group, queue, 3)
+
+    def priority(self, i: int, value: int) -> None:
+        if self.jids:
+            with contextlib.suppress(NoSuchJob):
+                self.client.scheduling.set_priority(self.jids[i % len(self.jids)], value)
+
 
 GRAPH_OPS = st.one_of(
     OPS,
     st.tuples(st.just("put_depending"), st.sampled_from(QUEUES), st.integers(0, 30)),
     st.tuples(st.just("cancel"), st.just(-1)),  # the newest job: often a dependent
+    st.tuples(st.just("depend"), st.booleans(), st.integers(0, 30), st.integers(0, 30)),
+    st.tuples(
+        st.just("unfail"),
+        st.sampled_from(["G", FailureGroup.DEPENDENCY_FAILED, FailureGroup.LEASE_EXPIRED]),
+        st.sampled_from([None, *QUEUES]),
+    ),
+    st.tuples(st.just("priority"), st.integers(0, 30), st.sampled_from([-1, 0, 5])),
 )
+
+
+def replay_on(server: RedisServer) -> Any:
+    def run(ops: list[tuple[Any, ...]]) -> None:
+        replay(server, ops)
+
+    return run
 
 
 def replay(server: RedisServer, ops: list[tuple[Any, ...]]) -> None:
@@ -182,3 +228,70 @@ def test_every_job_is_in_the_one_index_its_record_names_over_long_histories(
     redis_server: RedisServer, ops: list[tuple[Any, ...]]
 ) -> None:
     replay(redis_server, ops)
+
+
+# Planted bugs of place.lua's kind: a move into depends that leaves out its index,
+# and one that leaves out its queue's listing (as depends.lua's own move did
+# before place.lua made them all).
+TO_DEPENDS = """function Place.to_depends(jid, meta, due_ms, now_ms)
+  list_queue(meta.q, now_ms)
+  meta.s, meta.d = DEPENDS, due_ms
+  redis.call('SADD', K.depends(meta.q), jid)
+"""
+
+
+@contextlib.contextmanager
+def planted(old: str, new: str) -> Iterator[None]:
+    """Every script built with lib/place.lua's `old` text replaced by `new`."""
+    read = scripts._read
+
+    def patched(relative: str) -> str:
+        source = read(relative)
+        if relative == "lib/place.lua":
+            assert old in source, "the planted bug's lines moved"
+            return source.replace(old, new)
+        return source
+
+    cached = (scripts.load, scripts._digest, scripts.library)
+    for f in cached:
+        f.cache_clear()
+    scripts._read = patched
+    try:
+        yield
+    finally:
+        scripts._read = read
+        for f in cached:
+            f.cache_clear()
+
+
+def test_the_index_property_finds_a_move_into_depends_that_leaves_out_its_index(
+    redis_server: RedisServer,
+) -> None:
+    """The default run's property, as it is, against the planted bug."""
+    prop = given(ops=st.lists(GRAPH_OPS, min_size=1, max_size=40))(
+        lambda ops: replay(redis_server, ops)
+    )
+    found = settings(
+        max_examples=40,
+        derandomize=True,
+        database=None,
+        phases=[Phase.generate],
+        report_multiple_bugs=False,
+        **SETTINGS,  # type: ignore[arg-type]
+    )(prop)
+    unindexed = TO_DEPENDS.replace("  redis.call('SADD'", "  -- redis.call('SADD'")
+    with planted(TO_DEPENDS, unindexed), pytest.raises(AssertionError, match="'depends'"):
+        found()
+
+
+def test_the_index_check_finds_a_move_into_depends_that_leaves_its_queue_unlisted(
+    redis_server: RedisServer,
+) -> None:
+    ops = [("put", "a", None, False), ("put_depending", "b", 0)]
+    replay(redis_server, ops)  # place.lua as it is
+    unlisted = TO_DEPENDS.replace("  list_queue", "  -- list_queue")
+    with (
+        planted(TO_DEPENDS, unlisted),
+        pytest.raises(AssertionError, match=r"\('b', \['depends'\]\)"),
+    ):
+        replay(redis_server, ops)

@@ -1,5 +1,5 @@
 -- cancel.lua: deletes jobs, wherever they are, and leaves a tombstone of each
--- job that had not ended, where memory allows (Place.cancel: state cancelled,
+-- job that had not ended, where memory allows (Place.to_cancelled: state cancelled,
 -- when and by what, for the retention window). The holder of a running one is
 -- told at once: its jid is published on K.cancels(holder) (a master listening
 -- there stops it; else it learns at its next heartbeat that its lease is
@@ -61,7 +61,7 @@ for _, jid in ipairs(found) do
 end
 -- the deletes first: a Redis 6.2 that is full refuses a script's first write
 -- that may grow memory (a waiter's token), not the ones after it
-Place.cancel(found, sound, by, now_us)
+Place.to_cancelled(found, sound, by, now_us)
 for _, jid in ipairs(found) do
   local meta = found[jid]
   Wait.notify(jid, meta, CANCELLED, now_ms)

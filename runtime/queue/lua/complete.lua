@@ -41,7 +41,7 @@ end
 local now_us = Clock.now_us()
 local completed = {} -- K.completed's new entries (time us, jid, ...): one ZADD at the end
 local out = Report.complete(worker, ARGV, 2, #ARGV, now_us, completed)
-if Report.completed(completed) then
+if Place.list_completed(completed) then
   Retention.trim(now_us, LIMITS.retention_batch)
 end
 Stats.flush()

@@ -33,8 +33,7 @@ if verb == 'on' then
   if Deps.add(jid, deps) > 0 and meta.s ~= DEPENDS then
     local due = meta.s == SCHEDULED and meta.d or nil
     Place.remove(jid, meta)
-    meta.s, meta.d = DEPENDS, due
-    redis.call('SADD', K.depends(meta.q), jid)
+    Place.to_depends(jid, meta, due, Clock.ms(now_us))
   end
   if Deps.fail_if_doomed(jid, meta, data, now_us) then
     return meta.s
@@ -42,7 +41,7 @@ if verb == 'on' then
 else
   Deps.remove(jid, deps)
   if meta.s == DEPENDS and redis.call('SCARD', K.deps(jid)) == 0 then
-    redis.call('SREM', K.depends(meta.q), jid)
+    Place.remove(jid, meta)
     Place.enqueue(jid, meta, data, meta.d, now_us, false)
     return meta.s
   end

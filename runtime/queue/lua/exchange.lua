@@ -50,7 +50,7 @@ local done = Report.complete(p.worker, ARGV, 10, first_retry - 1, now_us, comple
 local retried = Report.retry(p.worker, ARGV, first_retry, first_fail - 1, now_us)
 local failed = Report.fail(p.worker, ARGV, first_fail, first_queue - 1, now_us)
 local trim = LIMITS.retention_pop_batch
-if Report.completed(completed) then
+if Place.list_completed(completed) then
   trim = trim + LIMITS.retention_batch -- complete.lua's trim, then pop.lua's
 end
 local popped = Pop.run(p, now_us, trim)

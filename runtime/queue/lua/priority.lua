@@ -12,13 +12,8 @@ local jid = ARGV[1]
 local priority = Check.int('priority', ARGV[2], LIMITS.priority_min, LIMITS.priority_max)
 local meta, data = Job.must(jid)
 local now_us = Clock.now_us()
-if meta.s == WAITING then
-  Lanes.remove(meta.q, jid, meta)
-end
-meta.p = priority ~= 0 and priority or nil
-Job.event(jid, meta, Clock.ms(now_us), 'priority', { p = priority })
-if meta.s == WAITING then
-  Lanes.insert_by_ticket(meta.q, jid, meta, now_us)
-end
+Place.reprioritize(jid, meta, priority, now_us, function()
+  Job.event(jid, meta, Clock.ms(now_us), 'priority', { p = priority })
+end)
 Job.save(jid, meta, data)
 return meta.s

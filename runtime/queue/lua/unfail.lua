@@ -19,29 +19,11 @@ if group == GROUP.CORRUPT_JOB then
 end
 local now_us = Clock.now_us()
 local now_ms = Clock.ms(now_us)
-local key = K.failed(group)
-local moved, left = 0, 0 -- jobs moved; entries that left the group's list
-for _ = 1, count do
-  local jid = redis.call('RPOP', key)
-  if not jid then
-    break
-  end
-  left = left + 1
-  local meta, data, raw, sound_meta = Job.read(jid)
-  if meta and meta.s == FAILED then
-    Stats.leave(jid, meta)
-    local to = queue ~= '' and queue or meta.q
-    Job.event(jid, meta, now_ms, 'unfailed', { q = to, fq = meta.q })
-    meta.q, meta.m, meta.a, meta.f, meta.o = to, meta.r, nil, nil, nil
-    Deps.drop_failed(jid)
-    Place.enqueue(jid, meta, data, nil, now_us, true)
-    Deps.restore(jid, now_us)
-    moved = moved + 1
-  elseif meta == false then
-    Job.corrupt(jid, data, raw, sound_meta, '')
-  end
-end
-if left > 0 and redis.call('ZINCRBY', K.failed_groups, -left, group) + 0 <= 0 then
-  redis.call('ZREM', K.failed_groups, group)
-end
-return moved
+return Place.unfail(group, count, function(jid, meta, data)
+  local to = queue ~= '' and queue or meta.q
+  Job.event(jid, meta, now_ms, 'unfailed', { q = to, fq = meta.q })
+  meta.q, meta.m, meta.a, meta.f, meta.o = to, meta.r, nil, nil, nil
+  Deps.drop_failed(jid)
+  Place.enqueue(jid, meta, data, nil, now_us, true)
+  Deps.restore(jid, now_us)
+end)

@@ -102,8 +102,8 @@ end
 
 -- A job in depends fails because `parent` failed for good (with group `why`).
 local function fail_waiting(jid, meta, data, parent, why, now_us)
-  redis.call('SREM', K.depends(meta.q), jid)
-  Place.fail_only(jid, meta, GROUP.DEPENDENCY_FAILED, 'job ' .. parent
+  Place.remove(jid, meta)
+  Place.to_failed(jid, meta, GROUP.DEPENDENCY_FAILED, 'job ' .. parent
     .. ', which it depends on, failed for good (' .. why .. ')', nil, now_us)
   Job.save(jid, meta, data)
 end

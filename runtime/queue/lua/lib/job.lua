@@ -3,7 +3,8 @@
 -- A record is one field of the hash K.jobs: meta JSON, "\n", data JSON. Data is
 -- the caller's JSON text, stored and returned byte for byte (decoded only to
 -- check it).
--- Meta uses short names to keep a queued job small (runtime/queue/job.py maps
+-- Meta uses short names to keep a queued job small (and a queued job's may be
+-- stored compact instead: lib/compact.lua) (runtime/queue/job.py maps
 -- them to the public names):
 --
 --   k klass          q queue           s state           p priority (absent: 0)
@@ -43,33 +44,6 @@
 --   sl it holds a slot of its domain (running; lib/domains.lua)
 --   af a debounced job put while the holder of its key ran waits for that
 --     run to end (its jid)   db its debounce (ms) (lib/unique.lua)
---
--- A queued job's meta may also be stored compact (Job.compact: the shared
--- setting compact-records at 1, or unset while every registered master reads
--- compact records): a state letter (w waiting, s scheduled), then fields
--- separated by one space:
---
---   <w|s><id, hex> <o, hex> <put time ms, hex>[ r<r>][ m<m>][ p<p>][ d<d, hex>]
---     [ e<qt, hex>][ n<dm>]
---
--- id names its queue and klass in K.names, where each pair gets a number the
--- first time a compact record needs it; once K.names holds names_max pairs,
--- a new pair is written in full instead, with the letter in capitals:
---
---   <W|S><k> <q> <o, hex> <put time ms, hex>[ the same options]
---
--- A call looks each pair up in K.names once (pair_id, pair_of); nothing of
--- it is remembered from one call to the next, since K.names may be replaced
--- under a running server (a failover back and forth, a restore) and a number
--- remembered from before could then name another pair.
---
--- r absent: the default retries; m absent: r; its history is its put alone
--- ({"e":"put","t":<put time>}, rebuilt when read). Only a meta of nothing else
--- is written so (a fresh waiting or scheduled job: most of a backlog); any
--- other stays JSON. k, q and dm are tokens (no blanks), so a space ends each.
--- This release reads both forms always; it writes the compact one only when
--- told to, or while no master of a release before it is registered (README,
--- "Upgrading"): such a release fails a compact record as runtime.CorruptJob.
 --
 -- Every read checks the record (Job.decode): one that does not decode, or that
 -- Python could not decode in a reply, is corrupt. Job.load fails it at once,
@@ -217,210 +191,6 @@ local function history_from_list(meta)
   return nil
 end
 
--- The compact meta (see the top): letters of the states it holds (for a
--- named pair, and for a pair written in full), and of the fields it may
--- carry besides k, q, s, o and h.
-local STATE_LETTER = { [WAITING] = 'w', [SCHEDULED] = 's' }
-local STATE_CAPITAL = { [WAITING] = 'W', [SCHEDULED] = 'S' }
-local LETTER_STATE = { w = WAITING, s = SCHEDULED, W = WAITING, S = SCHEDULED }
-
--- The pairs of K.names this call looked up: ids[queue][klass] = id (false:
--- none to be had), pairs[id] = {queue, klass} (false: not there).
-local pair_ids, pair_names, names_read = {}, {}, false
-local FULL, BLANK = 'full', 'blank' -- pair_ids' marks: no room left; a name with a blank
-per_call(function()
-  if names_read then
-    pair_ids, pair_names, names_read = {}, {}, false
-  end
-end)
-
--- The id (hex) of the pair, given one if it has none and K.names has room;
--- nil when it has none (the record names them in full), false when either
--- name holds a blank (no compact form: not from a checked put).
-local function pair_id(queue, klass)
-  local of_queue = pair_ids[queue]
-  if not of_queue then
-    of_queue, names_read = {}, true
-    pair_ids[queue] = of_queue
-  end
-  local id = of_queue[klass]
-  if id == nil then
-    local pair = queue .. ' ' .. klass
-    if string.find(queue, '%s') or string.find(klass, '%s') then
-      id = BLANK
-    else
-      id = redis.call('HGET', K.names, '=' .. pair)
-      if not id and tonumber(redis.call('HGET', K.names, 'count') or '0') < LIMITS.names_max then
-        id = string.format('%x', redis.call('HINCRBY', K.names, 'count', '1'))
-        redis.call('HSET', K.names, '=' .. pair, id, '#' .. id, pair)
-      end
-      if id then
-        pair_names[id] = { queue, klass }
-      else
-        id = FULL
-      end
-    end
-    of_queue[klass] = id
-  end
-  if id == FULL then
-    return nil
-  elseif id == BLANK then
-    return false
-  end
-  return id
-end
-
--- The queue and klass that id names; nil when K.names has no such pair.
-local function pair_of(id)
-  local pair = pair_names[id]
-  if pair == nil then
-    local text = redis.call('HGET', K.names, '#' .. id)
-    local queue, klass = string.match(text or '', '^(%S+) (%S+)$')
-    pair, names_read = queue and { queue, klass } or false, true
-    pair_names[id] = pair
-  end
-  if pair then
-    return pair[1], pair[2]
-  end
-  return nil
-end
-local COMPACT_FIELDS = { k = true, q = true, s = true, r = true, m = true, o = true, h = true,
-  p = true, d = true, qt = true, dm = true }
-
--- A whole number as hex, or nil when it is not a whole number in [0, 2^53].
-local function hex(n)
-  if type(n) ~= 'number' or n < 0 or n % 1 ~= 0 or n > 9007199254740992 then
-    return nil
-  end
-  return string.format('%x', n)
-end
-
--- A whole number as decimal text, or nil.
-local function whole(n)
-  if type(n) ~= 'number' or n % 1 ~= 0 or n < -9007199254740992 or n > 9007199254740992 then
-    return nil
-  end
-  return int(n)
-end
-
--- The meta in the compact form, or nil when it holds more than that form
--- says (it is then stored as JSON).
-local function compact_of(meta)
-  local letter, k, q = STATE_LETTER[meta.s], meta.k, meta.q
-  local t = letter and string.match(meta.h, '^{"e":"put","t":(%d+)}$')
-  if not t then
-    return nil
-  end
-  for name in pairs(meta) do
-    if not COMPACT_FIELDS[name] then
-      return nil
-    end
-  end
-  local o, put = hex(meta.o), hex(tonumber(t))
-  if not (o and put) then
-    return nil
-  end
-  local id, line = pair_id(q, k), nil
-  if id then
-    line = letter .. id .. ' ' .. o .. ' ' .. put
-  elseif id == false then -- a pair of names with blanks (not from a checked put)
-    return nil
-  else
-    line = STATE_CAPITAL[meta.s] .. k .. ' ' .. q .. ' ' .. o .. ' ' .. put
-  end
-  local r, m, p, d, qt, dm = meta.r, meta.m, meta.p, meta.d, meta.qt, meta.dm
-  if r ~= LIMITS.default_retries then
-    r = whole(r)
-    if not r then
-      return nil
-    end
-    line = line .. ' r' .. r
-  end
-  if m ~= meta.r then
-    m = whole(m)
-    if not m then
-      return nil
-    end
-    line = line .. ' m' .. m
-  end
-  if p then
-    p = whole(p)
-    if not p then
-      return nil
-    end
-    line = line .. ' p' .. p
-  end
-  if d then
-    d = hex(d)
-    if not d then
-      return nil
-    end
-    line = line .. ' d' .. d
-  end
-  if qt then
-    qt = hex(qt)
-    if not qt then
-      return nil
-    end
-    line = line .. ' e' .. qt
-  end
-  if dm then
-    if string.find(dm, '%s') then
-      return nil
-    end
-    line = line .. ' n' .. dm
-  end
-  return line
-end
-
--- Sets one optional field of a compact meta from its letter and text;
--- false when either is not what the form allows.
-local COMPACT_OPTIONS = {
-  r = function(meta, text) meta.r = tonumber(text, 10) return meta.r ~= nil end,
-  m = function(meta, text) meta.m = tonumber(text, 10) return meta.m ~= nil end,
-  p = function(meta, text) meta.p = tonumber(text, 10) return meta.p ~= nil end,
-  d = function(meta, text) meta.d = tonumber(text, 16) return meta.d ~= nil end,
-  e = function(meta, text) meta.qt = tonumber(text, 16) return meta.qt ~= nil end,
-  n = function(meta, text) meta.dm = text return true end,
-}
-
--- A compact meta line, decoded (meta.h the put event's text): meta; or nil
--- and what is wrong.
-local function decode_compact(line)
-  local letter, id, o, t, rest = string.match(line, '^([ws])(%x+) (%x+) (%x+)(.*)$')
-  local k, q
-  if letter then
-    q, k = pair_of(id)
-    if not q then
-      return nil, 'meta names an unknown queue and klass (' .. id .. ')'
-    end
-  else
-    letter, k, q, o, t, rest = string.match(line, '^([WS])(%S+) (%S+) (%x+) (%x+)(.*)$')
-    if not letter then
-      return nil, 'meta is neither JSON nor compact'
-    end
-  end
-  t = tonumber(t, 16)
-  local meta = { k = k, q = q, s = LETTER_STATE[letter], r = LIMITS.default_retries,
-    o = tonumber(o, 16), h = '{"e":"put","t":' .. int(t) .. '}', m = nil }
-  if rest ~= '' then
-    local seen, good = {}, true
-    local left = string.gsub(rest, ' (%l)(%S+)', function(name, text)
-      local set = COMPACT_OPTIONS[name]
-      if seen[name] or not set or not set(meta, text) then
-        good = false
-      end
-      seen[name] = true
-      return ''
-    end)
-    if left ~= '' or not good then
-      return nil, 'meta has a bad compact field'
-    end
-  end
-  meta.m = meta.m or meta.r
-  return meta
-end
-
 -- The meta part of a record (the text before its first newline), decoded,
 -- with meta.h the history's text: meta; or nil and what is wrong. A meta
 -- whose last field is its history (Job.encode) is split there first, and
@@ -430,7 +200,7 @@ end
 -- last (no other field holds a list of objects).
 local function decode_meta(line)
   if string.byte(line, 1) ~= 123 then -- not '{': the compact form
-    return decode_compact(line)
+    return Compact.decode(line)
   end
   local at = string.find(line, ',"h":[', 1, true)
   if at and string.sub(line, -2) == ']}' and not string.find(line, '}],"', at, true) then
@@ -566,7 +336,7 @@ local function recall(jid, raw, for_reply)
     meta = cjson.decode(known[2])
     meta.h = known[3]
   else
-    meta = decode_compact(known[2])
+    meta = Compact.decode(known[2])
   end
   if known[5] then
     Json.vouch(meta)
@@ -610,7 +380,7 @@ function Job.glance(jid)
     return nil
   end
   if string.byte(raw, 1) ~= 123 then -- not '{': the compact form, its history a list
-    local meta = decode_compact(string.sub(raw, 1, nl - 1))
+    local meta = Compact.decode(string.sub(raw, 1, nl - 1))
     if meta then
       meta.h = { { e = 'put', t = Job.put_ms(meta) } }
     end
@@ -686,11 +456,11 @@ end
 
 -- Stores the record; returns the meta's stored text up to its history (see
 -- fields_of), for a reply to reuse (Job.reply), or nil when it was stored
--- compact (Job.compact). `done`: the caller changes the meta no more (the
+-- compact (Compact.encode). `done`: the caller changes the meta no more (the
 -- next read may take it). The record is made in one piece: each string Lua
 -- makes is hashed whole.
 function Job.save(jid, meta, data, done)
-  local line = STATE_LETTER[meta.s] and Job.compact() and compact_of(meta)
+  local line = Compact.encode(meta)
   if line then
     local raw = line .. '\n' .. data
     redis.call('HSET', K.jobs, jid, raw)
@@ -708,60 +478,6 @@ function Job.save(jid, meta, data, done)
       done and meta or nil)
   end
   return head
-end
-
--- The record forms a master of this release reads: 1 JSON metas, 2 compact
--- ones too (runtime.queue.job.RECORDS).
-local READS_COMPACT = 2
--- How long a call's finding of the registered masters' forms serves later calls.
-local FORMS_KEPT_MS = 10000
--- Masters that told who they are within this long count (worker_info.lua keeps it).
-local TOLD_WITHIN_MS = 3600 * 1000
-
--- The fewest record forms a registered master reads (READS_COMPACT with none
--- registered): the masters seen within TOLD_WITHIN_MS that told their info,
--- at most workers_max of them; one that tells no `records` runs a release
--- before compact records. Kept in K.record_forms for FORMS_KEPT_MS, so a put
--- reads one key: a master of an earlier release registering is seen within
--- that long (README, "Upgrading").
-local function fewest_forms()
-  local kept = redis.call('GET', K.record_forms)
-  if kept then
-    return tonumber(kept)
-  end
-  local since = Clock.ms(Clock.now_us()) - TOLD_WITHIN_MS
-  local ids = redis.call('ZREVRANGEBYSCORE', K.workers, '+inf', since, 'LIMIT', 0,
-    LIMITS.workers_max)
-  local fewest = READS_COMPACT
-  for _, id in ipairs(ids) do -- GET, not MGET: the ACL of docs/redis.md grants no MGET
-    local ok, info = Json.lenient(redis.call('GET', K.worker_info(id)) or '')
-    if ok and type(info) == 'table' then
-      fewest = math.min(fewest, type(info.records) == 'number' and info.records or 1)
-      if fewest < READS_COMPACT then
-        break
-      end
-    end
-  end
-  redis.call('SET', K.record_forms, fewest, 'PX', FORMS_KEPT_MS)
-  return fewest
-end
-
-local compact_now, compact_call = false, nil -- found by call number compact_call
-
--- Whether this call stores queued jobs' metas compact: the shared setting
--- compact-records when it is 0 or 1; unset (-1, auto), when every registered
--- master reads compact records (fewest_forms). Found once per call.
-function Job.compact()
-  if compact_call ~= CALL then
-    local setting = Config.get('compact-records')
-    if setting == 0 or setting == 1 then
-      compact_now = setting == 1
-    else
-      compact_now = fewest_forms() >= READS_COMPACT
-    end
-    compact_call = CALL
-  end
-  return compact_now
 end
 
 -- Events a tracked job publishes on K.events.

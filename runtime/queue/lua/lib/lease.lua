@@ -148,21 +148,8 @@ function Lease.unseen(worker)
   redis.call('ZREM', K.workers, worker)
 end
 
-function Lease.grant(jid, meta, worker, seed, now_us, lease_s)
-  local expires_us = now_us + (lease_s or Config.get('heartbeat', meta.q)) * 1000000
-  meta.a = (meta.a or 0) + 1
-  meta.s, meta.w, meta.lr, meta.pt = RUNNING, worker, nil, Clock.ms(now_us)
-  Attempt.restart(jid, meta)
-  meta.l = string.sub(redis.sha1hex(seed .. jid .. int(meta.a)), 1, 24)
-  meta.x, meta.xi = nil, nil -- it started: its deadline (expires_in) is met
-  Due.lower(meta.q, expires_us)
-  if redis.call('ZADD', K.running(meta.q), int(expires_us), jid) == 1 and meta.dm then
-    Domains.take_slot(meta.dm) -- its domain's slot, held with the lease (domains.lua)
-    meta.sl = 1
-  end
-  redis.call('SADD', K.worker_jobs(worker), jid)
-  return expires_us
-end
+-- Lease.grant(jid, meta, worker, seed, now_us, lease_s): the move into running
+-- that a lease is, Place.to_running (place.lua binds it: it comes after this file).
 
 -- The lease fields of a reply, made once per call and queue for the jobs
 -- that have no timeout of their own and were not handed (their lease is the
@@ -228,22 +215,7 @@ function Lease.renew(jid, meta, now_us)
   return expires_us
 end
 
--- The lease ends (whatever ended it): the job leaves its running set, and the
--- slot it took (meta.sl: a lease of an earlier release took none) goes back to
--- its domain; a slot that makes room under the domain's cap readies its lanes
--- (Lease.slot_freed, bound by place.lua). The caller saves the record.
-function Lease.drop(jid, meta)
-  if redis.call('ZREM', K.running(meta.q), jid) == 1 and meta.sl then
-    meta.sl = nil
-    if Domains.give_slot(meta.dm) then
-      Lease.slot_freed(meta.dm)
-    end
-  end
-  Attempt.stopped(jid, meta)
-  if meta.w then
-    redis.call('SREM', K.worker_jobs(meta.w), jid)
-  end
-end
+-- The lease ends (whatever ended it): Place.drop_lease (place.lua).
 
 -- A job failed as corrupt is held by no one: out of the set of a worker that
 -- says it holds it (a record whose meta was lost did not say whose it was).

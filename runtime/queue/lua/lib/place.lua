@@ -1,22 +1,32 @@
 -- place.lua: where a job lives for each state, and the moves between states.
 --
 --   waiting   a lane of its queue (lanes.lua)     scheduled  K.scheduled(queue)
---   running   K.running(queue) (lease.lua)        depends    K.depends(queue)
+--   running   K.running(queue), K.worker_jobs     depends    K.depends(queue)
 --   failed    K.failed(group), K.failed_groups    complete   K.completed
---   cancelled K.cancelled (a tombstone: Place.cancel)
+--   cancelled K.cancelled (a tombstone)
 --
 -- Complete, failed and cancelled jobs are also listed in their queue's index
 -- of that state (Stats.enter, Stats.leave).
 --
+-- The one writer. Nothing else writes a job's state (meta.s) or these
+-- indexes (tests/unit/test_lua_one_writer.py greps for it): a move into a
+-- state is Place.to_<state> (to_waiting, to_scheduled, to_depends,
+-- to_running, to_complete, to_failed, to_cancelled), which sets the state,
+-- enters the job in its index and lists its queue in K.queues where the state
+-- needs it; a move out is Place.remove (Place.drop_lease for a running job).
+-- Place.enqueue picks waiting, scheduled or depends for a job that has not
+-- run; the operations call these, or the moves below made of them.
+--
 -- Every move into waiting first promotes the queue's due scheduled jobs, so
--- order tickets follow eligible time.
+-- order tickets follow eligible time (Place.promote, with the other walks over
+-- an index that find jobs to move: lib/sweep.lua).
 --
 -- A job failed for good (Place.fail, Place.corrupt) wakes its waiters
 -- (lib/wait.lua) and fails the jobs waiting on it (Place.cascade: lib/deps.lua).
 --
--- A record that does not decode becomes a failed job (Place.corrupt); loops
--- over an index (promotions, reclaims) drop entries whose job is corrupt, gone
--- or no longer in that state, so no entry is met twice.
+-- A record that does not decode becomes a failed job (Place.corrupt); the
+-- walks drop entries whose job is corrupt, gone or no longer in that state
+-- (Place.drop_stray, Place.unschedule), so no entry is met twice.
 --
 -- A job of a batch (meta.b) is counted by its batch in the move that changes
 -- its state (Place.counted: lib/batch.lua): new, ended or running again; the
@@ -52,19 +62,6 @@ local function scheduled_jid(member)
 end
 Place.scheduled_jid = scheduled_jid
 
--- True for a record read as (meta, data, ...) by Job.read that is sound and in
--- `state` in `queue`; else a corrupt one is failed (taken out of `queue`'s
--- index by the caller) and false returned: the caller drops the entry.
-local function in_state(jid, state, queue, meta, problem, raw, sound_meta)
-  if meta and meta.s == state and meta.q == queue then
-    return true
-  end
-  if meta == false then
-    Job.corrupt(jid, problem, raw, sound_meta, queue)
-  end
-  return false
-end
-
 at_end(function()
   Place.batch_flush() -- lib/batch.lua
 end)
@@ -88,90 +85,6 @@ function Place.woken()
   return woken
 end
 
--- Moves the queue's due scheduled jobs into their lanes, earliest due first.
-function Place.promote(queue, now_us)
-  if promoted[queue] then
-    return
-  end
-  promoted[queue], written = true, true
-  local key = K.scheduled(queue)
-  local bound = Clock.ms(now_us) * 1000 -- due times are whole milliseconds
-  -- the earliest first, alone: as a rule none is due (or there are none), and
-  -- this read costs less than the range (and its bound, formatted)
-  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
-  if #first == 0 or tonumber(first[2]) > bound then
-    return
-  end
-  local members = redis.call('ZRANGEBYSCORE', key, '-inf', int(bound), 'LIMIT', '0',
-    int(LIMITS.promote_batch))
-  if #members == 0 then
-    return
-  end
-  redis.call('ZREM', key, unpack(members))
-  for _, member in ipairs(members) do
-    local jid = scheduled_jid(member)
-    local meta, data, raw, sound_meta = Job.read(jid)
-    if in_state(jid, SCHEDULED, queue, meta, data, raw, sound_meta) then
-      if meta.x and now_us > meta.x * 1000 then
-        Place.expire(jid, meta, data, now_us)
-      elseif meta.af and Place.after_running(meta) then
-        Place.enqueue(jid, meta, data, Clock.ms(now_us) + meta.db, now_us, false)
-      else
-        meta.s, meta.d = WAITING, nil
-        Lanes.push(queue, jid, meta, now_us, false)
-        Job.save(jid, meta, data)
-      end
-    end
-  end
-  Place.wake(queue)
-end
-
--- A debounced job put while the holder of its key ran (meta.af, lib/unique.lua)
--- waits for that run to end: true while it runs (its promotion is then put off
--- by its debounce again, meta.db ms); false, and the mark gone, once it ended.
-function Place.after_running(meta)
-  local other = Job.load(meta.af)
-  if other and other.s == RUNNING then
-    return true
-  end
-  meta.af, meta.db = nil, nil
-  return false
-end
-
--- Scheduled jobs of the queue that come due within ahead_us, taken straight to
--- the caller in (due, put) order: take(jid, meta, data, due_us) leases each, to
--- start at its due time. Jobs with a domain wait for their promotion: their
--- start is the domain's to give. Each gets its lane's order ticket, as its
--- promotion would have given it: a job given back or reclaimed goes to the head
--- of its lane, which needs one. Returns how many were taken.
-function Place.take_soon(queue, now_us, ahead_us, room, take)
-  local key = K.scheduled(queue)
-  local found = redis.call('ZRANGEBYSCORE', key, '-inf', int(now_us + ahead_us), 'WITHSCORES',
-    'LIMIT', '0', int(room + LIMITS.pop_skips))
-  local taken = 0
-  for i = 1, #found, 2 do
-    if taken >= room then
-      break
-    end
-    local member = found[i]
-    local jid = scheduled_jid(member)
-    local meta, data, raw, sound_meta = Job.read(jid, true) -- its data goes in a reply
-    if not in_state(jid, SCHEDULED, queue, meta, data, raw, sound_meta) then
-      redis.call('ZREM', key, member)
-    elseif meta.x and now_us > meta.x * 1000 then -- overdue past its deadline
-      redis.call('ZREM', key, member)
-      Place.expire(jid, meta, data, now_us)
-    elseif not (meta.dm or meta.af) then -- (those wait for their promotion)
-      redis.call('ZREM', key, member)
-      meta.d, meta.qt = nil, Clock.ms(tonumber(found[i + 1]))
-      meta.o = redis.call('HINCRBY', K.queue(queue), 'seq', 1)
-      take(jid, meta, data, tonumber(found[i + 1]))
-      taken = taken + 1
-    end
-  end
-  return taken
-end
-
 -- Lists the queue in K.queues (once a call). A queue leaves the list only
 -- empty (queue_forget.lua), so a job entering a lane that holds jobs already
 -- need not list it again.
@@ -180,6 +93,46 @@ local function list_queue(queue, now_ms)
     known[queue], written = true, true
     redis.call('ZADD', K.queues, 'NX', int(now_ms), queue)
   end
+end
+
+-- Into waiting: at the tail of its lane with a new ticket, or back at its head
+-- (`at_head`: a job given back or reclaimed goes before younger jobs).
+-- `list_ms`: the time to list its queue at when its lane was empty (nil: the
+-- queue is known to be listed: it held the job already). The caller wakes the
+-- queue (Place.wake) when its masters should learn of the job.
+function Place.to_waiting(jid, meta, now_us, at_head, list_ms)
+  meta.s, meta.d = WAITING, nil
+  if Lanes.push(meta.q, jid, meta, now_us, at_head) and list_ms then
+    list_queue(meta.q, list_ms) -- a lane with jobs already: the queue is listed
+  end
+end
+
+-- Into scheduled until due_ms, after the jobs put before it with the same due
+-- time; an idle master is nudged when it is due before all others.
+function Place.to_scheduled(jid, meta, due_ms, now_ms)
+  local queue = meta.q
+  list_queue(queue, now_ms)
+  meta.s, meta.d = SCHEDULED, due_ms
+  meta.o = redis.call('HINCRBY', K.queue(queue), 'sseq', 1) -- put order among equal dues
+  local member = scheduled_member(jid, meta.o)
+  Due.lower(queue, due_ms * 1000)
+  redis.call('ZADD', K.scheduled(queue), int(due_ms * 1000), member)
+  if redis.call('ZRANGE', K.scheduled(queue), '0', '0')[1] == member then
+    Place.nudge(queue) -- due before all others: an idle master must learn the new time
+  end
+end
+
+-- Into depends: it waits on the jobs of K.deps(jid), then until due_ms (nil: none).
+function Place.to_depends(jid, meta, due_ms, now_ms)
+  list_queue(meta.q, now_ms)
+  meta.s, meta.d = DEPENDS, due_ms
+  redis.call('SADD', K.depends(meta.q), jid)
+end
+
+-- Lists a job failed for good in its group's list, counted in K.failed_groups.
+local function list_failed(jid, group)
+  redis.call('LPUSH', K.failed(group), jid)
+  redis.call('ZINCRBY', K.failed_groups, '1', group)
 end
 
 -- Puts a job into its queue (meta.q) and saves it: depends while it waits on
@@ -192,25 +145,12 @@ function Place.enqueue(jid, meta, data, due_ms, now_us, may_depend, put_ms)
   local eligible = (due_ms and due_ms > now_ms) and due_ms or now_ms
   meta.qt = eligible ~= (put_ms or Job.put_ms(meta)) and eligible or nil
   if may_depend and redis.call('SCARD', K.deps(jid)) > 0 then
-    list_queue(queue, now_ms)
-    meta.s, meta.d = DEPENDS, due_ms
-    redis.call('SADD', K.depends(queue), jid)
+    Place.to_depends(jid, meta, due_ms, now_ms)
   elseif due_ms and due_ms > now_ms then
-    list_queue(queue, now_ms)
-    meta.s, meta.d = SCHEDULED, due_ms
-    meta.o = redis.call('HINCRBY', K.queue(queue), 'sseq', 1) -- put order among equal dues
-    local member = scheduled_member(jid, meta.o)
-    Due.lower(queue, due_ms * 1000)
-    redis.call('ZADD', K.scheduled(queue), int(due_ms * 1000), member)
-    if redis.call('ZRANGE', K.scheduled(queue), '0', '0')[1] == member then
-      Place.nudge(queue) -- due before all others: an idle master must learn the new time
-    end
+    Place.to_scheduled(jid, meta, due_ms, now_ms)
   else
     Place.promote(queue, now_us)
-    meta.s, meta.d = WAITING, nil
-    if Lanes.push(queue, jid, meta, now_us, false) then
-      list_queue(queue, now_ms) -- a lane with jobs already: the queue is listed
-    end
+    Place.to_waiting(jid, meta, now_us, false, now_ms)
     Place.wake(queue)
   end
   Job.save(jid, meta, data)
@@ -242,22 +182,22 @@ end
 -- attempt not counted unless it `started`. The caller checked the lease; the
 -- record is saved.
 function Place.release(jid, meta, data, worker, now_us, started)
-  Lease.drop(jid, meta)
+  Place.drop_lease(jid, meta)
   meta.lr = 'release'
   if not started then
     meta.a = math.max(0, (meta.a or 1) - 1)
   end
   Job.event(jid, meta, Clock.ms(now_us), 'released', { w = worker })
-  meta.s = WAITING
-  Lanes.push(meta.q, jid, meta, now_us, true)
+  Place.to_waiting(jid, meta, now_us, true)
   Place.wake(meta.q)
   Job.save(jid, meta, data)
 end
 
--- Final failure of one job: it joins its group's list and its waiters wake
--- (lib/wait.lua). `usage`: the ending attempt's, when measured (lib/attempt.lua),
--- for its event. The caller saves the record.
-function Place.fail_only(jid, meta, group, message, worker, now_us, usage)
+-- Into failed, for good: it joins its group's list and its queue's index, and
+-- its waiters wake (lib/wait.lua); the jobs waiting on it are left as they are
+-- (Place.fail fails them too). `usage`: the ending attempt's, when measured
+-- (lib/attempt.lua), for its event. The caller saves the record.
+function Place.to_failed(jid, meta, group, message, worker, now_us, usage)
   local now_ms, was = Clock.ms(now_us), meta.s
   Stats.count(meta.q, 'failed', now_us)
   Unique.release(jid, meta)
@@ -266,21 +206,23 @@ function Place.fail_only(jid, meta, group, message, worker, now_us, usage)
   Stats.enter(jid, meta, now_us)
   Job.event(jid, meta, now_ms, 'failed',
     { w = worker, g = group, n = Job.failure_note(group, message), u = usage })
-  redis.call('LPUSH', K.failed(group), jid)
-  redis.call('ZINCRBY', K.failed_groups, '1', group)
+  list_failed(jid, group)
   Wait.notify(jid, meta, FAILED, now_ms)
   if meta.b then
     Place.counted(jid, meta, was, now_us)
   end
 end
 
--- The job completed (its holder reported it done): state complete, kept by
--- its queue's statistics; the caller saves the record and enters it in
--- K.completed (Report.completed).
-function Place.complete(jid, meta, now_us)
+-- Into complete (its holder reported it done): listed in its queue's index;
+-- its entry of K.completed (for retention) is added to `completed` (time us,
+-- jid, ...), which Place.list_completed writes once a call. The caller saves
+-- the record.
+function Place.to_complete(jid, meta, now_us, completed)
   local was = meta.s
   meta.s, meta.o = COMPLETE, nil
   Stats.enter(jid, meta, now_us)
+  completed[#completed + 1] = int(now_us)
+  completed[#completed + 1] = jid
   if meta.b then
     Place.counted(jid, meta, was, now_us)
   end
@@ -291,8 +233,8 @@ end
 function Place.depend_again(jid, meta, now_us)
   local was = meta.s
   Place.remove(jid, meta, true)
-  meta.s, meta.f, meta.lr = DEPENDS, nil, nil
-  redis.call('SADD', K.depends(meta.q), jid)
+  meta.f, meta.lr = nil, nil
+  Place.to_depends(jid, meta, meta.d, Clock.ms(now_us))
   if meta.b then
     Place.counted(jid, meta, was, now_us)
   end
@@ -312,10 +254,10 @@ function Place.expire(jid, meta, data, now_us)
 end
 Job.expire = Place.expire
 
--- Final failure: Place.fail_only, then the jobs waiting on it fail too
+-- Final failure: Place.to_failed, then the jobs waiting on it fail too
 -- (Deps.fail_dependents, bound here by deps.lua). The caller saves the record.
 function Place.fail(jid, meta, group, message, worker, now_us, usage)
-  Place.fail_only(jid, meta, group, message, worker, now_us, usage)
+  Place.to_failed(jid, meta, group, message, worker, now_us, usage)
   Place.cascade(jid, group, now_us)
 end
 
@@ -329,7 +271,7 @@ function Place.remove(jid, meta, oldest_first)
   elseif state == SCHEDULED then
     redis.call('ZREM', K.scheduled(queue), scheduled_member(jid, meta.o))
   elseif state == RUNNING then
-    Lease.drop(jid, meta)
+    Place.drop_lease(jid, meta)
   elseif state == DEPENDS then
     redis.call('SREM', K.depends(queue), jid)
   elseif state == FAILED then
@@ -413,7 +355,7 @@ end
 -- does completed jobs (lib/retention.lua), and counted in the day's statistics
 -- of their queue (field cancelled; the caller flushes them). Returns how many
 -- were written.
-function Place.cancel(found, sound, by, now_us)
+function Place.to_cancelled(found, sound, by, now_us)
   local tombs = {}
   for _, jid in ipairs(found) do
     local meta = found[jid]
@@ -449,66 +391,6 @@ function Place.cancel(found, sound, by, now_us)
   return #tombs
 end
 end -- of the tombstones' own locals
-
--- A job completed: each job waiting on it that waits on nothing else moves on, once.
--- A job has at most graph_max dependents (Deps.check_dependents, where edges are added).
-function Place.release_dependents(jid, now_us)
-  local key = K.dependents(jid)
-  local others = redis.call('SRANDMEMBER', key, int(LIMITS.graph_max))
-  if #others == 0 then
-    return
-  end
-  for _, other in ipairs(others) do
-    local deps = K.deps(other)
-    redis.call('SREM', deps, jid)
-    if redis.call('SCARD', deps) == 0 then
-      local meta, data = Job.load(other)
-      if meta and meta.s == DEPENDS then
-        redis.call('SREM', K.depends(meta.q), other)
-        Place.enqueue(other, meta, data, meta.d, now_us, false)
-      end
-    end
-  end
-  redis.call('DEL', key)
-end
-
--- Jobs whose lease expired go back to the head of their lane, one retry spent,
--- or fail when none is left. At most `count` per call. Leases that expired
--- during or after an outage stay while its grace lasts (Grace, lease.lua).
-function Place.reclaim(queue, now_us, count)
-  local key = K.running(queue)
-  local jids = redis.call('ZRANGEBYSCORE', key, '-inf', int(now_us), 'LIMIT', '0', int(count))
-  if #jids == 0 then
-    return 0
-  end
-  local bound_us = Grace.reclaim_bound(queue, now_us)
-  if bound_us < now_us then
-    jids = redis.call('ZRANGEBYSCORE', key, '-inf', int(bound_us), 'LIMIT', '0', int(count))
-  end
-  for _, jid in ipairs(jids) do
-    local meta, data, raw, sound_meta = Job.read(jid)
-    if in_state(jid, RUNNING, queue, meta, data, raw, sound_meta) then
-      local worker = meta.w
-      Lease.drop(jid, meta)
-      Job.event(jid, meta, Clock.ms(now_us), 'lease-lost', { w = worker })
-      Stats.count(queue, 'failures', now_us)
-      if meta.m <= 0 then
-        Place.fail(jid, meta, GROUP.LEASE_EXPIRED,
-          'lease expired: worker ' .. worker .. ' stopped renewing it, and no retries are left',
-          worker, now_us)
-      else
-        Stats.count(queue, 'retries', now_us)
-        meta.m = meta.m - 1
-        meta.s, meta.qt = WAITING, Clock.ms(now_us)
-        Lanes.push(queue, jid, meta, now_us, true)
-      end
-      Job.save(jid, meta, data)
-    else
-      redis.call('ZREM', key, jid)
-    end
-  end
-  return #jids
-end
 
 -- The failed record that replaces a corrupt one: its sound meta, unless that
 -- holds text Python could not decode; else a minimal one.
@@ -563,7 +445,7 @@ function Place.corrupt(jid, problem, raw, sound_meta, out)
   if sound_meta and out == nil then
     Place.remove(jid, sound_meta)
   elseif sound_meta and sound_meta.s == RUNNING then
-    Lease.drop(jid, sound_meta)
+    Place.drop_lease(jid, sound_meta)
   end
   if sound_meta then
     Unique.release(jid, sound_meta)
@@ -576,8 +458,7 @@ function Place.corrupt(jid, problem, raw, sound_meta, out)
     Stats.enter(jid, meta, now_us)
     Stats.count(meta.q, 'failed', now_us)
   end
-  redis.call('LPUSH', K.failed(GROUP.CORRUPT_JOB), jid)
-  redis.call('ZINCRBY', K.failed_groups, '1', GROUP.CORRUPT_JOB)
+  list_failed(jid, GROUP.CORRUPT_JOB)
   Wait.notify(jid, meta, FAILED, now_ms)
   Job.save(jid, meta, '{}')
   if meta.b then
@@ -589,11 +470,127 @@ end
 Job.corrupt = Place.corrupt
 Job.corrupt_view = Place.corrupt_view
 
--- A slot of a capped domain came back (Lease.drop): its lanes held for one
--- are readied (or wait for its rate), and the masters idling on their queues
--- are handed the jobs.
-function Lease.slot_freed(domain)
+-- A slot of a capped domain came back (Place.drop_lease): its lanes held for
+-- one are readied (or wait for its rate), and the masters idling on their
+-- queues are handed the jobs.
+local function slot_freed(domain)
   for _, queue in ipairs(Lanes.rescore_domain(domain, Clock.now_us())) do
     Place.wake(queue)
   end
+end
+
+-- Into running, leased to `worker` until now + lease_s (nil: the queue's
+-- heartbeat): a new attempt, its token sha1(seed .. jid .. attempt), listed in
+-- K.running(queue) by expiry and in the worker's K.worker_jobs; a job of a
+-- capped domain takes a slot (meta.sl). Returns the expiry (us). The caller
+-- saves the record (Lease.hand, which lease.lua calls Lease.grant).
+function Place.to_running(jid, meta, worker, seed, now_us, lease_s)
+  local expires_us = now_us + (lease_s or Config.get('heartbeat', meta.q)) * 1000000
+  meta.a = (meta.a or 0) + 1
+  meta.s, meta.w, meta.lr, meta.pt = RUNNING, worker, nil, Clock.ms(now_us)
+  Attempt.restart(jid, meta)
+  meta.l = string.sub(redis.sha1hex(seed .. jid .. int(meta.a)), 1, 24)
+  meta.x, meta.xi = nil, nil -- it started: its deadline (expires_in) is met
+  Due.lower(meta.q, expires_us)
+  if redis.call('ZADD', K.running(meta.q), int(expires_us), jid) == 1 and meta.dm then
+    Domains.take_slot(meta.dm) -- its domain's slot, held with the lease (domains.lua)
+    meta.sl = 1
+  end
+  redis.call('SADD', K.worker_jobs(worker), jid)
+  return expires_us
+end
+Lease.grant = Place.to_running
+
+-- Out of running (whatever ended the lease): the job leaves its running set
+-- and its worker's jobs, and the slot it took (meta.sl: a lease of an earlier
+-- release took none) goes back to its domain; a slot that makes room under the
+-- domain's cap readies its lanes. The caller moves the job on (or leaves it
+-- in no state, for a move made in parts) and saves the record.
+function Place.drop_lease(jid, meta)
+  if redis.call('ZREM', K.running(meta.q), jid) == 1 and meta.sl then
+    meta.sl = nil
+    if Domains.give_slot(meta.dm) then
+      slot_freed(meta.dm)
+    end
+  end
+  Attempt.stopped(jid, meta)
+  if meta.w then
+    redis.call('SREM', K.worker_jobs(meta.w), jid)
+  end
+end
+
+-- The jobs a call completed enter K.completed (one ZADD): `completed` as
+-- Place.to_complete filled it. True when there were any.
+function Place.list_completed(completed)
+  if #completed == 0 then
+    return false
+  end
+  redis.call('ZADD', K.completed, unpack(completed))
+  return true
+end
+
+-- An entry of an index (K.running(queue), K.completed, K.cancelled) whose
+-- job is gone, elsewhere, was put anew or does not decode goes (a walk over
+-- the index met it: lib/sweep.lua, lib/retention.lua).
+function Place.drop_stray(key, jid)
+  redis.call('ZREM', key, jid)
+end
+
+-- Members of the queue's scheduled set leave it: jobs a walk takes out to move
+-- them on (lib/sweep.lua), or strays.
+function Place.unschedule(queue, ...)
+  redis.call('ZREM', K.scheduled(queue), ...)
+end
+
+-- True the first time a call asks for the queue: its promotion (Place.promote,
+-- lib/sweep.lua) runs once a call.
+function Place.promoting(queue)
+  if promoted[queue] then
+    return false
+  end
+  promoted[queue], written = true, true
+  return true
+end
+
+-- A waiting job's priority changes: it moves to its new priority's lane, at
+-- the place its ticket gives it there. `note(meta)` writes the change's event.
+function Place.reprioritize(jid, meta, priority, now_us, note)
+  local waiting = meta.s == WAITING
+  if waiting then
+    Lanes.remove(meta.q, jid, meta)
+  end
+  meta.p = priority ~= 0 and priority or nil
+  note(meta)
+  if waiting then
+    Lanes.insert_by_ticket(meta.q, jid, meta, now_us)
+  end
+end
+
+-- Failed jobs of `group` leave it, oldest first, at most `count`: each sound
+-- failed one is taken out of its queue's index and given to
+-- `each(jid, meta, data)`, which moves it on (Place.enqueue); one that does
+-- not decode is failed as runtime.CorruptJob; entries whose job is gone or not
+-- failed are dropped. Returns how many were given.
+function Place.unfail(group, count, each)
+  local key = K.failed(group)
+  local moved, left = 0, 0 -- jobs moved; entries that left the group's list
+  for _ = 1, count do
+    local jid = redis.call('RPOP', key)
+    if not jid then
+      break
+    end
+    left = left + 1
+    local meta, data, raw, sound_meta = Job.read(jid)
+    if meta and meta.s == FAILED then
+      Stats.leave(jid, meta)
+      each(jid, meta, data)
+      moved = moved + 1
+    elseif meta == false then
+      Job.corrupt(jid, data, raw, sound_meta, '')
+    end
+  end
+  if left > 0 and redis.call('ZINCRBY', K.failed_groups, -left, group) + 0 <= 0 then
+    redis.call('ZREM', K.failed_groups, group)
+  end
+  return moved
 end

@@ -7,7 +7,7 @@
 -- operations' headers say) and return the reply entries, one per job, in
 -- order (E.item text). A job's coded error (LEASE_LOST, NO_SUCH_JOB, BAD_ARG)
 -- is its entry only; the others go on. `completed` (complete only) gathers
--- K.completed's new entries (time us, jid, ...) for Report.completed, once a
+-- K.completed's new entries (time us, jid, ...) for Place.list_completed, once a
 -- call.
 
 local Report = {}
@@ -86,10 +86,8 @@ local function finish(jid, meta, data, result_text, note, worker, now_us, comple
   local result, why = Attempt.result(result_text)
   Job.event(jid, meta, now_ms, 'completed',
     { w = worker, n = (note or why) and Attempt.note(note, why) or nil, u = meta.u })
-  Place.complete(jid, meta, now_us)
+  Place.to_complete(jid, meta, now_us, completed)
   Unique.release(jid, meta, meta.uf)
-  completed[#completed + 1] = int(now_us)
-  completed[#completed + 1] = jid
   Wait.notify(jid, meta, COMPLETE, now_ms)
   Job.save(jid, meta, Attempt.keep_result(meta, data, result))
   Place.release_dependents(jid, now_us)
@@ -108,7 +106,7 @@ local function complete(worker, now_us, completed, jid, token, options_json, res
   if #o.puts > 0 then
     ok, jobs, refusal = E.attempt(Create.check, o.puts, 1, now_ms, jid)
   end
-  Lease.drop(jid, meta)
+  Place.drop_lease(jid, meta)
   Attempt.output(jid, meta, output)
   keep_usage(meta, usage, now_us)
   if not ok then
@@ -145,15 +143,6 @@ function Report.complete(worker, args, first, last, now_us, completed)
   return out
 end
 
--- The jobs a call completed enter K.completed (one ZADD); true when there were any.
-function Report.completed(completed)
-  if #completed == 0 then
-    return false
-  end
-  redis.call('ZADD', K.completed, unpack(completed))
-  return true
-end
-
 local function fail(worker, now_us, jid, token, group, message, output, usage_text)
   local meta, data = Job.must(jid)
   if Lease.check(jid, meta, worker, token, 'fail', now_us) then
@@ -161,7 +150,7 @@ local function fail(worker, now_us, jid, token, group, message, output, usage_te
   end
   Check.token('group', group, LIMITS.group_max)
   local usage = Attempt.usage(usage_text)
-  Lease.drop(jid, meta)
+  Place.drop_lease(jid, meta)
   Attempt.output(jid, meta, output)
   keep_usage(meta, usage, now_us)
   meta.lr = 'fail'
@@ -199,7 +188,7 @@ local function retry(worker, now_us, jid, token, group, message, delay_arg, outp
   Check.token('group', group, LIMITS.group_max)
   local delay_ms = Check.int('delay_ms', delay_arg, -1, LIMITS.delay_max_ms)
   local usage = Attempt.usage(usage_text)
-  Lease.drop(jid, meta)
+  Place.drop_lease(jid, meta)
   Attempt.output(jid, meta, output)
   keep_usage(meta, usage, now_us)
   meta.lr = 'retry'

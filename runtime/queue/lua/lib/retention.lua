@@ -42,7 +42,7 @@ function Retention.trim_cancelled(now_us, batch)
     if tomb then
       Place.delete(jid, tomb)
     else -- the jid was put anew (Create.job took it out) or is gone
-      redis.call('ZREM', K.cancelled, jid)
+      Place.drop_stray(K.cancelled, jid)
     end
   end
   return #doomed
@@ -65,7 +65,7 @@ function Retention.trim(now_us, batch)
     if meta then
       Place.delete(jid, meta)
     else
-      redis.call('ZREM', K.completed, jid)
+      Place.drop_stray(K.completed, jid)
       if meta == false then -- corrupt: failed and kept, for a person to look at
         Job.corrupt(jid, problem, raw, sound_meta, '')
       end
