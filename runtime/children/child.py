@@ -180,12 +180,15 @@ class Child:
             self.parked = True
             return None
 
-    def _read(self) -> bool:
+    def _read(self, flags: int = 0) -> bool:
         """One read of the socket, its messages taken in (by the holder of `reading`);
-        False at its end (the master is gone: None queued, the loop stops)."""
+        False at its end (the master is gone: None queued, the loop stops). With
+        `flags` MSG_DONTWAIT, nothing to read is not an end."""
         try:
-            data = self.sock.recv(65536)
+            data = self.sock.recv(65536, flags)
             messages = self.frames.feed(data) if data else []
+        except BlockingIOError:
+            return True
         except (OSError, ProtocolError):
             data, messages = b"", []
         if not data:
@@ -209,11 +212,11 @@ class Child:
             self.reader_turn.clear()
             if self.wake >= 0:  # the reader thread runs (serve)
                 os.eventfd_write(self.wake, 1)
-        with self.reading:
-            while self.inbox.empty():
-                select.select([self.sock], [], [])
-                if not self._read():
-                    break
+        with self.reading:  # what came meanwhile first: with nothing, the child is idle
+            if self._read(socket.MSG_DONTWAIT) and self.inbox.empty():
+                _title(self.settings, "idle")
+            while self.inbox.empty() and self._read():
+                pass
         return self.inbox.get()
 
     def _on_message(self, message: protocol.Message) -> None:
@@ -293,8 +296,6 @@ class Child:
         outcome.rss_of_job = used.of_job
         self.send(outcome)
         self._clean_up()
-        if self.inbox.empty():
-            _title(self.settings, "idle")
 
     def _ended(self, jid: str) -> None:
         """The running job is over: its deadline goes, the reader thread's turn ends
