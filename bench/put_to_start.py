@@ -4,11 +4,12 @@ child at light load (issue 34), timed and counted. One master (`bench.jobs`,
 jobs put one at a time, `--rate` a second, each handed to the idle master
 (handoff.lua). Each round reports put-to-start p50/p99 (ms, from just before the
 put call to the job's first line, time.time() on both sides) and, per job, what
-host load moves little: the Redis commands run (by name, scripts counted once),
-and the context switches (voluntary and not: wake-ups, mostly) of the master,
-the fork server, the children and redis-server. With `--profile`, the master
-runs under cProfile and its Python calls per job are counted too (that slows
-it: read latency from a run without).
+host load moves little: the Redis commands run (INFO commandstats: FCALL and
+BLPOP are the round trips, the rest mostly run inside the scripts; the job's
+stamp is one RPUSH), and the context switches (voluntary and not: wake-ups,
+mostly) of the master, the fork server, the children and redis-server. With
+`--profile`, the master runs under cProfile and its Python calls per job are
+counted too (that slows it: read latency from a run without).
 
     .venv/bin/python -m bench.put_to_start --jobs 300 --repeat 5
     .venv/bin/python -m bench.put_to_start --jobs 300 --profile
@@ -68,13 +69,13 @@ def _round(server: ServerProcess, master: Master, ns: str, n: int, rate: float) 
         r: (sum(_switches(pid) for pid in pids) - switched[r]) / n for r, pids in roles.items()
     }
     after = _commands(conn)
-    # the harness's own commands (LLEN polls, INFO) go over its connection: left out
-    ours = {"llen", "info", "rpush"}
+    # the harness's own polls left out (its INFO, LLEN); a job's stamp is one RPUSH
+    ours = {"llen", "info"}
     ran = {k: (v - commands.get(k, 0)) / n for k, v in after.items() if k not in ours}
     ran = {k: round(v, 2) for k, v in sorted(ran.items()) if v > 0}
     started = {}
     for raw in conn.lrange(key, 0, -1):
-        index, when = raw.decode().split()
+        index, when = (raw.decode() if isinstance(raw, bytes) else raw).split()
         started[int(index)] = float(when)
     ms = [(started[i] - put_at[i]) * 1000 for i in range(n) if i in started]
     return {
