@@ -7,13 +7,18 @@ A reader thread takes the master's messages off the socket while a job runs, so 
 job that never yields cannot stop them; an idle child reads them on its main
 thread (the reader thread, woken by an eventfd, lets go of the socket meanwhile),
 so a job sent to it starts as its message is read, without a hand-off between
-threads. It keeps the lease deadline of every job the child holds (the running
-one, and the one or two the master sent ahead while jobs are short): `deadline`
-messages move them, `withdraw` drops a job that has not started (answered by
-`skipped`), and when the running job's deadline passes (its master stopped
-renewing: frozen, or cut off from Redis) the child stops itself before the lease
-can expire in Redis. A job whose deadline passed while it waited is skipped,
-never started. Exit codes tell the master what happened (exits.ExitCode).
+threads. The reader thread takes the socket only once a job has run READER_LAZY_S
+(it looks on a tick while jobs come, and sleeps until woken after READER_PARK_S
+without one): a short job never wakes it, so no thread competes with the job
+for the interpreter as it starts, and the jobs sent ahead of it wait on the
+socket for the main thread. It keeps the lease deadline of every job the child
+holds (the running one, and the one or two the master sent ahead while jobs are
+short): `deadline` messages move them, `withdraw` drops a job that has not started
+(answered by `skipped`), and when the running job's deadline passes (its master
+stopped renewing: frozen, or cut off from Redis) the child stops itself before
+the lease can expire in Redis, whichever thread holds the socket. A job whose
+deadline passed while it waited is skipped, never started. Exit codes tell the
+master what happened (exits.ExitCode).
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ from runtime.vocabulary import FailureGroup
 log = logging.getLogger(__name__)
 
 SPIN_S = 0.0005  # the end of a wait for a job's turn is spun, not slept
+READER_LAZY_S = 0.02  # a job runs this long before the reader thread reads for it
+READER_PARK_S = 1.0  # idle this long, the reader thread stops looking (woken by a job)
 RESULT_MAX_BYTES = 64 << 20  # the largest result a child sends (Redis keeps result-max-bytes)
 
 
@@ -91,11 +98,13 @@ class Child:
         self.inbox: queue.SimpleQueue[protocol.Run | None] = queue.SimpleQueue()
         self.frames = protocol.FrameBuffer()  # read off the socket by whoever holds `reading`
         self.reading = threading.Lock()  # held by the one thread reading the socket
-        self.reader_turn = threading.Event()  # set: the reader thread reads (a job may run)
-        self.reader_turn.set()
+        self.reader_turn = threading.Event()  # set: the reader thread reads (a job runs)
         self.wake = -1  # an eventfd that tells the reader thread to let go (serve)
         self.send_lock = threading.Lock()
-        self.lock = threading.Lock()  # guards the three below (reader and main thread)
+        self.lock = threading.Lock()  # guards the ones below (reader and main thread)
+        self.started_at = 0.0  # monotonic: the running job began
+        self.idle_since = time.monotonic()  # the last job ended
+        self.parked = False  # the reader thread waits to be woken, no longer looks
         self.deadlines: dict[str, float] = {}  # jid -> lease deadline of each job held
         # held jobs the master took back: for each, how many of its Runs still queued
         # are to be skipped (a job withdrawn, given back and sent to this child again
@@ -136,9 +145,12 @@ class Child:
 
     def _read_loop(self) -> None:
         """Reader thread: queue jobs, move deadlines, fence when a deadline passes;
-        the socket left to the main thread while it waits for a job (`_next`)."""
+        the socket left to the main thread while it waits for a job (`_next`) and
+        while the running job is young (`_turn_wait_s`)."""
         while True:
-            self.reader_turn.wait()
+            turn = self.reader_turn
+            if not turn.is_set() and not turn.wait(self._turn_wait_s()):
+                continue
             with self.reading:
                 if not self.reader_turn.is_set():
                     continue
@@ -149,12 +161,34 @@ class Child:
                 if fds[0] in readable and not self._read():
                     return
 
-    def _read(self) -> bool:
+    def _turn_wait_s(self) -> float | None:
+        """How long the reader thread waits for its turn before it looks again; it
+        takes the turn itself once the running job has run READER_LAZY_S (0: read
+        now), and waits to be woken (None) when no job came for READER_PARK_S.
+        A running job's deadline is watched meanwhile (`_wait_s` fences)."""
+        until_deadline = self._wait_s()
+        now = time.monotonic()
+        with self.lock:  # against _begin and _ended: a turn taken is for a job that runs
+            if self.running is not None:
+                left = self.started_at + READER_LAZY_S - now
+                if left <= 0.0:
+                    self.reader_turn.set()
+                    return 0.0
+                return left if until_deadline is None else min(left, until_deadline)
+            if now - self.idle_since < READER_PARK_S:
+                return READER_LAZY_S
+            self.parked = True
+            return None
+
+    def _read(self, flags: int = 0) -> bool:
         """One read of the socket, its messages taken in (by the holder of `reading`);
-        False at its end (the master is gone: None queued, the loop stops)."""
+        False at its end (the master is gone: None queued, the loop stops). With
+        `flags` MSG_DONTWAIT, nothing to read is not an end."""
         try:
-            data = self.sock.recv(65536)
+            data = self.sock.recv(65536, flags)
             messages = self.frames.feed(data) if data else []
+        except BlockingIOError:
+            return True
         except (OSError, ProtocolError):
             data, messages = b"", []
         if not data:
@@ -166,25 +200,23 @@ class Child:
 
     def _next(self) -> protocol.Run | None:
         """The next job (None: stop). One already queued, else this thread reads the
-        socket itself until one comes, the reader thread told to let go meanwhile:
-        nothing runs, so there is no deadline to watch, and the job starts as its
-        message is read, not a thread hand-off later. The reader reads again from
-        the moment a job is taken."""
+        socket itself until one comes, the reader thread told to let go if it
+        reads: nothing runs, so there is no deadline to watch, and the job starts as
+        its message is read, not a thread hand-off later. The reader reads again
+        once the job has run a while (`_turn_wait_s`)."""
         try:
             return self.inbox.get_nowait()
         except queue.Empty:
             pass
-        self.reader_turn.clear()
-        if self.wake >= 0:  # the reader thread runs (serve)
-            os.eventfd_write(self.wake, 1)
-        with self.reading:
-            try:
-                while self.inbox.empty():
-                    select.select([self.sock], [], [])
-                    if not self._read():
-                        break
-            finally:
-                self.reader_turn.set()
+        if self.reader_turn.is_set():
+            self.reader_turn.clear()
+            if self.wake >= 0:  # the reader thread runs (serve)
+                os.eventfd_write(self.wake, 1)
+        with self.reading:  # what came meanwhile first: with nothing, the child is idle
+            if self._read(socket.MSG_DONTWAIT) and self.inbox.empty():
+                _title(self.settings, "idle")
+            while self.inbox.empty() and self._read():
+                pass
         return self.inbox.get()
 
     def _on_message(self, message: protocol.Message) -> None:
@@ -232,8 +264,11 @@ class Child:
                     del self.withdrawn[run.jid]
                 else:
                     self.withdrawn[run.jid] = withdrawn - 1
-            elif self.deadlines.get(run.jid, 0.0) > time.monotonic():
-                self.running = run.jid
+            elif self.deadlines.get(run.jid, 0.0) > (now := time.monotonic()):
+                self.running, self.started_at = run.jid, now
+                if self.parked:  # no job for a while: the reader thread waits to be woken
+                    self.parked = False
+                    self.reader_turn.set()
                 return True
             else:
                 self.deadlines.pop(run.jid, None)
@@ -254,17 +289,21 @@ class Child:
             self.stop_tracing()
             self._clean_up()
             os._exit(ExitCode.TERMINATED)
-        with self.lock:
-            self.running = None
-            self.deadlines.pop(run.jid, None)
+        self._ended(run.jid)
         self.context_done()
         joblog.end(run.jid)  # all its output is on the pipe before its outcome goes
         outcome.cpu_s, outcome.max_rss_mb = round(used.cpu_s, 4), round(used.max_rss_mb, 1)
         outcome.rss_of_job = used.of_job
         self.send(outcome)
         self._clean_up()
-        if self.inbox.empty():
-            _title(self.settings, "idle")
+
+    def _ended(self, jid: str) -> None:
+        """The running job is over: its deadline goes, the reader thread's turn ends
+        when the main thread reads next (`_next`)."""
+        with self.lock:
+            self.running = None
+            self.deadlines.pop(jid, None)
+            self.idle_since = time.monotonic()
 
     def measured(self, run: protocol.Run) -> tuple[protocol.Done | protocol.Failed, usage.Measured]:
         """The job's outcome and what it cost, in its span when tracing."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.children import child as child_module
 from runtime.children import protocol
 from runtime.children.child import Child, Settings
 
@@ -204,7 +205,7 @@ def test_an_idle_child_reads_its_next_job_off_the_socket_itself(
     taken = _in_thread(child._next)
     assert isinstance(taken, protocol.Run) and taken.jid == "j1"
     assert "j1" in child.deadlines, "its deadline held from the moment it was read"
-    assert child.reader_turn.is_set(), "the reader thread reads again once a job is taken"
+    assert not child.reader_turn.is_set(), "the reader thread reads only once a job has run"
 
 
 def test_the_reader_thread_lets_go_of_the_socket_for_an_idle_child_and_takes_it_back(
@@ -215,17 +216,20 @@ def test_the_reader_thread_lets_go_of_the_socket_for_an_idle_child_and_takes_it_
     reader = threading.Thread(target=child._read_loop, daemon=True)
     reader.start()
     try:
-        time.sleep(0.05)  # the reader waits on the socket
+        time.sleep(0.05)  # the reader looks for a running job now and then
         master.sendall(protocol.encode(run("j1", "talk", {"word": "one"})))
         master.sendall(protocol.encode(protocol.Withdraw("never-held")))
         taken = _in_thread(child._next)
         assert isinstance(taken, protocol.Run) and taken.jid == "j1"
+        assert child._begin(taken), "j1 runs from now"
         later = time.monotonic() + 60
         master.sendall(protocol.encode(protocol.Deadline("j1", later)))  # while j1 "runs"
         deadline = time.monotonic() + 5
         while child.deadlines.get("j1") != later and time.monotonic() < deadline:
             time.sleep(0.01)
         assert child.deadlines["j1"] == later, "the reader thread reads again"
+        assert child.reader_turn.is_set(), "it took the socket: j1 has run a while"
+        child._ended("j1")
         master.sendall(protocol.encode(run("j2", "talk", {"word": "two"})))
         second = _in_thread(child._next)
         assert isinstance(second, protocol.Run) and second.jid == "j2"
@@ -233,5 +237,33 @@ def test_the_reader_thread_lets_go_of_the_socket_for_an_idle_child_and_takes_it_
         assert _in_thread(child._next) is None, "told to stop while idle"
     finally:
         master.shutdown(socket.SHUT_RDWR)  # the reader thread reads the end and returns
+        reader.join(5)
+        os.close(child.wake)
+
+
+def test_a_reader_thread_parked_by_a_long_idle_spell_is_woken_by_the_next_job(
+    in_process: tuple[Child, socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    child, master = in_process
+    monkeypatch.setattr(child_module, "READER_PARK_S", 0.0)  # parked at its first look
+    child.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    reader = threading.Thread(target=child._read_loop, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not child.parked and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert child.parked, "no job came: the reader thread waits to be woken"
+        master.sendall(protocol.encode(run("j1", "talk", {"word": "one"})))
+        taken = _in_thread(child._next)
+        assert isinstance(taken, protocol.Run) and child._begin(taken)
+        assert not child.parked and child.reader_turn.is_set(), "woken as j1 starts"
+        later = time.monotonic() + 60
+        master.sendall(protocol.encode(protocol.Deadline("j1", later)))
+        while child.deadlines.get("j1") != later and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert child.deadlines["j1"] == later, "the reader thread reads for j1"
+    finally:
+        master.shutdown(socket.SHUT_RDWR)
         reader.join(5)
         os.close(child.wake)

@@ -1,0 +1,183 @@
+"""`python -m bench.put_to_start`: a job's way from its put to its start in a
+child at light load (issue 34), timed and counted. One master (`bench.jobs`,
+`--concurrency 2`) on a private redis-server over TCP loopback (AOF everysec);
+jobs put one at a time, `--rate` a second, each handed to the idle master
+(handoff.lua). Each round reports put-to-start p50/p99 (ms, from just before the
+put call to the job's first line, time.time() on both sides) and, per job, what
+host load moves little: the Redis commands run (INFO commandstats: FCALL and
+BLPOP are the round trips, the rest mostly run inside the scripts; the job's
+stamp is one RPUSH), and the context switches (voluntary and not: wake-ups,
+mostly) of the master, the fork server, the children and redis-server. With
+`--profile`, the master runs under cProfile and its Python calls per job are
+counted too (that slows it: read latency from a run without).
+
+    .venv/bin/python -m bench.put_to_start --jobs 300 --repeat 5
+    .venv/bin/python -m bench.put_to_start --jobs 300 --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.server import connect, private_server
+from bench.tree_cost import _roles, _switches
+from bench.worker import Master, _namespace
+from runtime import Client
+from runtime.queue.embedded import ServerProcess
+
+WARM = 20  # jobs of the first round, not counted
+TOP = 40  # functions shown
+
+
+def _percentile(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def _commands(conn: Any) -> dict[str, int]:
+    info = conn.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in info.items()}
+
+
+def _round(server: ServerProcess, master: Master, ns: str, n: int, rate: float) -> dict[str, Any]:
+    client = Client.from_url(server.url, namespace=ns)
+    q = client.queue("bench")
+    conn = connect(server)  # the harness's own: over the unix socket
+    key = f"bench:stamps:{ns}:{time.monotonic_ns()}"
+    assert server.process is not None
+    roles = {**_roles(master.proc.pid), "redis": [server.process.pid]}
+    switched = {r: sum(_switches(pid) for pid in pids) for r, pids in roles.items()}
+    commands = _commands(conn)
+    put_at = {}
+    for i in range(n):
+        put_at[i] = time.time()
+        q.put("bench.jobs:stamp", {"url": server.url, "key": key, "n": i})
+        time.sleep(max(0.0, put_at[i] + 1 / rate - time.time()))
+    deadline = time.monotonic() + 60
+    while conn.llen(key) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # the last job's report
+    switches = {
+        r: (sum(_switches(pid) for pid in pids) - switched[r]) / n for r, pids in roles.items()
+    }
+    after = _commands(conn)
+    # the harness's own polls left out (its INFO, LLEN); a job's stamp is one RPUSH
+    ours = {"llen", "info"}
+    ran = {k: (v - commands.get(k, 0)) / n for k, v in after.items() if k not in ours}
+    ran = {k: round(v, 2) for k, v in sorted(ran.items()) if v > 0}
+    started = {}
+    for raw in conn.lrange(key, 0, -1):
+        index, when = (raw.decode() if isinstance(raw, bytes) else raw).split()
+        started[int(index)] = float(when)
+    ms = [(started[i] - put_at[i]) * 1000 for i in range(n) if i in started]
+    return {
+        "p50_ms": _percentile(ms, 50),
+        "p99_ms": _percentile(ms, 99),
+        "missing": n - len(ms),
+        "switches": switches,
+        "commands": ran,
+    }
+
+
+def _profiled_master(server: ServerProcess, ns: str, prof: Path, args: list[str]) -> Master:
+    popen = subprocess.Popen
+
+    def profiled(argv: list[str], *a: Any, **kw: Any) -> Any:
+        if argv[1:3] == ["-m", "runtime"]:
+            argv = [argv[0], "-m", "cProfile", "-o", str(prof), *argv[1:]]
+        return popen(argv, *a, **kw)
+
+    setattr(subprocess, "Popen", profiled)  # noqa: B010 - bench.worker starts the master with it
+    try:
+        return Master(server, ns, "--concurrency", "2", *args)
+    finally:
+        setattr(subprocess, "Popen", popen)  # noqa: B010
+
+
+def _calls(prof: Path) -> dict[str, int]:
+    stats = pstats.Stats(str(prof))
+    prof.unlink()
+    return {
+        f"{Path(f).name}:{line}({name})": c
+        for (f, line, name), (_, c, *_) in stats.stats.items()  # type: ignore[attr-defined]
+    }
+
+
+def _session(
+    server: ServerProcess, n: int, rate: float, repeat: int, args: list[str], prof: Path | None
+) -> list[dict[str, Any]]:
+    """One master: a warm round of WARM jobs, then `repeat` rounds of n."""
+    ns = _namespace()
+    if prof is None:
+        master = Master(server, ns, "--concurrency", "2", *args)
+    else:
+        master = _profiled_master(server, ns, prof, args)
+    try:
+        _round(server, master, ns, WARM, rate)  # connections, imports, caches
+        return [_round(server, master, ns, n, rate) for _ in range(repeat)]
+    finally:
+        master.stop()
+
+
+def run(n: int, rate: float, repeat: int, profile: bool, args: list[str]) -> dict[str, Any]:
+    """`repeat` rounds on one master; with `profile`, the master under cProfile, and
+    its calls per job counted as the difference to a master that ran the warm
+    round alone (its start-up and shutdown left out)."""
+    prof = Path(f"/tmp/rt-put-to-start-{os.getpid()}.prof")
+    out: dict[str, Any] = {}
+    with private_server(tcp=True) as server:
+        out["rounds"] = _session(server, n, rate, repeat, args, prof if profile else None)
+        if profile:
+            calls = _calls(prof)
+            _session(server, n, rate, 0, args, prof)
+            base = _calls(prof)
+            jobs = n * repeat
+            per_job = {k: (c - base.get(k, 0)) / jobs for k, c in calls.items()}
+            out["master_calls_per_job"] = sum(per_job.values())
+            top = sorted(per_job.items(), key=lambda kv: -kv[1])[:TOP]
+            out["top_per_job"] = {k: round(c, 2) for k, c in top}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.put_to_start")
+    parser.add_argument("--jobs", type=int, default=300, help="jobs a round")
+    parser.add_argument("--rate", type=float, default=50.0, help="puts a second")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds on one master")
+    parser.add_argument("--profile", action="store_true", help="the master under cProfile")
+    parser.add_argument("--json", action="store_true", help="print every round as JSON")
+    parser.add_argument("worker_args", nargs="*", help="more `runtime worker` arguments")
+    args = parser.parse_args(argv)
+    out = run(args.jobs, args.rate, args.repeat, args.profile, args.worker_args)
+    rounds = out["rounds"]
+    if args.json:
+        print(json.dumps(out, indent=2))
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{args.repeat} rounds of {args.jobs} jobs at {args.rate:g}/s (load {load})")
+    for key in ("p50_ms", "p99_ms"):
+        values = [r[key] for r in rounds]
+        print(
+            f"put-to-start {key}: min {min(values):.2f}, median {statistics.median(values):.2f}"
+            f" ({', '.join(f'{v:.2f}' for v in values)})"
+        )
+    for role in rounds[0]["switches"]:
+        values = [r["switches"][role] for r in rounds]
+        print(f"context switches per job, {role}: median {statistics.median(values):.2f}")
+    print(f"Redis commands per job (last round): {rounds[-1]['commands']}")
+    if args.profile:
+        print(f"master Python calls per job: {out['master_calls_per_job']:.1f}")
+        for name, c in out["top_per_job"].items():
+            print(f"  {name}: {c}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
