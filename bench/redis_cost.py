@@ -4,7 +4,10 @@ a pop and a completion of jobs in batches of 8, as a master makes them in a drai
 (`--batch 1`: one job a call, as `--prefetch 0 --pipeline 0` makes them), and for
 a put of one job, as an application makes it, for two versions of runtime.
 Counts do not depend on what else the host is doing, so two versions differ by a
-percent or two, not by the noise of a shared machine; they count work, not time
+percent or two, not by the noise of a shared machine (the server runs its timers
+once a second, `--hz 1`: at the default 10 a second, a slow host made a put
+count up to 20 % more of them; the first put, which loads the library, is not
+counted); they count work, not time
 (cache misses and the like are not in them).
 
 Each version runs from its own checkout (a commit is checked out as a detached
@@ -85,6 +88,8 @@ def probe(
         "",
         "--appendonly",
         "yes",
+        "--hz",  # the server's timers run per second of wall time, and under
+        "1",  # callgrind (and a busy host) a call takes long: counts would follow load
         "--dir",
         str(directory),
     ]
@@ -146,6 +151,7 @@ def probe(
             control("--instr=off")
             control("--dump=exchange")
 
+        q.put("bench.jobs:noop", {"payload": "x" * 85})  # warm: the library loaded
         control("--zero")
         control("--instr=on")
         for _ in range(jobs):  # one call a job, as an application puts

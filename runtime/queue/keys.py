@@ -73,7 +73,8 @@ Key schema (the kind of each key in brackets):
                                      queues, concurrency, started_ms); expires (worker_info.lua)
     record-forms             [string] the fewest record forms a registered master reads,
                                      found by a put while compact-records is unset (kept
-                                     10 s; lua/lib/compact.lua)
+                                     10 s, and by the server that found it;
+                                     lua/lib/compact.lua)
     deps:<jid>               [set]   jids this job waits on
     dependents:<jid>         [set]   jids waiting on this job
     domain-limits            [hash]  domain -> {"rate":..,"period":..,"burst":..,

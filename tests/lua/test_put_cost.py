@@ -1,9 +1,11 @@
 """What a put of one job asks of Redis, counted: a plain put into a queue with
-waiting jobs and no master waiting makes twelve commands, three of them writes
-(the lane, the queue's counters in one HSET, the record). Two are reads of
+waiting jobs and no master waiting makes eleven commands, three of them writes
+(the lane, the queue's counters in one HSET, the record). One is a read of
 compact records, on by default where no master of an earlier release is
-registered: whether one is (the kept finding, one GET) and the number of the
-job's queue and klass (one HGET of the names hash). The hand-off at its
+registered: the number of the job's queue and klass (one HGET of the names
+hash). Whether such a master is registered is the server's own finding while
+it lasts (lib/job.lua); a server that runs the scripts by EVALSHA (6.2) keeps
+nothing between calls and reads the kept finding (one GET more). The hand-off at its
 end learns from the put itself that a job is ready, and reads no counters
 unless a master waits. A call that also took jobs out of a lane learns it
 from the counters, as before, and leaves no wake-up token for nothing."""
@@ -28,7 +30,7 @@ def wake_tokens(client: Client, queue: str = "q") -> int:
     return int(client.redis.llen(client.keys.key("wake", queue=queue)))
 
 
-def test_a_plain_put_makes_twelve_commands_three_of_them_writes(client: Client) -> None:
+def test_a_plain_put_makes_eleven_commands_three_of_them_writes(client: Client) -> None:
     q = client.queue("q")
     q.put("app.jobs:run", {"n": 0})  # the lane and the queue's listing exist now
     client.redis.config_resetstat()
@@ -36,9 +38,10 @@ def test_a_plain_put_makes_twelve_commands_three_of_them_writes(client: Client) 
     for i in range(n):
         q.put("app.jobs:run", {"n": i + 1})
     per_put = {name: calls / n for name, calls in commands(client).items()}
+    evalsha = int(str(client.redis.info("server")["redis_version"]).split(".")[0]) < 7
+    assert per_put.pop("get", 0) == (1 if evalsha else 0)  # the kept record forms
     assert per_put == {
         "hgetall": 1,  # config
-        "get": 1,  # the registered masters' record forms, as found lately: compact
         "hget": 1,  # the number of its (queue, klass) pair in the names hash
         "time": 1,
         "hexists": 1,  # the jid is free

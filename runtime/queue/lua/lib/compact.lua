@@ -244,18 +244,33 @@ local FORMS_KEPT_MS = 10000
 -- Masters that told who they are within this long count (worker_info.lua keeps it).
 local TOLD_WITHIN_MS = 3600 * 1000
 
+-- Findings this server made, per namespace: {fewest, from_us, until_us}. A
+-- function library's locals live from one call to the next (an EVALSHA
+-- script's do not: it starts afresh each call and reads the key), so a put
+-- within a finding's span reads nothing. Only a finding made here is kept,
+-- with the span its key was given: it ends when the key expires, never later.
+-- A clock that went back (a restore, a test's clock) ends it too.
+local found_here, found_count = {}, 0
+local FOUND_MAX = 64 -- namespaces kept at once
+
 -- The fewest record forms a registered master reads (READS_COMPACT with none
 -- registered): the masters seen within TOLD_WITHIN_MS that told their info,
 -- at most workers_max of them; one that tells no `records` runs a release
--- before compact records. Kept in K.record_forms for FORMS_KEPT_MS, so a put
--- reads one key: a master of an earlier release registering is seen within
--- that long (README, "Upgrading").
+-- before compact records. Kept in K.record_forms for FORMS_KEPT_MS, and by
+-- the server that found it (found_here), so a put reads at most one key: a
+-- master of an earlier release registering is seen within that long (README,
+-- "Upgrading").
 local function fewest_forms()
+  local now_us = Clock.now_us()
+  local mine = found_here[NS]
+  if mine and mine[2] <= now_us and now_us < mine[3] then
+    return mine[1]
+  end
   local kept = redis.call('GET', K.record_forms)
   if kept then
     return tonumber(kept)
   end
-  local since = Clock.ms(Clock.now_us()) - TOLD_WITHIN_MS
+  local since = Clock.ms(now_us) - TOLD_WITHIN_MS
   local ids = redis.call('ZREVRANGEBYSCORE', K.workers, '+inf', since, 'LIMIT', 0,
     LIMITS.workers_max)
   local fewest = READS_COMPACT
@@ -269,6 +284,13 @@ local function fewest_forms()
     end
   end
   redis.call('SET', K.record_forms, fewest, 'PX', FORMS_KEPT_MS)
+  if not found_here[NS] then
+    if found_count >= FOUND_MAX then -- namespaces come and go (tests)
+      found_here, found_count = {}, 0
+    end
+    found_count = found_count + 1
+  end
+  found_here[NS] = { fewest, now_us, now_us + FORMS_KEPT_MS * 1000 }
   return fewest
 end
 
