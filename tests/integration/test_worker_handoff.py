@@ -8,6 +8,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from runtime import Client
 from runtime.queue.embedded import ServerProcess
 from tests.integration.conftest import StartMaster
@@ -174,6 +176,7 @@ def test_a_master_killed_while_idle_holds_up_no_job_of_any_of_its_queues(
     _crash_then_serve(start_master, plain_client, workdir, ["a", "b", "c"], masters=2, killed=1)
 
 
+@pytest.mark.slow  # the one-killed cases above run _crash_then_serve by default
 def test_two_of_three_masters_killed_while_idle_hold_up_no_job(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
