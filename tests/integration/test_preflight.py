@@ -88,7 +88,14 @@ def test_wrong_credentials_exit_3_without_showing_the_password(
     assert "refused the credentials" in line and ACL_PASSWORD not in line
 
 
-@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-ttl", "allkeys-random"])
+@pytest.mark.parametrize(  # any policy but noeviction evicts (ServerFacts.evicting): one by default
+    "policy",
+    [
+        "allkeys-lru",
+        pytest.param("volatile-ttl", marks=pytest.mark.slow),
+        pytest.param("allkeys-random", marks=pytest.mark.slow),
+    ],
+)
 def test_an_evicting_redis_is_refused_unless_allowed(
     start_master: StartMaster, private_server: ServerProcess, policy: str
 ) -> None:

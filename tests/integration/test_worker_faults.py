@@ -97,6 +97,7 @@ def test_the_memory_limit_kills_the_child_with_a_reason(
     still_serving(master, plain_client, workdir)
 
 
+@pytest.mark.slow  # by default: test_worker_security's job that tries to lift its limit
 def test_the_cpu_limit_kills_the_child_with_a_reason(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:

@@ -8,6 +8,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from runtime import Client
 from runtime.queue.embedded import ServerProcess
 from tests.integration.conftest import StartMaster
@@ -162,6 +164,7 @@ def _crash_then_serve(
     wait_for(lambda: _registered(client, queues, len(live)), 10, what="live masters waiting")
 
 
+@pytest.mark.slow  # by default: the case below, one queue of three
 def test_a_master_killed_while_idle_holds_up_no_job_of_its_queue(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:
@@ -174,6 +177,7 @@ def test_a_master_killed_while_idle_holds_up_no_job_of_any_of_its_queues(
     _crash_then_serve(start_master, plain_client, workdir, ["a", "b", "c"], masters=2, killed=1)
 
 
+@pytest.mark.slow  # by default: one of two killed, the same _crash_then_serve
 def test_two_of_three_masters_killed_while_idle_hold_up_no_job(
     start_master: StartMaster, plain_client: Client, workdir: Path
 ) -> None:

@@ -118,6 +118,7 @@ def test_a_job_cannot_lift_its_cpu_limit(
     cpu_limit_case(start_master, plain_client, workdir)
 
 
+@pytest.mark.slow  # by default: the same case above, the child as the master's user
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
 def test_a_job_of_another_user_cannot_lift_its_cpu_limit(
     start_master: StartMaster, plain_client: Client, workdir: Path

@@ -206,7 +206,7 @@ def _run(url: str, examples: int, steps: int) -> None:
 
 
 def test_batch_counts_follow_the_jobs_states(default_server: RedisServer) -> None:
-    _run(default_server.url, examples=60, steps=40)
+    _run(default_server.url, examples=30, steps=40)  # more and longer under slow (below)
 
 
 @pytest.mark.slow

@@ -16,6 +16,10 @@ from runtime.config import LIMITS
 from tests.conftest import record, snapshot
 from tests.support.clock import FrozenClock
 
+# cjson's settings in the Lua of 6.2's scripts and of 7's
+# functions: both in the default run
+pytestmark = pytest.mark.every_version
+
 DEPTH_MAX = LIMITS["data_depth_max"]
 REFUSED = f"data is nested deeper than {DEPTH_MAX} levels (data_depth_max)"
 

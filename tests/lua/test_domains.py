@@ -42,7 +42,7 @@ def state(client: Client, jid: str) -> str:
 
 def namespace_keys(client: Client, pattern: str) -> list[bytes]:
     root = client.keys.root.replace("{", "[{]").replace("}", "[}]")
-    return list(client.redis.scan_iter(match=f"{root}:{pattern}"))
+    return list(client.redis.scan_iter(match=f"{root}:{pattern}", count=10_000))  # see snapshot
 
 
 def most_in_a_window(times_us: list[int], period_us: int) -> int:

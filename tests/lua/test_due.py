@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -197,21 +198,37 @@ class Run:
             self.client.admin.queue_forget(queue)
 
 
-@settings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(ops=st.lists(OPS, min_size=1, max_size=40))
-def test_the_kept_due_time_is_never_after_the_earliest_score(
-    redis_server: RedisServer, ops: list[tuple[Any, ...]]
-) -> None:
-    with fresh_client(redis_server) as (client, clock):
+SETTINGS = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+}
+
+
+def replay(server: RedisServer, ops: list[tuple[Any, ...]]) -> None:
+    with fresh_client(server) as (client, clock):
         client.set_domain_limit("d.example", rate=1, period=1.0)  # a start a second
         run = Run(client, clock)
         for op in ops:
             run.apply(op)
             check_kept(client)
+
+
+@settings(max_examples=50, **SETTINGS)  # type: ignore[arg-type]
+@given(ops=st.lists(OPS, min_size=1, max_size=40))
+def test_the_kept_due_time_is_never_after_the_earliest_score(
+    redis_server: RedisServer, ops: list[tuple[Any, ...]]
+) -> None:
+    replay(redis_server, ops)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@settings(max_examples=1000, **SETTINGS)  # type: ignore[arg-type]
+@given(ops=st.lists(OPS, min_size=1, max_size=60))
+def test_the_kept_due_time_is_never_after_the_earliest_score_over_long_histories(
+    redis_server: RedisServer, ops: list[tuple[Any, ...]]
+) -> None:
+    replay(redis_server, ops)
 
 
 def test_a_pop_after_an_earlier_put_is_not_late(client: Client, clock: FrozenClock) -> None:

@@ -10,6 +10,8 @@ from runtime import Client, LeaseLost
 from tests.conftest import record, snapshot
 from tests.support.clock import FrozenClock
 
+pytestmark = pytest.mark.every_version  # whole timelines on both paths (FCALL on 7, EVALSHA on 6.2)
+
 W1 = "host-1"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 
@@ -374,9 +375,19 @@ def test_every_script_has_malformed_cases() -> None:
     assert covered == set(scripts.operations())
 
 
-@pytest.mark.parametrize(
-    ("op", "args", "error", "fragment"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
-)
+def _cases() -> list[Any]:
+    """CASES as parameters. Each operation's first case runs on every Redis version
+    in the default run (its script loads and refuses there too), the others on
+    the second version under slow only (tests/conftest.py)."""
+    params, seen = [], set()
+    for i, case in enumerate(CASES):
+        marks = () if case[0] in seen else (pytest.mark.every_version,)
+        seen.add(case[0])
+        params.append(pytest.param(*case, id=f"{case[0]}-{i}", marks=marks))
+    return params
+
+
+@pytest.mark.parametrize(("op", "args", "error", "fragment"), _cases())
 def test_malformed_arguments_raise_a_typed_error_and_write_nothing(
     client: Client,
     clock: FrozenClock,
