@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -37,7 +36,6 @@ def test_domain_limits_hold_across_two_masters_and_never_block_other_domains(
             specs.append(q.spec(f"{J}:record", {"path": str(path), "seconds": 0.01},
                                 jid=f"{domain}-{i}", domain=domain))  # fmt: skip
     plain_client.put_many(specs)
-    put_at = time.time()
     start_master("q", "-c", "2")
     start_master("q", "-c", "2")
     for i in range(20):
@@ -54,7 +52,11 @@ def test_domain_limits_hold_across_two_masters_and_never_block_other_domains(
     assert most_in_a_window([t / 1000 for t in popped], period) <= rate + burst
     assert most_in_a_window(starts["slow.com"], period - 0.05) <= rate + burst
     assert max(starts["slow.com"]) - min(starts["slow.com"]) > (20 - rate - burst) / rate - 0.5
-    assert max(starts["fast.org"]) - put_at < 2.5, "the throttled domain held nothing back"
+    # Nothing held back by the throttled domain, told apart without a clock bound
+    # (a slow host may start the masters late): the other domain's 20 jobs are
+    # all done starting while the throttled one still has five to start, which
+    # its limit spreads over a second at least.
+    assert max(starts["fast.org"]) < sorted(starts["slow.com"])[-5], "held back by slow.com"
     assert len(starts["fast.org"]) == 20
 
 
