@@ -169,10 +169,10 @@ class AsyncConnection(PlanDriver):
         """Carries out a plan's round trips on one pooled connection (of the node
         that owns the namespace's slot, for a cluster: MOVED is followed)."""
         if _turn_of.get() is self:
-            return (await self._drive_on(self._pool(blocks_s), plan, blocks_s))[0]
+            return (await self._drive_on(self.redis.connection_pool, plan, blocks_s))[0]
         await self._slot()
-        try:
-            return (await self._drive_on(self._pool(blocks_s), plan, blocks_s))[0]
+        try:  # the pool as _pool, once the slot is ours
+            return (await self._drive_on(self.redis.connection_pool, plan, blocks_s))[0]
         finally:
             self._free()
 

@@ -61,7 +61,7 @@ class MasterClient(PlanDriver):
         self.redis: redis.asyncio.Redis = connect(self.route.url, command_timeout_s)
         self.blocking: redis.asyncio.Redis = connect(self.route.url, command_timeout_s)
         self.retired: list[redis.asyncio.Redis] = []  # clients of nodes left (cluster)
-        self.spares = _spares(self.redis, self.blocking)  # kept out of their pools (_spare)
+        self.spares = _spares(self.redis, self.blocking)  # kept out of their pools (_take)
         self.round_trips: deque[float] = deque(maxlen=ROUND_TRIPS_KEPT)  # s, of calls (_run)
 
     @property
@@ -120,14 +120,13 @@ class MasterClient(PlanDriver):
         one when replies may wait `blocks_s`); returns its result and
         time.monotonic() taken once the connection was up, just before the first
         request was written."""
-        await self._close_retired()
-        return await self._drive_on(self._pool(blocks_s), plan, blocks_s)
+        if self.retired:
+            await self._close_retired()
+        pool = (self.blocking if blocks_s > 0 else self.redis).connection_pool  # as _pool
+        return await self._drive_on(pool, plan, blocks_s)
 
     def _pool(self, blocks_s: float) -> redis.asyncio.ConnectionPool:
         return (self.blocking if blocks_s > 0 else self.redis).connection_pool
-
-    async def _take(self, pool: redis.asyncio.ConnectionPool) -> Any:
-        return await self._spare(pool) or await alink.take(pool)
 
     def _spares_of(self, pool: redis.asyncio.ConnectionPool) -> list[Any] | None:
         for of, spare in self.spares:  # twice a call: no generator for next()
@@ -136,7 +135,7 @@ class MasterClient(PlanDriver):
         return None
 
     async def _give(self, pool: redis.asyncio.ConnectionPool, conn: Any, ok: bool) -> None:
-        """A connection after a call: kept aside (`_spare`) if the call went well (all
+        """A connection after a call: kept aside (`_take`) if the call went well (all
         its replies read) on a pool of the current clients, else back to its pool."""
         spare = self._spares_of(pool) if ok else None
         if spare is not None and len(spare) < SPARE_MAX:
@@ -144,19 +143,19 @@ class MasterClient(PlanDriver):
         else:
             await pool.release(conn)
 
-    async def _spare(self, pool: redis.asyncio.ConnectionPool) -> Any:
-        """A connection of `pool` kept out of it since a call that went well:
-        taken without the pool's lock, checks and bookkeeping (a good part of a
-        master's Python per round trip). None when there is none, or it is not fit
-        (closed by the peer, or disconnected: a stale primary's), and then given
-        back to the pool, which connects it again."""
+    async def _take(self, pool: redis.asyncio.ConnectionPool) -> Any:
+        """A connection of `pool` kept out of it since a call that went well (its
+        spare): taken without the pool's lock, checks and bookkeeping (a good part
+        of a master's Python per round trip). One not fit (closed by the peer, or
+        disconnected: a stale primary's) is given back to the pool, which connects
+        it again; with no spare left, the pool's (alink.take)."""
         spare = self._spares_of(pool) or []
         while spare:
             conn = spare.pop()
             if conn.is_connected and not conn.should_reconnect() and not closed_by_peer(conn):
                 return conn
             await pool.release(conn)
-        return None
+        return await alink.take(pool)
 
     async def _run(self, calls: Sequence[Call[Any]]) -> tuple[list[Any], float]:
         """Each call's result (or the Error that refused it) and when they were sent."""
