@@ -37,7 +37,8 @@ import redis.asyncio.sentinel
 
 from runtime import config
 from runtime.errors import Error, RedisTransient
-from runtime.queue import aio, ops, routing, scripts, waiting
+from runtime.queue import alink, ops, scripts, waiting
+from runtime.queue.aplan import PlanDriver
 from runtime.queue.connection import (
     CONNECT_TIMEOUT_S,
     RETRY_FOR_S,
@@ -45,7 +46,7 @@ from runtime.queue.connection import (
     resolve_url,
     retry_pause,
 )
-from runtime.queue.faults import classify, closed_transport, from_redis
+from runtime.queue.faults import classify
 from runtime.queue.keys import Keys
 from runtime.queue.ops import Call
 from runtime.queue.shards import Shards
@@ -66,9 +67,10 @@ _turn_of: contextvars.ContextVar[AsyncConnection | None] = contextvars.ContextVa
 )
 
 
-class AsyncConnection:
+class AsyncConnection(PlanDriver):
     """A connection to one deployment (a namespace in one Redis) for asyncio: its
-    URL, settings and keys, and the running of calls (`call`, `calls`, `steps`)."""
+    URL, settings and keys, and the running of calls (`call`, `calls`, `steps`):
+    their plans driven by runtime.queue.aplan, each in one of the call slots."""
 
     def __init__(
         self,
@@ -83,14 +85,10 @@ class AsyncConnection:
     ) -> None:
         if settings is None:
             settings = config.load_settings({"url": url, "namespace": namespace})
+        super().__init__(resolve_url(settings), Keys(settings.namespace), timeout_s)
         self.settings = settings
-        self.url = resolve_url(settings)
-        self.keys = Keys(settings.namespace)
         self.shards = Shards.of(settings)
         self.retry_for_s = retry_for_s
-        self.timeout_s = timeout_s
-        self.session = scripts.Session(self.url, self.keys.root)
-        self.route = routing.Route.of(self.url)
         # the pool never makes a call wait (the spare connections are its in use
         # too): calls wait for one of `max_connections` slots (_slot) instead
         self.redis_kwargs = {"max_connections": max_connections + SPARE_MAX, **redis_kwargs}
@@ -171,10 +169,10 @@ class AsyncConnection:
         """Carries out a plan's round trips on one pooled connection (of the node
         that owns the namespace's slot, for a cluster: MOVED is followed)."""
         if _turn_of.get() is self:
-            return await self._drive_held(plan, blocks_s)
+            return (await self._drive_on(self.redis.connection_pool, plan, blocks_s))[0]
         await self._slot()
-        try:
-            return await self._drive_held(plan, blocks_s)
+        try:  # the pool as _pool, once the slot is ours
+            return (await self._drive_on(self.redis.connection_pool, plan, blocks_s))[0]
         finally:
             self._free()
 
@@ -217,51 +215,15 @@ class AsyncConnection:
         self._freed_at = time.monotonic()
         self._slots.release()
 
-    async def _drive_held(self, plan: scripts.Plan[T], blocks_s: float) -> T:
-        pool = self.redis.connection_pool
-        conn: Any = None
-        ok = False
-        try:
-            conn = await self._take(pool)
-            request = next(plan)
-            while True:
-                sent = routing.probed(self.route.target, request)
-                replies = routing.checked(sent, request, await self._trip(conn, sent, blocks_s))
-                for _ in range(routing.MAX_REDIRECTS):
-                    if not routing.follows(self.route, replies):
-                        break
-                    await pool.release(conn)
-                    conn = None
-                    pool = self._reroute().connection_pool
-                    conn = await self._take(pool)
-                    redo = routing.redirected(replies)
-                    again = await self._trip(conn, [request[i] for i in redo], blocks_s)
-                    for i, reply in zip(redo, again, strict=True):
-                        replies[i] = reply
-                if routing.stale(self.route.target, replies):
-                    await conn.disconnect(nowait=True)  # ask the sentinels again
-                request = plan.send(replies)
-        except StopIteration as done:
-            ok = True
-            value: T = done.value
-            return value
-        except BaseException as err:  # cancelled too: replies may be unread
-            if conn is not None and not isinstance(err, Error):
-                await conn.disconnect(nowait=True)
-            if from_redis(err):
-                self._lost(err)
-                raise classify(err, self.url) from err
-            raise
-        finally:
-            if conn is not None:
-                await self._give(pool, conn, ok)
+    def _pool(self, blocks_s: float) -> redis.asyncio.ConnectionPool:
+        return self.redis.connection_pool  # a blocking read holds a slot as any call
 
     async def _take(self, pool: redis.asyncio.ConnectionPool) -> Any:
         """A connected connection of `pool`: one kept aside, if one is fit (not closed
         by the peer), else the pool's (CONNECTING_MAX taken at once)."""
         while self._spare and pool is self.redis.connection_pool:
             conn = self._spare.pop()
-            if conn.is_connected and not aio.closed_by_peer(conn):
+            if conn.is_connected and not alink.closed_by_peer(conn):
                 return conn
             await pool.release(conn)  # the pool connects it again when it is handed out
         async with self._taking:
@@ -275,23 +237,15 @@ class AsyncConnection:
         else:
             await pool.release(conn)
 
-    async def _trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
-        return await aio.round_trip(conn, request, self.timeout_s, blocks_s)
-
     def _connect(self, url: str) -> redis.asyncio.Redis:
         connect_timeout_s = min(self.timeout_s, CONNECT_TIMEOUT_S)
-        return aio.connect(url, self.timeout_s, connect_timeout_s, **self.redis_kwargs)
+        return alink.connect(url, self.timeout_s, connect_timeout_s, **self.redis_kwargs)
 
-    def _reroute(self) -> redis.asyncio.Redis:
+    def _reroute(self) -> None:
+        """Calls go to the node the route names, on a client kept per node."""
         if self.route.url not in self.nodes:
             self.nodes[self.route.url] = self._connect(self.route.url)
         self.redis = self.nodes[self.route.url]
-        return self.redis
-
-    def _lost(self, err: BaseException) -> None:
-        link = redis.ConnectionError | redis.TimeoutError | OSError
-        if (isinstance(err, link) or closed_transport(err)) and self.route.lost():
-            self._reroute()
 
     async def now_ms(self) -> int:
         return await self.call(ops.now())

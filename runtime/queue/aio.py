@@ -11,6 +11,11 @@ failure arrives as a runtime.errors class (never a redis-py exception):
 `RedisTransient` (with its `condition`) for what passes, so the master backs
 off and resumes. Nothing here retries: the master decides.
 
+Here: the master's clients (a second one for blocking reads), their spare
+connections, and the operations. The plans are driven by runtime.queue.aplan
+(shared with the application's AsyncConnection), on connections made by
+runtime.queue.alink; an exchange's calls and reply are runtime.queue.exchanges.
+
 Every command must answer within `command_timeout_s` (a blocking read: its wait
 plus that), so a half-open connection is noticed within it; the master sets it
 to a third of its shortest lease.
@@ -18,9 +23,7 @@ to a third of its shortest lease.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -28,46 +31,43 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
-import redis.asyncio.sentinel
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from runtime import config
-from runtime.errors import BadArgument, ConfigError, Error, RedisTransient, RedisUnavailable
-from runtime.queue import ops, recur, routing, scripts, urls
-from runtime.queue.connection import driver_options, sentinel_options
-from runtime.queue.faults import classify, closed_transport, from_redis, redact
+from runtime.errors import BadArgument, Error, RedisUnavailable
+from runtime.queue import alink, exchanges, ops, recur, scripts
+from runtime.queue.alink import closed_by_peer, connect
+from runtime.queue.aplan import PlanDriver
+from runtime.queue.faults import classify, from_redis
 from runtime.queue.keys import Keys
-from runtime.queue.leases import ExchangeReply, Outcomes, Popped, RenewReply
-from runtime.queue.ops import Call, text
+from runtime.queue.leases import ExchangeReply, Outcomes, RenewReply
+from runtime.queue.ops import Call
 
 T = TypeVar("T")
 COMMAND_TIMEOUT_S = 5.0
-CANCELS_PING_S = 30.0  # the cancels connection is checked this often (a missed cancel is
-# still found by the next lease renewal)
-KEEPALIVE_IDLE_S = 5
 SPARE_MAX = 4  # connections kept out of the pool between calls (a master runs a few at once)
 WARM_S = 0.001  # a PING on the blocking connection: it never waits (_warm_blocking)
 ROUND_TRIPS_KEPT = 8  # the latest calls whose round trips say the link's (round_trip_s)
 
 
-class MasterClient:
-    """A master's connection to its deployment."""
+class MasterClient(PlanDriver):
+    """A master's connection to its deployment: two clients (the blocking reads
+    have their own), the spare connections of each, and the operations."""
 
     def __init__(
         self, url: str, keys: Keys, worker: str, *, command_timeout_s: float = COMMAND_TIMEOUT_S
     ) -> None:
-        self.url = url
-        self.keys = keys
+        super().__init__(url, keys, command_timeout_s)
         self.worker = worker
-        self.command_timeout_s = command_timeout_s
-        self.session = scripts.Session(url, keys.root)
-        self.route = routing.Route.of(url)
         self.redis: redis.asyncio.Redis = connect(self.route.url, command_timeout_s)
         self.blocking: redis.asyncio.Redis = connect(self.route.url, command_timeout_s)
         self.retired: list[redis.asyncio.Redis] = []  # clients of nodes left (cluster)
-        self.spares = _spares(self.redis, self.blocking)  # kept out of their pools (_spare)
+        self.spares = _spares(self.redis, self.blocking)  # kept out of their pools (_take)
         self.round_trips: deque[float] = deque(maxlen=ROUND_TRIPS_KEPT)  # s, of calls (_run)
+
+    @property
+    def command_timeout_s(self) -> float:
+        """How long a command may go unanswered (set_command_timeout)."""
+        return self.timeout_s
 
     def round_trip_s(self) -> float:
         """The link's recent round trip: the longest of the latest calls' (0: none yet).
@@ -78,7 +78,7 @@ class MasterClient:
     def set_command_timeout(self, timeout_s: float) -> None:
         """From now on, a command not answered within `timeout_s` fails (RedisTransient
         timeout) and its connection is dropped."""
-        self.command_timeout_s = timeout_s
+        self.timeout_s = timeout_s
         for client in (self.redis, self.blocking):
             pool = client.connection_pool
             pool.connection_kwargs["socket_timeout"] = timeout_s
@@ -113,58 +113,20 @@ class MasterClient:
         self.blocking = connect(self.route.url, self.command_timeout_s)
         self.spares = _spares(self.redis, self.blocking)  # the old pools': closed with them
 
-    def _lost(self, err: BaseException) -> None:
-        """A cluster node out of reach: the next call starts from the next seed."""
-        link = redis.ConnectionError | redis.TimeoutError | OSError
-        if (isinstance(err, link) or closed_transport(err)) and self.route.lost():
-            self._reroute()
-
-    # --- running calls ----------------------------------------------------------
+    # --- running calls: the plans' driver (aplan) with this client's pools ----------
 
     async def _drive(self, plan: scripts.Plan[T], *, blocks_s: float = 0.0) -> tuple[T, float]:
         """Carries out a plan's round trips on one pooled connection (the blocking
         one when replies may wait `blocks_s`); returns its result and
         time.monotonic() taken once the connection was up, just before the first
         request was written."""
-        await self._close_retired()
-        pool = (self.blocking if blocks_s > 0 else self.redis).connection_pool
-        ok = False
-        try:
-            conn = await self._spare(pool) or await _take(pool)
-        except Exception as err:
-            if from_redis(err):
-                self._lost(err)
-                raise classify(err, self.url) from err
-            raise
-        sent_at = time.monotonic()
-        try:
-            request = next(plan)
-            while True:
-                sent = routing.probed(self.route.target, request)
-                replies = await self._round_trip(conn, sent, blocks_s)
-                replies = routing.checked(sent, request, replies)
-                for _ in range(routing.MAX_REDIRECTS):
-                    if not routing.follows(self.route, replies):
-                        break
-                    await pool.release(conn)
-                    conn = None
-                    pool, conn = await self._moved(request, replies, blocks_s)
-                if routing.stale(self.route.target, replies):
-                    await conn.disconnect(nowait=True)  # ask the sentinels again
-                request = plan.send(replies)
-        except StopIteration as done:
-            ok = True
-            return done.value, sent_at
-        except BaseException as err:
-            if conn is not None and not isinstance(err, Error):  # replies may be unread
-                await conn.disconnect(nowait=True)
-            if from_redis(err):
-                self._lost(err)
-                raise classify(err, self.url) from err
-            raise
-        finally:
-            if conn is not None:
-                await self._put_back(pool, conn, ok)
+        if self.retired:
+            await self._close_retired()
+        pool = (self.blocking if blocks_s > 0 else self.redis).connection_pool  # as _pool
+        return await self._drive_on(pool, plan, blocks_s)
+
+    def _pool(self, blocks_s: float) -> redis.asyncio.ConnectionPool:
+        return (self.blocking if blocks_s > 0 else self.redis).connection_pool
 
     def _spares_of(self, pool: redis.asyncio.ConnectionPool) -> list[Any] | None:
         for of, spare in self.spares:  # twice a call: no generator for next()
@@ -172,8 +134,8 @@ class MasterClient:
                 return spare
         return None
 
-    async def _put_back(self, pool: redis.asyncio.ConnectionPool, conn: Any, ok: bool) -> None:
-        """A connection after a call: kept aside (`_spare`) if the call went well (all
+    async def _give(self, pool: redis.asyncio.ConnectionPool, conn: Any, ok: bool) -> None:
+        """A connection after a call: kept aside (`_take`) if the call went well (all
         its replies read) on a pool of the current clients, else back to its pool."""
         spare = self._spares_of(pool) if ok else None
         if spare is not None and len(spare) < SPARE_MAX:
@@ -181,38 +143,19 @@ class MasterClient:
         else:
             await pool.release(conn)
 
-    async def _spare(self, pool: redis.asyncio.ConnectionPool) -> Any:
-        """A connection of `pool` kept out of it since a call that went well:
-        taken without the pool's lock, checks and bookkeeping (a good part of a
-        master's Python per round trip). None when there is none, or it is not fit
-        (closed by the peer, or disconnected: a stale primary's), and then given
-        back to the pool, which connects it again."""
+    async def _take(self, pool: redis.asyncio.ConnectionPool) -> Any:
+        """A connection of `pool` kept out of it since a call that went well (its
+        spare): taken without the pool's lock, checks and bookkeeping (a good part
+        of a master's Python per round trip). One not fit (closed by the peer, or
+        disconnected: a stale primary's) is given back to the pool, which connects
+        it again; with no spare left, the pool's (alink.take)."""
         spare = self._spares_of(pool) or []
         while spare:
             conn = spare.pop()
             if conn.is_connected and not conn.should_reconnect() and not closed_by_peer(conn):
                 return conn
             await pool.release(conn)
-        return None
-
-    async def _moved(
-        self, request: list[Any], replies: list[Any], blocks_s: float
-    ) -> tuple[Any, Any]:
-        """After a MOVED the route followed: sends the redirected commands again to
-        the node it names (their replies replace the MOVED ones in `replies`);
-        returns the pool and connection used. A slot still moving after
-        MAX_REDIRECTS leaves its MOVED replies (RedisTransient moved)."""
-        self._reroute()
-        pool = (self.blocking if blocks_s > 0 else self.redis).connection_pool
-        conn = await _take(pool)
-        redo = routing.redirected(replies)
-        again = await self._round_trip(conn, [request[i] for i in redo], blocks_s)
-        for i, reply in zip(redo, again, strict=True):
-            replies[i] = reply
-        return pool, conn
-
-    async def _round_trip(self, conn: Any, request: list[Any], blocks_s: float) -> list[Any]:
-        return await round_trip(conn, request, self.command_timeout_s, blocks_s)
+        return await alink.take(pool)
 
     async def _run(self, calls: Sequence[Call[Any]]) -> tuple[list[Any], float]:
         """Each call's result (or the Error that refused it) and when they were sent."""
@@ -269,9 +212,9 @@ class MasterClient:
         `apart`; one that Redis refuses for good (not a passing condition: a damaged
         key under a report, say) goes again apart, so a report that cannot be made
         never stops the pops (it is refused alone, as before `exchange`)."""
-        first = _first_calls(self.worker, outcomes)
+        first = exchanges.first_calls(self.worker, outcomes)
         pop = pop_count is not None and bool(queues)
-        together = pop and not apart and _together(outcomes)  # reports and pop: one call
+        together = pop and not apart and exchanges.together(outcomes)  # reports and pop: one call
         reports = [] if together else ops.reports(self.worker, outcomes)
         calls: list[Call[Any]] = [call for _, call in first + reports]
         if outage_ms > 0:
@@ -296,11 +239,11 @@ class MasterClient:
             return await self.exchange(outcomes, pop_count, queues, order, ahead_s, apart=True)
         _raise_if_error(last)
         if isinstance(last, ops.Exchange):
-            done = _exchanged(outcomes, first, [], results, last.popped, sent_at)
+            done = exchanges.exchanged(outcomes, first, [], results, last.popped, sent_at)
             for states in last.states.values():
                 done.states.update(states)
             return done
-        return _exchanged(outcomes, first, reports, results, last, sent_at)
+        return exchanges.exchanged(outcomes, first, reports, results, last, sent_at)
 
     async def heartbeat(self, leases: dict[str, str], outage_ms: int = 0) -> RenewReply:
         """Renews the leases {jid: token} in one call (after `resumed`, with
@@ -376,7 +319,7 @@ class MasterClient:
         pubsub = listener.pubsub()
         try:
             await pubsub.subscribe(self.keys.cancels(self.worker))
-            async for jid in _published(pubsub, self.command_timeout_s):
+            async for jid in alink.published(pubsub, self.command_timeout_s):
                 yield jid
         except Exception as err:
             if from_redis(err):
@@ -405,217 +348,11 @@ class MasterClient:
         return int(held)
 
 
-async def round_trip(conn: Any, request: list[Any], timeout_s: float, blocks_s: float) -> list[Any]:
-    """Sends a round trip's commands on a connection; their replies (error replies
-    as their exceptions: the stream stays in step). Each answers within
-    `timeout_s`, a blocking one (`blocks_s`) within its wait plus that: the
-    socket's timeout, not read_response's own, which answers None when it runs
-    out (a poll) and leaves the reply unread on the connection."""
-    conn.socket_timeout = timeout_s
-    await send(conn, scripts.pack(request), timeout_s)
-    conn.socket_timeout = timeout_s + blocks_s
-    replies = []
-    try:
-        for _ in request:
-            try:
-                replies.append(await conn.read_response())
-            except redis.ResponseError as err:
-                replies.append(err)
-    finally:
-        conn.socket_timeout = timeout_s
-    return replies
-
-
-async def send(conn: Any, request: bytes, timeout_s: float) -> None:
-    """Writes a request on a connection, as redis-py's send_packed_command does
-    but without its asyncio.wait_for, which in Python 3.11 wraps the write in a
-    task of its own: two more turns of the loop and a timer per round trip, the
-    write itself one turn late. Here the bytes go at once; only a full send
-    buffer is waited on, for `timeout_s` (then redis.TimeoutError). Failures
-    end as send_packed_command's do: the connection dropped, OSError as
-    redis.ConnectionError, anything else (uvloop's RuntimeError on a closed
-    handle) raised as it came."""
-    if not conn.is_connected:  # not from the pool's hands: connect as redis-py would
-        await conn.send_packed_command([request], check_health=False)
-        return
-    writer = conn._writer  # redis-py's stream (see closed_by_peer)
-    try:
-        writer.write(request)
-        if writer.transport.get_write_buffer_size():
-            async with asyncio.timeout(timeout_s):
-                await writer.drain()
-    except TimeoutError:
-        await conn.disconnect(nowait=True)
-        raise redis.TimeoutError("Timeout writing to socket") from None
-    except OSError as err:
-        await conn.disconnect(nowait=True)
-        raise redis.ConnectionError(f"Error while writing to socket: {err}") from err
-    except BaseException:
-        await conn.disconnect(nowait=True)
-        raise
-
-
 def _spares(*clients: redis.asyncio.Redis) -> tuple[tuple[Any, list[Any]], ...]:
     """An empty list of spare connections for the pool of each client."""
     return tuple((client.connection_pool, []) for client in clients)
 
 
-async def _take(pool: redis.asyncio.ConnectionPool) -> Any:
-    """A connection from `pool`, connected, never one the peer closed while it idled.
-    The pool hands out a connection with unread bytes or at EOF only after
-    reconnecting it, but not one whose peer reset it (RST): its reader holds the
-    error and its transport is closed, so its next write would fail on a healthy
-    link. Such a one is connected afresh here (no round trip: local state only)."""
-    conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # connected here
-    try:
-        if closed_by_peer(conn):
-            await conn.disconnect(nowait=True)
-            await conn.connect()
-    except BaseException:
-        await pool.release(conn)
-        raise
-    return conn
-
-
-def closed_by_peer(conn: Any) -> bool:
-    """Whether a connected connection was reset or closed by the peer (redis-py
-    keeps its asyncio streams in `_reader` and `_writer`, None when not connected)."""
-    reader, writer = getattr(conn, "_reader", None), getattr(conn, "_writer", None)
-    if reader is None or writer is None:
-        return False  # not connected: the first write connects it
-    return bool(writer.is_closing() or reader.exception() is not None or reader.at_eof())
-
-
-def connect(
-    url: str, timeout_s: float, connect_timeout_s: float | None = None, **kwargs: Any
-) -> redis.asyncio.Redis:
-    """A redis-py asyncio client that never retries on its own and never waits
-    longer than `timeout_s` for an answer (`connect_timeout_s`, default the
-    same, to connect); over TCP with keepalive on (probes after KEEPALIVE_IDLE_S
-    idle), which unix sockets do not take. For a Sentinel URL, a client of the
-    service's primary (redis-py's Sentinel: asked again on every new
-    connection); for a Cluster URL, of its first node (runtime.queue.routing).
-    The asyncio twin of connection.connect: a master's clients and the
-    application's AsyncClient (adriver) both."""
-    options: dict[str, Any] = {
-        "socket_timeout": timeout_s,
-        "socket_connect_timeout": timeout_s if connect_timeout_s is None else connect_timeout_s,
-        "retry": Retry(NoBackoff(), 0),
-        **driver_options(),
-    }
-    if url.split("://", 1)[0].lower() in ("redis", "rediss", urls.SENTINEL_SCHEME):
-        options |= {"socket_keepalive": True, "socket_keepalive_options": _keepalive()}
-    options |= kwargs
-    target = urls.parse(url)
-    try:
-        if target.kind == "sentinel":
-            sentinels = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-                list(target.seeds), sentinel_kwargs=sentinel_options(target, options)
-            )
-            primary: redis.asyncio.Redis = sentinels.master_for(
-                target.service,
-                db=target.db,
-                username=target.username,
-                password=target.password,
-                **options,
-            )
-            return primary
-        if target.kind == "cluster":
-            url = target.node_url(target.seeds[0])
-        return redis.asyncio.Redis.from_url(url, **options)
-    except ValueError as err:
-        raise ConfigError(f"bad Redis URL {redact(url)}: {redact(str(err))}") from err
-
-
-def _keepalive() -> dict[int, int]:
-    """TCP keepalive options this platform has: a peer gone while a connection
-    idles in the pool is noticed in about KEEPALIVE_IDLE_S + 3 probes of 1 s."""
-    wanted = {"TCP_KEEPIDLE": KEEPALIVE_IDLE_S, "TCP_KEEPINTVL": 1, "TCP_KEEPCNT": 3}
-    return {getattr(socket, n): v for n, v in wanted.items() if hasattr(socket, n)}
-
-
-async def _published(
-    pubsub: Any, timeout_s: float, ping_every_s: float = CANCELS_PING_S
-) -> AsyncIterator[str]:
-    """Messages of a subscribed pub/sub connection, as text. PINGs it every
-    `ping_every_s` (an idle master stays all but silent); nothing heard for
-    `timeout_s` after one is a dead link (redis.TimeoutError)."""
-    heard = pinged = time.monotonic()
-    while True:
-        now = time.monotonic()
-        if pinged > heard and now - pinged > timeout_s:
-            raise redis.TimeoutError(f"no answer on the cancels connection for {now - heard:.1f} s")
-        if now - pinged >= ping_every_s:
-            await pubsub.ping()
-            pinged = now
-        reply = await pubsub.parse_response(block=False, timeout=min(ping_every_s, 1.0))
-        if reply is None:
-            continue
-        heard = time.monotonic()
-        if isinstance(reply, list | tuple) and len(reply) == 3 and text(reply[0]) == "message":
-            yield text(reply[2])
-
-
 def _raise_if_error(value: Any) -> None:
     if isinstance(value, Error):
         raise value
-
-
-def _together(outcomes: Outcomes) -> bool:
-    """Whether an exchange's reports go in its pop's call (lua/exchange.lua): when
-    it has completions, retries or failures and no releases (those go in a call
-    of their own, before the pop)."""
-    return not outcomes.release and bool(outcomes.complete or outcomes.retry or outcomes.fail)
-
-
-First = tuple[Outcomes, Call[Any]]  # progress or puts sent first, and their call
-
-
-def _first_calls(worker: str, outcomes: Outcomes) -> list[First]:
-    """What goes before the reports: the progress (one call), then the puts made at
-    once (one call per job putting them), each with the outcomes it carries."""
-    first: list[First] = []
-    if outcomes.progress:
-        first.append(
-            (Outcomes(progress=outcomes.progress), ops.progress(worker, outcomes.progress.values()))
-        )
-    if outcomes.live:  # what running jobs printed: one call, in the same round trip
-        first.append((Outcomes(live=outcomes.live), ops.live(worker, outcomes.live.values())))
-    for rows in outcomes.puts_by_job().values():
-        part = Outcomes(puts=rows)
-        [(_, call)] = ops.puts_at_once(part)
-        first.append((part, call))
-    return first
-
-
-def _exchanged(
-    outcomes: Outcomes,
-    first: list[First],
-    reports: list[tuple[Any, Call[Any]]],
-    results: list[Any],
-    popped: Popped | None,
-    sent_at: float,
-) -> ExchangeReply:
-    """States of the reports and the puts; those refused by a transient condition
-    go to `unsent` when the pop went through (else, if none was taken, the refusal
-    is raised). The progress reports' answers are dropped."""
-    states: dict[str, str | Error] = {}
-    put: dict[str, str | Error] = {}
-    unsent = Outcomes()
-    for (part, _), value in zip(first, results, strict=False):
-        if isinstance(value, RedisTransient):
-            unsent.merge(part)
-        elif part.puts:
-            jids = [row[0] for row in part.puts]
-            got = [value] * len(jids) if isinstance(value, Error) else value
-            put.update(zip(jids, got, strict=True))
-    for (kind, _), value in zip(reports, results[len(first) :], strict=True):
-        if isinstance(value, RedisTransient):
-            unsent.merge(outcomes.only(kind))
-        elif isinstance(value, Error):
-            states.update((jid, value) for jid in outcomes.jids(kind))
-        else:
-            states.update(value)
-    if popped is None and len(unsent) == len(outcomes) and len(unsent):
-        raise next(v for v in results if isinstance(v, RedisTransient))
-    return ExchangeReply(states, popped, sent_at, unsent, put)

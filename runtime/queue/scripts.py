@@ -38,7 +38,8 @@ Which one a client uses is found out on its first call and remembered in its
 plan (`run`): a generator that yields the round trips to make and receives
 their replies. It does no I/O itself, so the synchronous `Client`, the
 application's `AsyncClient` (adriver.py) and the master's `MasterClient`
-(aio.py) drive the very same code, each with its own sockets.
+(aio.py) drive the very same code, each with its own sockets (the two asyncio
+ones through one loop: aplan.py).
 """
 
 from __future__ import annotations

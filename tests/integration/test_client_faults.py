@@ -63,7 +63,7 @@ def run_on_uvloop(awaitable: Awaitable[T], deadline_s: float = 30.0) -> T:
 async def seen_closed(pool: Any, deadline_s: float = 5.0) -> None:
     """Until every connection idle in `pool` has seen its peer go (its transport is
     closed): the reset reached the client. Called between calls, so the pool's
-    connections in use are the ones the client keeps aside (MasterClient._spare)."""
+    connections in use are the ones the client keeps aside (MasterClient._take)."""
     end = time.monotonic() + deadline_s
 
     def closed(conn: Any) -> bool:

@@ -10,6 +10,7 @@ masters follow MOVED there and load the function library on it.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,9 @@ from pathlib import Path
 import pytest
 from redis.crc import key_slot
 
-from runtime import Client
+from runtime import AsyncClient, Client
+from runtime.queue.keys import Keys
+from runtime.vocabulary import JobState
 from tests.integration.test_worker_basics import (  # noqa: F401 - collected here, on the cluster
     test_an_idle_master_only_blocks_waiting_for_work,
     test_async_jobs_run_on_uvloop,
@@ -90,3 +93,30 @@ def test_a_migration_of_the_namespaces_slot_during_a_drain_loses_no_job(
         )
     finally:
         run.close()
+
+
+def test_an_async_client_started_at_another_node_follows_moved_to_its_namespace(
+    cluster: Cluster,
+) -> None:
+    """AsyncClient drives its calls with the master's loop (runtime.queue.aplan):
+    started at a seed that does not own the namespace's slot, its first call is
+    answered MOVED and sent again to the owner, where the job lands (no retry:
+    the call itself follows)."""
+    names = ("a" + uuid.uuid4().hex[:12] for _ in range(50))
+    namespace = next(
+        n for n in names if cluster.owner(key_slot(Keys(n).root.encode())) is not cluster.nodes[0]
+    )
+    owner = cluster.owner(key_slot(Keys(namespace).root.encode()))
+
+    async def put_and_read() -> tuple[str, JobState | None, str]:
+        async with AsyncClient(cluster.url(), namespace=namespace, retry_for_s=0) as client:
+            jid = await client.queue("q").put("tests.integration.jobs:noop")
+            job = await client.get_job(jid)
+            return jid, job.state if job else None, client.conn.route.url
+
+    jid, state, url = asyncio.run(put_and_read())
+    assert state is JobState.WAITING
+    assert url.endswith(f":{owner.port}/0"), "the route follows the slot's owner"
+    with Client.from_url(cluster.url(), namespace=namespace) as client:
+        job = client.get_job(jid)
+        assert job is not None and job.state is JobState.WAITING
