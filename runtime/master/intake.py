@@ -112,6 +112,8 @@ class Intake:
 
     def _shard_awaits_confirmation(self) -> bool:
         """Whether a job handed to this shard awaits its confirming renewal."""
+        if not self.ledger.confirming:  # nearly always: no generator
+            return False
         held, shard = self.ledger.held, self.shard
         return any(held[jid].shard == shard for jid in self.ledger.confirming)
 
