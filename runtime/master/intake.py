@@ -150,6 +150,8 @@ class Intake:
         for jid, state in event.states.items():
             if jid in reports.cancelled:
                 reports.cancelled.discard(jid)  # cancelled meanwhile: nothing to say
+            elif not isinstance(state, Error):
+                continue  # its new state: the report landed (one check a job, not two)
             elif isinstance(state, LeaseLost | NoSuchJob):
                 log.warning(
                     "report refused with %s, nothing changed jid=%s worker=%s",
@@ -157,7 +159,7 @@ class Intake:
                     jid,
                     self.worker_id,
                 )
-            elif isinstance(state, Error):
+            else:
                 log.error("report refused: %s jid=%s worker=%s", state, jid, self.worker_id)
         if event.popped is not None:
             self._take_popped(event, now)
