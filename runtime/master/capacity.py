@@ -115,7 +115,7 @@ class Capacity:
 
     def room(self, now: float, taken: int = 0) -> int:
         """How many more jobs to lease now (less `taken`: asked for by other pops)."""
-        if not self.accepting():
+        if self.mode is not Mode.RUN or self.paused:  # not accepting(): every pass asks
             return 0
         held_ahead = len(self.ledger.buffer) + len(self.ledger.confirming) + taken
         return max(0, self._slots_free(now) + self.prefetch() - held_ahead)
@@ -124,7 +124,7 @@ class Capacity:
         """How many jobs to lease now, when leasing more is urgent (a child would
         wait, or the buffer ran half empty); else 0. The free slots are counted once;
         `taken`: jobs other pops out now asked for, as if buffered already."""
-        if not self.accepting():
+        if self.mode is not Mode.RUN or self.paused:  # not accepting(): every pass asks
             return 0
         free, prefetch, buffered = self._slots_free(now), self.prefetch(), len(self.ledger.buffer)
         room = free + prefetch - buffered - taken

@@ -62,7 +62,9 @@ class HandOut:
         if depth and self.ledger.buffer:
             held_by = ledger.held
             for slot in self.slots.accepting():
-                if held_by[slot.running].running_for(now) > WITHDRAW_AFTER_S:  # type: ignore[index]
+                # running_for, read inline (every pass that pipelines asks, for each child)
+                sent_at = held_by[slot.running].sent_at  # type: ignore[index]
+                if sent_at is not None and now - sent_at > WITHDRAW_AFTER_S:
                     continue  # stuck on a long job: a job sent behind it would be withdrawn
                 for _ in range(self.capacity.pipeline_room(slot, depth)):  # less by one a job
                     pending = self._next_pending(now)

@@ -260,9 +260,9 @@ class Intake:
     def maybe_wait(self, now: float) -> None:
         """Keeps one blocking read for work going while there is room and no work."""
         want = (
-            self.capacity.accepting()
+            not self.want_work  # the cheapest first: every pass asks
             and self.link.up
-            and not self.want_work
+            and self.capacity.accepting()
             and self.capacity.room(now, self.capacity.others_asking(self.shard)) > 0
         )
         if want and not self.waiting:
