@@ -214,9 +214,10 @@ def _json(obj: dict[str, Any]) -> str:
 
 def encode(message: Message) -> bytes:
     body = _json({"kind": message.kind, **vars(message)}).encode()  # vars: its fields
-    if len(body) > MAX_FRAME_BYTES:
-        raise ProtocolError(f"{message.kind} message of {len(body)} bytes is over the frame limit")
-    return HEADER.pack(len(body)) + body
+    size = len(body)
+    if size > MAX_FRAME_BYTES:
+        raise ProtocolError(f"{message.kind} message of {size} bytes is over the frame limit")
+    return HEADER.pack(size) + body
 
 
 def decode(body: bytes, known: Mapping[str, type[Message]] = KINDS) -> Message:

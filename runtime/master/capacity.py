@@ -64,7 +64,8 @@ class Capacity:
 
     def _capacity(self) -> tuple[int, int]:
         """(pipeline depth, prefetch) for the jobs seen so far: computed again only
-        when what they depend on changed (they are asked several times a job)."""
+        when what they depend on changed (they are asked several times a job, so
+        the callers compare the key themselves and call this only on a change)."""
         key = (self.jobs_seen, self.target, self.avg_run_s)
         if key != self.key:
             self.key = key
@@ -77,7 +78,8 @@ class Capacity:
     def depth(self, now: float) -> int:
         if self.fixed:
             return 0
-        depth = self._capacity()[0]
+        unchanged = self.key == (self.jobs_seen, self.target, self.avg_run_s)
+        depth = (self.cached if unchanged else self._capacity())[0]
         if bool(depth) != self.pipelining:
             self.pipelining = bool(depth)
             self.pipelining_flips += 1
@@ -94,7 +96,10 @@ class Capacity:
         return depth
 
     def prefetch(self) -> int:
-        return 0 if self.fixed else self._capacity()[1]
+        if self.fixed:
+            return 0
+        unchanged = self.key == (self.jobs_seen, self.target, self.avg_run_s)
+        return (self.cached if unchanged else self._capacity())[1]
 
     def pipeline_room(self, slot: Slot, depth: int) -> int:
         most = self.worker.max_jobs_per_child
@@ -104,12 +109,13 @@ class Capacity:
         depth = self.depth(now)
         free = self.slots.idle_count()
         if depth:
-            free += sum(self.pipeline_room(s, depth) for s in self.slots.accepting())
+            for slot in self.slots.accepting():  # a loop: no generator, asked every pass
+                free += self.pipeline_room(slot, depth)
         return free
 
     def room(self, now: float, taken: int = 0) -> int:
         """How many more jobs to lease now (less `taken`: asked for by other pops)."""
-        if not self.accepting():
+        if self.mode is not Mode.RUN or self.paused:  # not accepting(): every pass asks
             return 0
         held_ahead = len(self.ledger.buffer) + len(self.ledger.confirming) + taken
         return max(0, self._slots_free(now) + self.prefetch() - held_ahead)
@@ -118,7 +124,7 @@ class Capacity:
         """How many jobs to lease now, when leasing more is urgent (a child would
         wait, or the buffer ran half empty); else 0. The free slots are counted once;
         `taken`: jobs other pops out now asked for, as if buffered already."""
-        if not self.accepting():
+        if self.mode is not Mode.RUN or self.paused:  # not accepting(): every pass asks
             return 0
         free, prefetch, buffered = self._slots_free(now), self.prefetch(), len(self.ledger.buffer)
         room = free + prefetch - buffered - taken

@@ -54,21 +54,23 @@ class HandOut:
         if ledger.timed:
             self._turns_come(now)
         for slot in self.slots.idle():
-            held = self._next_pending(now)
-            if held is None:
+            pending = self._next_pending(now)
+            if pending is None:
                 break
-            self._send(slot, held, now, running=True)
+            self._send(slot, *pending, now, running=True)
         depth = self.capacity.depth(now)
         if depth and self.ledger.buffer:
             held_by = ledger.held
             for slot in self.slots.accepting():
-                if held_by[slot.running].running_for(now) > WITHDRAW_AFTER_S:  # type: ignore[index]
+                # running_for, read inline (every pass that pipelines asks, for each child)
+                sent_at = held_by[slot.running].sent_at  # type: ignore[index]
+                if sent_at is not None and now - sent_at > WITHDRAW_AFTER_S:
                     continue  # stuck on a long job: a job sent behind it would be withdrawn
                 for _ in range(self.capacity.pipeline_room(slot, depth)):  # less by one a job
-                    held = self._next_pending(now)
-                    if held is None:
+                    pending = self._next_pending(now)
+                    if pending is None:
                         break
-                    self._send(slot, held, now, running=False)
+                    self._send(slot, *pending, now, running=False)
 
     def _waits_for_confirmation(self) -> bool:
         """Whether a handed job waits for its confirming renewal: in a namespace whose
@@ -85,16 +87,19 @@ class HandOut:
         for jid in reversed(timed[:due]):  # in their order, ahead of the buffer
             self.ledger.move(jid, Where.BUFFERED, now=now, front=True)
 
-    def _next_pending(self, now: float) -> Held | None:
-        """The next job leased ahead with enough of its lease left to run. One whose
-        lease ran out (its master was frozen or cut off), or holds too little to be
-        worth starting (plan.start_before), is never started: it is given back."""
+    def _next_pending(self, now: float) -> tuple[Held, float] | None:
+        """The next job leased ahead with enough of its lease left to run, with the
+        deadline its child gets (plan.stop_before: worked out once, it is asked for
+        twice). One whose lease ran out (its master was frozen or cut off), or holds
+        too little to be worth starting (plan.start_before), is never started: it is
+        given back."""
         buffer, held_by = self.ledger.buffer, self.ledger.held
         while buffer:
             held = held_by[buffer[0]]
-            if now < held.start_before():
-                return held
-            stop_at = plan.stop_before(held.lease_until, held.renew_length_s())
+            length_s = held.renew_length_s()
+            stop_at = plan.stop_before(held.lease_until, length_s)
+            if now < plan.start_before_stop(stop_at, length_s):
+                return held, stop_at
             if now >= stop_at:
                 log.warning(
                     "job leased ahead not started, its lease ran out jid=%s queue=%s worker=%s",
@@ -114,11 +119,11 @@ class HandOut:
             self.release(held, now)
         return None
 
-    def _send(self, slot: Slot, held: Held, now: float, running: bool) -> None:
+    def _send(self, slot: Slot, held: Held, deadline: float, now: float, running: bool) -> None:
+        """`held` goes to `slot`'s child, which stops it at `deadline` unless renewed."""
         leased = held.leased
         where = Where.RUNNING if running else Where.PIPELINED
         self.ledger.move(leased.jid, where, slot.index, now=now)
-        deadline = plan.stop_before(held.lease_until, held.renew_length_s())
         self.actions.append(
             events.Post(
                 slot.index,

@@ -112,6 +112,8 @@ class Intake:
 
     def _shard_awaits_confirmation(self) -> bool:
         """Whether a job handed to this shard awaits its confirming renewal."""
+        if not self.ledger.confirming:  # nearly always: no generator
+            return False
         held, shard = self.ledger.held, self.shard
         return any(held[jid].shard == shard for jid in self.ledger.confirming)
 
@@ -148,6 +150,8 @@ class Intake:
         for jid, state in event.states.items():
             if jid in reports.cancelled:
                 reports.cancelled.discard(jid)  # cancelled meanwhile: nothing to say
+            elif not isinstance(state, Error):
+                continue  # its new state: the report landed (one check a job, not two)
             elif isinstance(state, LeaseLost | NoSuchJob):
                 log.warning(
                     "report refused with %s, nothing changed jid=%s worker=%s",
@@ -155,7 +159,7 @@ class Intake:
                     jid,
                     self.worker_id,
                 )
-            elif isinstance(state, Error):
+            else:
                 log.error("report refused: %s jid=%s worker=%s", state, jid, self.worker_id)
         if event.popped is not None:
             self._take_popped(event, now)
@@ -256,9 +260,9 @@ class Intake:
     def maybe_wait(self, now: float) -> None:
         """Keeps one blocking read for work going while there is room and no work."""
         want = (
-            self.capacity.accepting()
+            not self.want_work  # the cheapest first: every pass asks
             and self.link.up
-            and not self.want_work
+            and self.capacity.accepting()
             and self.capacity.room(now, self.capacity.others_asking(self.shard)) > 0
         )
         if want and not self.waiting:

@@ -71,7 +71,7 @@ class JobFlow:
             held = self.ledger.held[message.jid]
             if isinstance(message, protocol.Done):
                 self.shards[held.shard].outcomes.add_complete(
-                    held.jid,
+                    message.jid,
                     held.leased.token,
                     result=message.result,
                     output=event.output,

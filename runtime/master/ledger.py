@@ -51,7 +51,7 @@ class Ledger:
     def add(self, held: Held) -> None:
         """A job leased or handed to us is held from now, in its first place
         (BUFFERED at the back, CONFIRMING, or TIMED by its start time)."""
-        jid = held.jid
+        jid = held.leased.jid
         self.held[jid] = held
         held.slot = None
         if held.where is Where.BUFFERED:

@@ -106,10 +106,14 @@ class Master:
         """What every source does: put an event on the queue and wake the loop (at
         once, or within `within_s`: a pass then takes the events that came meanwhile)."""
         self.events.append(event)
-        if within_s <= 0.0 or self.finished is None:
-            self._wake()
+        if within_s > 0.0 and self.finished is not None:
+            if not self.pass_soon:
+                self._arm(within_s)
+        elif self.finished is None:  # _wake, inline: every event comes this way
+            self.woken.set()
         elif not self.pass_soon:
-            self._arm(within_s)
+            self.pass_soon = True
+            self.finished.get_loop().call_soon(self._run_pass)
 
     def _wake(self) -> None:
         if self.finished is None:  # still starting: _start waits on `woken`

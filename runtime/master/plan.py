@@ -41,7 +41,12 @@ def start_before(lease_until: float, length_s: float) -> float:
     that, so only a job whose lease could not be renewed (Redis out of reach) comes
     so close: started, it would stop itself at once and spend a retry for nothing;
     given back unstarted, it spends none."""
-    return stop_before(lease_until, length_s) - length_s * START_SHARE
+    return start_before_stop(stop_before(lease_until, length_s), length_s)
+
+
+def start_before_stop(stop_at: float, length_s: float) -> float:
+    """start_before, from the stop deadline (stop_before) already worked out."""
+    return stop_at - length_s * START_SHARE
 
 
 def kill_at(lease_until: float, lease_s: float) -> float:

@@ -57,10 +57,12 @@ class Leased:
 
     @classmethod
     def _decode(cls, reply: dict[str, Any]) -> Leased:
+        # once a job leased: the optional fields are read inline, not by helpers
         meta = reply["meta"]
         jid, token, data = reply["jid"], meta["l"], reply["data"]
         if not isinstance(jid, str) or not isinstance(token, str) or not isinstance(data, dict):
             raise TypeError("jid and token must be text, data an object")
+        expires_us, batch = reply.get("expires_us"), meta.get("b")
         return cls(
             jid=jid,
             token=token,
@@ -73,15 +75,11 @@ class Leased:
             lease_s=float(reply["lease_ms"]) / 1000,
             timeout_s=float(reply["timeout_s"]),
             start_in_s=float(reply["start_in_us"]) / 1e6 if "start_in_us" in reply else None,
-            expires_us=_int_or_none(reply.get("expires_us")),
+            expires_us=None if expires_us is None else int(expires_us),
             handed=bool(reply.get("handed")),
-            batch=_text_or_none(meta.get("b")),
+            batch=None if batch is None else str(batch),
             traceparent=meta.get("tp"),
         )
-
-
-def _text_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _int_or_none(value: Any) -> int | None:

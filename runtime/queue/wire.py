@@ -397,7 +397,9 @@ def usage_text(cpu_s: float | None, max_rss_mb: float | None, of_job: bool = Tru
     peak is the child's since it started (`of_job` False)."""
     if cpu_s is None or max_rss_mb is None:
         return ""
-    text = f"{max(0.0, cpu_s):.4f} {max(0.0, max_rss_mb):.1f}"
+    cpu_s = cpu_s if cpu_s > 0.0 else 0.0  # max(0.0, ...) without the calls: once a job
+    max_rss_mb = max_rss_mb if max_rss_mb > 0.0 else 0.0
+    text = f"{cpu_s:.4f} {max_rss_mb:.1f}"
     return text if of_job else text + " c"
 
 
