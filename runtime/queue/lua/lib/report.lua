@@ -135,11 +135,17 @@ local function complete(worker, now_us, completed, jid, token, options_json, res
 end
 
 function Report.complete(worker, args, first, last, now_us, completed)
-  local out = {}
+  local out, jids = {}, {}
+  for i = first, last, 6 do
+    jids[#jids + 1] = args[i]
+  end
+  Place.look_for_dependents(jids)
+  Place.gather_holders() -- the worker's set written once for the jobs reported
   for i = first, last, 6 do
     out[#out + 1] = E.item(args[i], E.attempt(complete, worker, now_us, completed, args[i],
       args[i + 1], args[i + 2], args[i + 3], args[i + 4], args[i + 5]))
   end
+  Place.write_holders()
   return out
 end
 
@@ -162,10 +168,12 @@ end
 
 function Report.fail(worker, args, first, last, now_us)
   local out = {}
+  Place.gather_holders() -- the worker's set written once for the jobs reported
   for i = first, last, 6 do
     out[#out + 1] = E.item(args[i], E.attempt(fail, worker, now_us, args[i], args[i + 1],
       args[i + 2], args[i + 3], args[i + 4], args[i + 5]))
   end
+  Place.write_holders()
   return out
 end
 
@@ -212,9 +220,11 @@ end
 
 function Report.retry(worker, args, first, last, now_us)
   local out = {}
+  Place.gather_holders() -- the worker's set written once for the jobs reported
   for i = first, last, 7 do
     out[#out + 1] = E.item(args[i], E.attempt(retry, worker, now_us, args[i], args[i + 1],
       args[i + 2], args[i + 3], args[i + 4], args[i + 5], args[i + 6]))
   end
+  Place.write_holders()
   return out
 end
