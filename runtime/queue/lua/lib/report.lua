@@ -12,6 +12,25 @@
 
 local Report = {}
 
+-- A run of reports on the jobs of args[first .. last] (`step` values a job)
+-- pays once what each job would: their lease expiries read together
+-- (Lease.expect), their worker's set written once (Place.gather_holders).
+-- Returns the run's jids.
+local function run_begins(args, first, last, step)
+  local jids = {}
+  for i = first, last, step do
+    jids[#jids + 1] = args[i]
+  end
+  Lease.expect(jids)
+  Place.gather_holders()
+  return jids
+end
+
+local function run_ends()
+  Place.write_holders()
+  Lease.forget_expiries()
+end
+
 -- The options of a job sent none (read only, like every options table).
 local NO_OPTIONS = { depends = {}, puts = {} }
 
@@ -135,17 +154,13 @@ local function complete(worker, now_us, completed, jid, token, options_json, res
 end
 
 function Report.complete(worker, args, first, last, now_us, completed)
-  local out, jids = {}, {}
-  for i = first, last, 6 do
-    jids[#jids + 1] = args[i]
-  end
-  Place.look_for_dependents(jids)
-  Place.gather_holders() -- the worker's set written once for the jobs reported
+  local out = {}
+  Place.look_for_dependents(run_begins(args, first, last, 6))
   for i = first, last, 6 do
     out[#out + 1] = E.item(args[i], E.attempt(complete, worker, now_us, completed, args[i],
       args[i + 1], args[i + 2], args[i + 3], args[i + 4], args[i + 5]))
   end
-  Place.write_holders()
+  run_ends()
   return out
 end
 
@@ -168,12 +183,12 @@ end
 
 function Report.fail(worker, args, first, last, now_us)
   local out = {}
-  Place.gather_holders() -- the worker's set written once for the jobs reported
+  run_begins(args, first, last, 6)
   for i = first, last, 6 do
     out[#out + 1] = E.item(args[i], E.attempt(fail, worker, now_us, args[i], args[i + 1],
       args[i + 2], args[i + 3], args[i + 4], args[i + 5]))
   end
-  Place.write_holders()
+  run_ends()
   return out
 end
 
@@ -220,11 +235,11 @@ end
 
 function Report.retry(worker, args, first, last, now_us)
   local out = {}
-  Place.gather_holders() -- the worker's set written once for the jobs reported
+  run_begins(args, first, last, 7)
   for i = first, last, 7 do
     out[#out + 1] = E.item(args[i], E.attempt(retry, worker, now_us, args[i], args[i + 1],
       args[i + 2], args[i + 3], args[i + 4], args[i + 5], args[i + 6]))
   end
-  Place.write_holders()
+  run_ends()
   return out
 end

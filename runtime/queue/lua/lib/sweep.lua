@@ -113,7 +113,7 @@ end
 local none_waiting = 0 -- the call whose completions no job waits on (CALL), 0: none
 
 function Place.look_for_dependents(jids)
-  if #jids < 2 then
+  if #jids < 2 or #jids > LIMITS.pop_max then -- unpack takes at most ~8000 values
     return
   end
   local keys = {}
