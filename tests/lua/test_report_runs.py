@@ -1,8 +1,7 @@
 """A report of many jobs pays some reads and writes once for all of them
-(lib/report.lua): their lease expiries (one ZMSCORE per queue), whether any job
-waits on them (one EXISTS), their worker's set (one SADD or SREM). Each job
-still answers as it would alone: these replay calls where what the first jobs
-do changes what the later ones must find."""
+(lib/report.lua): whether any job waits on them (one EXISTS), their worker's
+set (one SADD or SREM). Each job still answers as it would alone: these replay
+calls where what the first jobs do changes what the later ones must find."""
 
 from __future__ import annotations
 

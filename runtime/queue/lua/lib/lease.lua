@@ -193,49 +193,8 @@ function Lease.hand(jid, meta, data, worker, seed, now_us, start_us, first_lease
   return Job.lease_reply(jid, meta, data, head, extra)
 end
 
--- The lease expiries of a run of reports (Lease.expect: the jids a call
--- reports on), read once per queue: the first job of a queue asks for all the
--- run's jids in one ZMSCORE, the others take their score from it. A score
--- serves its job once. A move out of running forgets its job's
--- (Lease.forget_expiry); any other write to a running set in the run forgets
--- them all (Lease.forget_expiries), and so does the end of the run.
-local expected, expected_call, expiries = nil, 0, {} -- jids, CALL, queue -> {jid -> score | false}
-
-function Lease.expect(jids)
-  if #jids > 1 and #jids <= LIMITS.pop_max then -- unpack takes at most ~8000 values
-    expected, expected_call, expiries = jids, CALL, {}
-  end
-end
-
-function Lease.forget_expiries()
-  expected, expected_call, expiries = nil, 0, {}
-end
-
-function Lease.forget_expiry(jid, meta)
-  local scores = expected_call == CALL and expiries[meta.q]
-  if scores then
-    scores[jid] = nil
-  end
-end
-
 -- The lease expiry (us), or nil when the job is not in its queue's running set.
 function Lease.expiry(jid, meta)
-  if expected_call == CALL then
-    local scores = expiries[meta.q]
-    if not scores then
-      scores = {}
-      local got = redis.call('ZMSCORE', K.running(meta.q), unpack(expected))
-      for i, expected_jid in ipairs(expected) do
-        scores[expected_jid] = got[i]
-      end
-      expiries[meta.q] = scores
-    end
-    local score = scores[jid]
-    if score ~= nil then
-      scores[jid] = nil
-      return score and tonumber(score) or nil
-    end
-  end
   return tonumber(redis.call('ZSCORE', K.running(meta.q), jid))
 end
 
@@ -252,7 +211,6 @@ end
 function Lease.renew(jid, meta, now_us)
   local expires_us = now_us + Config.get('heartbeat', meta.q) * 1000000
   Due.lower(meta.q, expires_us) -- a shorter heartbeat than before renews to an earlier time
-  Lease.forget_expiries()
   redis.call('ZADD', K.running(meta.q), 'XX', int(expires_us), jid)
   return expires_us
 end

@@ -543,7 +543,6 @@ function Place.to_running(jid, meta, worker, seed, now_us, lease_s)
   meta.l = string.sub(redis.sha1hex(seed .. jid .. int(meta.a)), 1, 24)
   meta.x, meta.xi = nil, nil -- it started: its deadline (expires_in) is met
   Due.lower(meta.q, expires_us)
-  Lease.forget_expiries()
   if redis.call('ZADD', K.running(meta.q), int(expires_us), jid) == 1 and meta.dm then
     Domains.take_slot(meta.dm) -- its domain's slot, held with the lease (domains.lua)
     meta.sl = 1
@@ -559,7 +558,6 @@ Lease.grant = Place.to_running
 -- domain's cap readies its lanes. The caller moves the job on (or leaves it
 -- in no state, for a move made in parts) and saves the record.
 function Place.drop_lease(jid, meta)
-  Lease.forget_expiry(jid, meta)
   if redis.call('ZREM', K.running(meta.q), jid) == 1 and meta.sl then
     meta.sl = nil
     if Domains.give_slot(meta.dm) then
@@ -586,7 +584,6 @@ end
 -- job is gone, elsewhere, was put anew or does not decode goes (a walk over
 -- the index met it: lib/sweep.lua, lib/retention.lua).
 function Place.drop_stray(key, jid)
-  Lease.forget_expiries()
   redis.call('ZREM', key, jid)
 end
 

@@ -13,22 +13,18 @@
 local Report = {}
 
 -- A run of reports on the jobs of args[first .. last] (`step` values a job)
--- pays once what each job would: their lease expiries read together
--- (Lease.expect), their worker's set written once (Place.gather_holders).
--- Returns the run's jids.
+-- writes their worker's set once (Place.gather_holders). Returns the run's jids.
 local function run_begins(args, first, last, step)
   local jids = {}
   for i = first, last, step do
     jids[#jids + 1] = args[i]
   end
-  Lease.expect(jids)
   Place.gather_holders()
   return jids
 end
 
 local function run_ends()
   Place.write_holders()
-  Lease.forget_expiries()
 end
 
 -- The options of a job sent none (read only, like every options table).
