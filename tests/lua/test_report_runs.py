@@ -14,7 +14,7 @@ from tests.support.clock import FrozenClock
 
 def held(client: Client, worker: str) -> set[str]:
     key = client.keys.key("worker_jobs", worker=worker)
-    return {m.decode() for m in client.redis.smembers(key)}
+    return {m.decode() if isinstance(m, bytes) else m for m in client.redis.smembers(key)}
 
 
 def test_a_job_put_by_an_early_completion_waits_on_a_later_one_and_is_released(
