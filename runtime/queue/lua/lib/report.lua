@@ -13,7 +13,8 @@
 local Report = {}
 
 -- A run of reports on the jobs of args[first .. last] (`step` values a job)
--- writes their worker's set once (Place.gather_holders). Returns the run's jids.
+-- writes their worker's set once (Place.gather_holders, then
+-- Place.write_holders when the run is done). Returns the run's jids.
 local function run_begins(args, first, last, step)
   local jids = {}
   for i = first, last, step do
@@ -21,10 +22,6 @@ local function run_begins(args, first, last, step)
   end
   Place.gather_holders()
   return jids
-end
-
-local function run_ends()
-  Place.write_holders()
 end
 
 -- The options of a job sent none (read only, like every options table).
@@ -156,7 +153,7 @@ function Report.complete(worker, args, first, last, now_us, completed)
     out[#out + 1] = E.item(args[i], E.attempt(complete, worker, now_us, completed, args[i],
       args[i + 1], args[i + 2], args[i + 3], args[i + 4], args[i + 5]))
   end
-  run_ends()
+  Place.write_holders()
   return out
 end
 
@@ -184,7 +181,7 @@ function Report.fail(worker, args, first, last, now_us)
     out[#out + 1] = E.item(args[i], E.attempt(fail, worker, now_us, args[i], args[i + 1],
       args[i + 2], args[i + 3], args[i + 4], args[i + 5]))
   end
-  run_ends()
+  Place.write_holders()
   return out
 end
 
@@ -236,6 +233,6 @@ function Report.retry(worker, args, first, last, now_us)
     out[#out + 1] = E.item(args[i], E.attempt(retry, worker, now_us, args[i], args[i + 1],
       args[i + 2], args[i + 3], args[i + 4], args[i + 5], args[i + 6]))
   end
-  run_ends()
+  Place.write_holders()
   return out
 end
