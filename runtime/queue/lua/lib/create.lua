@@ -276,8 +276,7 @@ function Create.job(job, now_us)
       dep_meta = Job.load(dep)
     end
     if not dep_meta or dep_meta.s ~= COMPLETE then
-      redis.call('SADD', K.deps(jid), dep)
-      redis.call('SADD', K.dependents(dep), jid)
+      Place.link_dependency(jid, dep)
     end
   end
   Json.vouch(meta) -- made of checked parts, like its data (Check.data)

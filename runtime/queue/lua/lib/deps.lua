@@ -74,8 +74,7 @@ function Deps.add(jid, deps)
   for _, dep in ipairs(deps) do
     local meta = Job.load(dep)
     if meta and meta.s ~= COMPLETE then
-      redis.call('SADD', K.deps(jid), dep)
-      redis.call('SADD', K.dependents(dep), jid)
+      Place.link_dependency(jid, dep)
       added = added + 1
     end
   end

@@ -479,6 +479,57 @@ local function slot_freed(domain)
   end
 end
 
+-- A worker's set of the jobs it holds (K.worker_jobs), written once per call
+-- and worker for a call's run of leases or reports (Place.gather_holders, then
+-- Place.write_holders: a pop's batch, a completion's): one SADD or SREM for
+-- the run instead of one per job. Gathered: worker -> {jid -> true (held),
+-- false (no longer)}, the last change of a jid winning, as the set's would.
+-- Outside such a run (a hand-off at the end of a call, a single move)
+-- each change is written at once.
+local holders, gathering = {}, 0 -- the call gathering (CALL), 0: none
+
+function Place.gather_holders()
+  holders, gathering = {}, CALL
+end
+
+local function hold(worker, jid, held)
+  if gathering ~= CALL then
+    redis.call(held and 'SADD' or 'SREM', K.worker_jobs(worker), jid)
+    return
+  end
+  local jids = holders[worker]
+  if not jids then
+    jids = {}
+    holders[worker] = jids
+  end
+  jids[jid] = held
+end
+
+function Place.write_holders()
+  if gathering ~= CALL then
+    return
+  end
+  gathering = 0
+  for worker, jids in pairs(holders) do
+    local added, removed = {}, {}
+    for jid, held in pairs(jids) do
+      if held then
+        added[#added + 1] = jid
+      else
+        removed[#removed + 1] = jid
+      end
+    end
+    local key, most = K.worker_jobs(worker), 2000 -- unpack takes at most ~8000 values
+    for first = 1, #added, most do
+      redis.call('SADD', key, unpack(added, first, math.min(#added, first + most - 1)))
+    end
+    for first = 1, #removed, most do
+      redis.call('SREM', key, unpack(removed, first, math.min(#removed, first + most - 1)))
+    end
+  end
+  holders = {}
+end
+
 -- Into running, leased to `worker` until now + lease_s (nil: the queue's
 -- heartbeat): a new attempt, its token sha1(seed .. jid .. attempt), listed in
 -- K.running(queue) by expiry and in the worker's K.worker_jobs; a job of a
@@ -496,7 +547,7 @@ function Place.to_running(jid, meta, worker, seed, now_us, lease_s)
     Domains.take_slot(meta.dm) -- its domain's slot, held with the lease (domains.lua)
     meta.sl = 1
   end
-  redis.call('SADD', K.worker_jobs(worker), jid)
+  hold(worker, jid, true)
   return expires_us
 end
 Lease.grant = Place.to_running
@@ -515,7 +566,7 @@ function Place.drop_lease(jid, meta)
   end
   Attempt.stopped(jid, meta)
   if meta.w then
-    redis.call('SREM', K.worker_jobs(meta.w), jid)
+    hold(meta.w, jid, false)
   end
 end
 

@@ -191,7 +191,9 @@ function Pop.run(p, now_us, retention_batch)
   local function take(jid, meta, data, start_us)
     out[#out + 1] = Lease.hand(jid, meta, data, worker, seed, now_us, start_us)
   end
+  Place.gather_holders() -- the worker's set written once for the jobs taken
   local stopped_short = Pop.take(p, active, scanned, out, take, now_us)
+  Place.write_holders()
 
   -- every start may leave a TAT behind: forget passed ones at least as fast
   Domains.prune(now_us, LIMITS.prune_batch + 2 * #out)

@@ -12,6 +12,18 @@
 
 local Report = {}
 
+-- A run of reports on the jobs of args[first .. last] (`step` values a job)
+-- writes their worker's set once (Place.gather_holders, then
+-- Place.write_holders when the run is done). Returns the run's jids.
+local function run_begins(args, first, last, step)
+  local jids = {}
+  for i = first, last, step do
+    jids[#jids + 1] = args[i]
+  end
+  Place.gather_holders()
+  return jids
+end
+
 -- The options of a job sent none (read only, like every options table).
 local NO_OPTIONS = { depends = {}, puts = {} }
 
@@ -136,10 +148,12 @@ end
 
 function Report.complete(worker, args, first, last, now_us, completed)
   local out = {}
+  Place.look_for_dependents(run_begins(args, first, last, 6))
   for i = first, last, 6 do
     out[#out + 1] = E.item(args[i], E.attempt(complete, worker, now_us, completed, args[i],
       args[i + 1], args[i + 2], args[i + 3], args[i + 4], args[i + 5]))
   end
+  Place.write_holders()
   return out
 end
 
@@ -162,10 +176,12 @@ end
 
 function Report.fail(worker, args, first, last, now_us)
   local out = {}
+  run_begins(args, first, last, 6)
   for i = first, last, 6 do
     out[#out + 1] = E.item(args[i], E.attempt(fail, worker, now_us, args[i], args[i + 1],
       args[i + 2], args[i + 3], args[i + 4], args[i + 5]))
   end
+  Place.write_holders()
   return out
 end
 
@@ -212,9 +228,11 @@ end
 
 function Report.retry(worker, args, first, last, now_us)
   local out = {}
+  run_begins(args, first, last, 7)
   for i = first, last, 7 do
     out[#out + 1] = E.item(args[i], E.attempt(retry, worker, now_us, args[i], args[i + 1],
       args[i + 2], args[i + 3], args[i + 4], args[i + 5], args[i + 6]))
   end
+  Place.write_holders()
   return out
 end

@@ -106,9 +106,38 @@ function Place.take_soon(queue, now_us, ahead_us, room, take)
   return taken
 end
 
+-- Whether a call's completions may find jobs waiting on them: a completion
+-- of many jobs asks once for all of them (Place.look_for_dependents, one
+-- EXISTS), not once a job; an edge added later in the call (a completion's
+-- next with depends, a job it puts) makes every completion of the call look.
+local none_waiting = 0 -- the call whose completions no job waits on (CALL), 0: none
+
+function Place.look_for_dependents(jids)
+  if #jids < 2 or #jids > LIMITS.pop_max then -- unpack takes at most ~8000 values
+    return
+  end
+  local keys = {}
+  for i, jid in ipairs(jids) do
+    keys[i] = K.dependents(jid)
+  end
+  if redis.call('EXISTS', unpack(keys)) == 0 then
+    none_waiting = CALL
+  end
+end
+
+-- `jid` waits on `dep` (Deps.check checked the edge): the one way an edge is added.
+function Place.link_dependency(jid, dep)
+  redis.call('SADD', K.deps(jid), dep)
+  redis.call('SADD', K.dependents(dep), jid)
+  none_waiting = 0
+end
+
 -- A job completed: each job waiting on it that waits on nothing else moves on, once.
 -- A job has at most graph_max dependents (Deps.check_dependents, where edges are added).
 function Place.release_dependents(jid, now_us)
+  if none_waiting == CALL then
+    return
+  end
   local key = K.dependents(jid)
   local others = redis.call('SRANDMEMBER', key, int(LIMITS.graph_max))
   if #others == 0 then
