@@ -14,7 +14,11 @@ A private redis-server on TCP loopback. Measured:
   gap and p99 gap, idle (the baseline) and while `coroutines` coroutines each
   put a no-op job and await its result from a running worker (one master,
   concurrency 2); with the loop thread's CPU time in each gap (time.thread_time:
-  what the loop ran, apart from what else the machine runs); `--stalls`: only these;
+  what the loop ran, apart from what else the machine runs); beside the loop's
+  own floor (as many coroutines that only sleep, started at once) and the
+  garbage collector's largest run in the busy phase; then all of it again
+  after gc.freeze() (a server's start-up left out of later collections);
+  `--stalls`: only these;
 * `--peers`: arq's and SAQ's own async enqueue rate (their adapters'
   enqueue_one, bench/peers) on the same server, one call each, in their
   virtual envs (built by bench.side.ensure_venv from bench/peers/requirements).
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import gc
 import json
 import os
 import statistics
@@ -146,6 +151,29 @@ async def async_latency(url: str, ns: str, waits: int) -> list[float]:
 # --- loop stalls ----------------------------------------------------------------------------
 
 
+class Collections:
+    """The garbage collector's runs while it is installed: how long each took
+    (a full collection walks every object the process holds, whoever made the
+    garbage: it lands in whichever turn of the loop allocates at that moment)."""
+
+    def __init__(self) -> None:
+        self.took: list[float] = []
+        self._started = 0.0
+
+    def __enter__(self) -> Collections:
+        gc.callbacks.append(self._seen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._seen)
+
+    def _seen(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.took.append(time.perf_counter() - self._started)
+
+
 async def ticking(work: Callable[[], Awaitable[Any]]) -> tuple[list[float], list[float], Any]:
     """The gaps of a 1 ms ticker while `work` runs (wall clock, and the loop
     thread's CPU time in each: what the loop itself ran, whatever else the
@@ -172,8 +200,25 @@ async def ticking(work: Callable[[], Awaitable[Any]]) -> tuple[list[float], list
     return gaps, cpu, answer
 
 
+def gap_figures(name: str, gaps: list[float], cpu: list[float]) -> dict[str, float]:
+    return {
+        f"{name}_max_gap_ms": max(gaps) * 1e3,
+        f"{name}_p99_gap_ms": pct(gaps, 0.99) * 1e3,
+        f"{name}_max_cpu_ms": max(cpu) * 1e3,
+        f"{name}_p99_cpu_ms": pct(cpu, 0.99) * 1e3,
+    }
+
+
 async def stalls(url: str, ns: str, coroutines: int) -> dict[str, float]:
+    """The ticker idle; beside `coroutines` coroutines that only sleep (the
+    loop's own floor: asyncio.gather starting that many at once); and beside
+    as many each putting a job and awaiting its result."""
     idle, idle_cpu, _ = await ticking(lambda: asyncio.sleep(1.0))
+
+    async def parked() -> list[None]:
+        return list(await asyncio.gather(*(asyncio.sleep(0.2) for _ in range(coroutines))))
+
+    floor, floor_cpu, _ = await ticking(parked)
     async with AsyncClient.from_url(url, namespace=ns) as ac:
         await ac.status()
 
@@ -184,17 +229,27 @@ async def stalls(url: str, ns: str, coroutines: int) -> dict[str, float]:
         async def all_of() -> list[Any]:
             return list(await asyncio.gather(*(one(i) for i in range(coroutines))))
 
-        busy, busy_cpu, results = await ticking(all_of)
-    assert len(results) == coroutines
+        with Collections() as collected:
+            busy, busy_cpu, results = await ticking(all_of)
+    assert results == [{"i": i} for i in range(coroutines)] or len(results) == coroutines
     return {
-        "idle_max_gap_ms": max(idle) * 1e3,
-        "idle_p99_gap_ms": pct(idle, 0.99) * 1e3,
-        "busy_max_gap_ms": max(busy) * 1e3,
-        "busy_p99_gap_ms": pct(busy, 0.99) * 1e3,
-        "idle_max_cpu_ms": max(idle_cpu) * 1e3,
-        "busy_max_cpu_ms": max(busy_cpu) * 1e3,
-        "busy_p99_cpu_ms": pct(busy_cpu, 0.99) * 1e3,
+        **gap_figures("idle", idle, idle_cpu),
+        **gap_figures("floor", floor, floor_cpu),
+        **gap_figures("busy", busy, busy_cpu),
+        "busy_gc_max_ms": max(collected.took, default=0.0) * 1e3,
+        "busy_gc_runs": len(collected.took),
     }
+
+
+def stalls_frozen(url: str, ns: str, coroutines: int, runner: Callable[..., Any]) -> Any:
+    """`stalls` after gc.freeze(), as a server does once started (the objects of
+    its start-up left out of every later collection)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        return runner(stalls(url, ns, coroutines))
+    finally:
+        gc.unfreeze()
 
 
 def start_worker(url: str, ns: str, workdir: Path) -> subprocess.Popen[bytes]:
@@ -241,6 +296,9 @@ def main() -> int:
             for loop, runner in (("asyncio", asyncio.run), ("uvloop", uvloop.run)):
                 found = runner(stalls(url, "t1", args.coroutines))
                 report(what="loop stalls", loop=loop, coroutines=args.coroutines, **found)
+                found = stalls_frozen(url, "t1", args.coroutines, runner)
+                report(what="loop stalls", loop=loop, gc="frozen", coroutines=args.coroutines,
+                       **found)  # fmt: skip
         finally:
             worker.terminate()
             worker.wait(30)

@@ -23,12 +23,12 @@ error, never a hang.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import contextvars
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -92,8 +92,7 @@ class AsyncConnection(PlanDriver):
         # the pool never makes a call wait (the spare connections are its in use
         # too): calls wait for one of `max_connections` slots (_slot) instead
         self.redis_kwargs = {"max_connections": max_connections + SPARE_MAX, **redis_kwargs}
-        self._slots = asyncio.Semaphore(max_connections)
-        self._freed_at = 0.0  # when a call last gave its slot back (monotonic)
+        self._slots = Slots(max_connections, timeout_s, self._stuck)
         self.redis = self._connect(self.route.url)
         self.nodes: dict[str, redis.asyncio.Redis] = {self.route.url: self.redis}
         self._taking = asyncio.Semaphore(CONNECTING_MAX)
@@ -170,50 +169,24 @@ class AsyncConnection(PlanDriver):
         that owns the namespace's slot, for a cluster: MOVED is followed)."""
         if _turn_of.get() is self:
             return (await self._drive_on(self.redis.connection_pool, plan, blocks_s))[0]
-        await self._slot()
+        await self._slots.take()
         try:  # the pool as _pool, once the slot is ours
             return (await self._drive_on(self.redis.connection_pool, plan, blocks_s))[0]
         finally:
-            self._free()
+            self._slots.give()
 
-    @contextlib.asynccontextmanager
-    async def turn(self) -> AsyncIterator[None]:
+    def turn(self) -> Turn:
         """A call's slot, taken first and held by the task's calls on this
         connection until the block ends: the work before a call (building a put)
         waits its turn too, so a thousand coroutines started at once wait, at a
         few microseconds each, instead of all doing that work in one turn of
         the event loop."""
-        if _turn_of.get() is self:
-            yield
-            return
-        await self._slot()
-        token = _turn_of.set(self)
-        try:
-            yield
-        finally:
-            _turn_of.reset(token)
-            self._free()
+        return Turn(self)
 
-    async def _slot(self) -> None:
-        """One of `max_connections` slots: a call holds one while it holds a
-        connection. Waited for as long as calls go on ending; none freed for
-        `timeout_s` is an error (RedisTransient), not a hang."""
-        if not self._slots.locked():
-            await self._slots.acquire()
-            return
-        while True:
-            try:
-                async with asyncio.timeout(self.timeout_s):
-                    await self._slots.acquire()
-                return
-            except TimeoutError:
-                if time.monotonic() - self._freed_at >= self.timeout_s:
-                    busy = f"no call of {self.keys.root} ended for {self.timeout_s} s"
-                    raise classify(redis.TimeoutError(busy), self.url) from None
-
-    def _free(self) -> None:
-        self._freed_at = time.monotonic()
-        self._slots.release()
+    def _stuck(self) -> Error:
+        """What a call waiting for a slot raises when none was freed for timeout_s."""
+        busy = f"no call of {self.keys.root} ended for {self.timeout_s} s"
+        return classify(redis.TimeoutError(busy), self.url)
 
     def _pool(self, blocks_s: float) -> redis.asyncio.ConnectionPool:
         return self.redis.connection_pool  # a blocking read holds a slot as any call
@@ -256,3 +229,84 @@ def _values(results: list[Any]) -> list[Any]:
         if isinstance(value, Error):
             raise value
     return results
+
+
+class Turn:
+    """AsyncConnection.turn: its slot for the block, for the calls of this task."""
+
+    __slots__ = ("conn", "token")
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+        self.token: contextvars.Token[AsyncConnection | None] | None = None
+
+    async def __aenter__(self) -> None:
+        if _turn_of.get() is not self.conn:
+            await self.conn._slots.take()
+            self.token = _turn_of.set(self.conn)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.token is not None:
+            _turn_of.reset(self.token)
+            self.token = None
+            self.conn._slots.give()
+
+
+class Slots:
+    """The call slots of a connection: `size` at once, the rest waiting in
+    order. A waiting call waits for as long as calls go on ending: when none
+    gave a slot back for `timeout_s`, every waiting call raises `stuck()`
+    (an error, not a hang). One timer watches them all (a timer each, as
+    asyncio.timeout would set, is most of the cost of a thousand coroutines
+    queueing at once)."""
+
+    def __init__(self, size: int, timeout_s: float, stuck: Callable[[], Error]) -> None:
+        self.free = size
+        self.timeout_s = timeout_s
+        self.stuck = stuck
+        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.moved_at = 0.0  # when a slot was last given back, or the first call queued
+        self.watch: asyncio.TimerHandle | None = None
+
+    async def take(self) -> None:
+        if self.free and not self.waiting:
+            self.free -= 1
+            return
+        loop = asyncio.get_running_loop()
+        if not self.waiting:
+            self.moved_at = max(self.moved_at, time.monotonic())
+        turn: asyncio.Future[None] = loop.create_future()
+        self.waiting.append(turn)
+        if self.watch is None:
+            self.watch = loop.call_later(self.timeout_s, self._check)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled() and turn.exception() is None:
+                self.give()  # handed a slot in the same turn as cancelled: passed on
+            raise
+
+    def give(self) -> None:
+        self.moved_at = time.monotonic()
+        while self.waiting:
+            turn = self.waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.free += 1
+
+    def _check(self) -> None:
+        self.watch = None
+        while self.waiting and self.waiting[0].done():
+            self.waiting.popleft()  # cancelled
+        if not self.waiting:
+            return
+        idle_s = time.monotonic() - self.moved_at
+        if idle_s < self.timeout_s:
+            loop = asyncio.get_running_loop()
+            self.watch = loop.call_later(self.timeout_s - idle_s, self._check)
+            return
+        waiting, self.waiting = self.waiting, collections.deque()
+        for turn in waiting:
+            if not turn.done():
+                turn.set_exception(self.stuck())

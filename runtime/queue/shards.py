@@ -35,6 +35,7 @@ synchronous and the asyncio client.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -100,7 +101,11 @@ class Shards:
         return len(self.namespaces) > 1
 
     def namespace_of(self, queue: str) -> str:
-        return dict(self.table).get(queue, self.rest)
+        return self._by_queue.get(queue, self.rest) if self.table else self.rest
+
+    @functools.cached_property
+    def _by_queue(self) -> dict[str, str]:
+        return dict(self.table)
 
     def url_of(self, namespace: str) -> str | None:
         """The URL of the server `namespace` lives on, when the rule names one."""

@@ -21,6 +21,7 @@ import uvloop
 
 from runtime import AsyncClient, Client, JobExists, NoSuchJob, RedisUnavailable
 from runtime.errors import BadArgument, Error, WrongState
+from runtime.queue.adriver import Slots
 from runtime.queue.api.holder import Lease
 from runtime.queue.embedded import ServerProcess
 from runtime.vocabulary import JobState
@@ -409,3 +410,79 @@ def test_a_frozen_server_is_an_error_within_the_timeout_not_a_hang(own: ServerPr
 
     message = run(work)
     assert "did not answer in time" in message, message
+
+
+def test_calls_queued_for_a_slot_on_a_frozen_server_raise_and_leave_no_slot_taken(
+    own: ServerProcess,
+) -> None:
+    """Forty puts through two slots while the server is stopped: the two in flight
+    time out, the thirty-eight queued behind them raise too once no call has
+    ended for timeout_s (not a hang); forty more queued and then cancelled give
+    back every slot they were handed, so the client goes on at full width."""
+    process = own.process
+    assert process is not None
+    ns = namespace()
+
+    async def work() -> tuple[list[Any], int]:
+        async with AsyncClient.from_url(
+            own.url, namespace=ns, timeout_s=0.5, retry_for_s=0.2, max_connections=2
+        ) as ac:
+            await ac.status()
+            process.send_signal(signal.SIGSTOP)
+            try:
+                puts = [asyncio.create_task(ac.queue("q").put(J, {})) for _ in range(40)]
+                ended = await asyncio.gather(*puts, return_exceptions=True)
+            finally:
+                process.send_signal(signal.SIGCONT)
+            queued = [asyncio.create_task(ac.queue("q").put(J, {})) for _ in range(40)]
+            await asyncio.sleep(0)  # the first two hold slots, the rest wait for one
+            for task in queued:
+                task.cancel()
+            await asyncio.gather(*queued, return_exceptions=True)
+            together = await asyncio.gather(*(ac.queue("q").put(J, {}) for _ in range(10)))
+            assert ac.conn._slots.free == 2, "a slot handed to a cancelled call was kept"
+            return ended, len(set(together))
+
+    ended, put = run(work, deadline_s=30)
+    assert all(isinstance(e, RedisUnavailable) for e in ended), ended
+    assert put == 10
+
+
+def test_a_slot_handed_to_a_call_cancelled_in_the_same_turn_is_passed_on() -> None:
+    """Both slots held, five calls queued; both given back (to the first two in
+    line) and all five cancelled before any of them runs: the slots end free."""
+
+    async def work() -> int:
+        slots = Slots(2, 5.0, lambda: WrongState("stuck"))
+        await slots.take()
+        await slots.take()
+        queued = [asyncio.create_task(slots.take()) for _ in range(5)]
+        await asyncio.sleep(0)
+        slots.give()
+        slots.give()
+        for task in queued:
+            task.cancel()
+        await asyncio.gather(*queued, return_exceptions=True)
+        return slots.free
+
+    assert run(work, deadline_s=10) == 2
+
+
+def test_calls_queued_for_a_slot_raise_once_none_ended_for_the_timeout() -> None:
+    """One slot held and never given back: the calls queued behind it raise the
+    connection's error after timeout_s; while calls keep ending they wait on."""
+
+    async def work() -> tuple[list[Any], list[Any]]:
+        slots = Slots(1, 0.3, lambda: WrongState("stuck"))
+        await slots.take()
+        moving = [asyncio.create_task(slots.take()) for _ in range(4)]
+        for _ in range(4):  # each 0.2 s apart: 0.8 s in all, more than timeout_s
+            await asyncio.sleep(0.2)
+            slots.give()
+        took = await asyncio.gather(*moving, return_exceptions=True)
+        stuck = [asyncio.create_task(slots.take()) for _ in range(3)]
+        return took, await asyncio.gather(*stuck, return_exceptions=True)
+
+    took, stuck = run(work, deadline_s=10)
+    assert took == [None] * 4
+    assert all(isinstance(e, WrongState) for e in stuck), stuck

@@ -36,6 +36,8 @@ from runtime.queue.shards import Shards, sum_counts, sum_groups
 from runtime.queue.wire import JobOptions, JobSpec
 from runtime.vocabulary import CancelledBy
 
+QUEUES_KEPT = 1024  # AsyncQueue objects a client keeps (a thousand puts at once build one)
+
 
 class AsyncClient:
     """A connection to one deployment (or a sharded site) for asyncio code.
@@ -76,6 +78,7 @@ class AsyncClient:
                 **redis_kwargs,
             )
         self.conn = self.conns.get(settings.namespace) or next(iter(self.conns.values()))
+        self._queues: dict[str, AsyncQueue] = {}  # by name: made (and checked) once
 
     @classmethod
     def from_url(
@@ -115,7 +118,12 @@ class AsyncClient:
     # --- queues and jobs --------------------------------------------------------
 
     def queue(self, name: str) -> AsyncQueue:
-        return AsyncQueue(self, wire.check_queue(name))
+        known = self._queues.get(name)
+        if known is None:
+            known = AsyncQueue(self, wire.check_queue(name))
+            if len(self._queues) < QUEUES_KEPT:
+                self._queues[name] = known
+        return known
 
     def _of(self, queue: str) -> AsyncConnection:
         return self.conns.get(self.shards.namespace_of(queue), self.conn)
