@@ -74,7 +74,11 @@ class PlanDriver(abc.ABC):
             conn = await self._take(pool)
             sent_at = time.monotonic()
             request = next(plan)
+            plain = self.route.target.kind == "server"  # no probe, no MOVED, no stale primary
             while True:
+                if plain:
+                    request = plan.send(await self._trip(conn, request, blocks_s))
+                    continue
                 sent = routing.probed(self.route.target, request)
                 replies = routing.checked(sent, request, await self._trip(conn, sent, blocks_s))
                 for _ in range(routing.MAX_REDIRECTS):
