@@ -10,6 +10,7 @@ from pathlib import Path
 from runtime import Client
 from runtime.errors import RedisCondition, RedisTransient
 from runtime.queue.embedded import ServerProcess
+from tests.support import redis_faults
 from tests.support.master import MasterProcess
 from tests.support.waiting import wait_for
 
@@ -25,13 +26,14 @@ def completed(client: Client) -> int:
 def fill_with_finished_work(client: Client) -> None:
     """DONE completed jobs (on a queue no master serves), then, at once (one
     MULTI: no pop of a master between), jobs-history-count 1 (all but one past
-    their window) and maxmemory 200 KB below what is used (noeviction)."""
+    their window) and maxmemory 200 KB below what is used once Redis's own frees
+    are done (noeviction)."""
     q = client.queue("finished")
     for i in range(DONE):
         q.put(f"{J}:noop", {**BIG, "i": i})
         [job] = q.pop(1, worker="w")
         job.complete(result={"i": i})
-    used = int(client.redis.info("memory")["used_memory"])
+    used = redis_faults.settled_used_memory(client.redis)
     with client.redis.pipeline(transaction=True) as multi:
         multi.hset(client.keys.key("config"), "jobs-history-count", 1)
         multi.config_set("maxmemory-policy", "noeviction")

@@ -6,7 +6,6 @@ failure group and retention free memory (allow-oom), a put fails with the typed
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -49,17 +48,6 @@ def jobs_bytes(client: Client) -> int:
     return int(client.redis.memory_usage(client.keys.key("jobs"), samples=0) or 0)
 
 
-def settled_bytes(client: Client) -> int:
-    """used_memory once it has stopped falling for half a second (at most 5 s)."""
-    readings = [used_bytes(client)]
-    for _ in range(50):
-        time.sleep(0.1)
-        readings.append(used_bytes(client))
-        if len(readings) > 5 and min(readings[-6:-1]) - readings[-1] < 8_000:
-            break
-    return readings[-1]
-
-
 def fill(client: Client) -> list[str]:
     """Sets maxmemory 1 MB above what is used, puts jobs until Redis refuses one,
     then lowers maxmemory under what is used; returns the jids put."""
@@ -73,9 +61,10 @@ def fill(client: Client) -> list[str]:
             if err.condition is not RedisCondition.OOM:
                 raise
             # full by a few bytes only, and Redis frees some 100s of KB on its own
-            # soon after (idle clients' buffers shrunk, the Lua heap's garbage):
-            # enough for one more put. Wait for that, then set the limit under it.
-            client.redis.config_set("maxmemory", settled_bytes(client) - 100_000)
+            # soon after: enough for one more put. Wait for that, then set the
+            # limit under it.
+            used = redis_faults.settled_used_memory(client.redis)
+            client.redis.config_set("maxmemory", used - 100_000)
             return jids
     raise AssertionError("Redis never filled up")
 

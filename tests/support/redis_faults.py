@@ -6,6 +6,7 @@ Each helper takes a plain redis-py client of the server (not a namespaced
     busy(conn, seconds)       a read-only EVAL loop past busy-reply-threshold:
                               other clients get -BUSY until it ends or is killed
     out_of_memory(conn)       maxmemory below used memory, noeviction: -OOM on writes
+    settled_used_memory(conn) used_memory once Redis's own frees are done
     readonly(conn)            REPLICAOF a port where nothing listens: -READONLY on
                               writes, data kept; REPLICAOF NO ONE on exit
     restart_with_aof(server)  SIGKILL, then a restart that replays a large AOF
@@ -186,6 +187,20 @@ def out_of_memory(conn: redis.Redis) -> Iterator[None]:
     finally:
         conn.config_set("maxmemory", saved["maxmemory"])
         conn.config_set("maxmemory-policy", saved["maxmemory-policy"])
+
+
+def settled_used_memory(conn: redis.Redis) -> int:
+    """used_memory once it has stopped falling for half a second (at most 5 s).
+    Soon after a run of writes Redis frees some 100s of KB on its own (idle
+    clients' query buffers shrunk, the Lua heap's garbage): a limit set a few
+    bytes under the first reading can be under-used again a moment later."""
+    readings = [int(conn.info("memory")["used_memory"])]
+    for _ in range(50):
+        time.sleep(0.1)
+        readings.append(int(conn.info("memory")["used_memory"]))
+        if len(readings) > 5 and min(readings[-6:-1]) - readings[-1] < 8_000:
+            break
+    return readings[-1]
 
 
 def _config_value(conn: redis.Redis, name: str) -> str:
