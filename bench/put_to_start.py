@@ -9,10 +9,18 @@ BLPOP are the round trips, the rest mostly run inside the scripts; the job's
 stamp is one RPUSH), and the context switches (voluntary and not: wake-ups,
 mostly) of the master, the fork server, the children and redis-server. With
 `--profile`, the master runs under cProfile and its Python calls per job are
-counted too (that slows it: read latency from a run without).
+counted too (that slows it: read latency from a run without). Each round also
+splits the latency at the put's return: the put call itself (client side), and
+from its return to the start. With `--slowlog`, Redis logs every command of the
+round (slowlog-log-slower-than 0, which adds a little to each) and the median
+time inside Redis of each script called is reported by name (put, exchange,
+pop, heartbeat). With `--no-master`, the same puts at the same rate meet no
+master: no hand-off, so the put call and the put script alone.
 
     .venv/bin/python -m bench.put_to_start --jobs 300 --repeat 5
     .venv/bin/python -m bench.put_to_start --jobs 300 --profile
+    .venv/bin/python -m bench.put_to_start --jobs 200 --repeat 2 --slowlog
+    .venv/bin/python -m bench.put_to_start --jobs 200 --repeat 2 --slowlog --no-master
 """
 
 from __future__ import annotations
@@ -47,24 +55,48 @@ def _commands(conn: Any) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in info.items()}
 
 
-def _round(server: ServerProcess, master: Master, ns: str, n: int, rate: float) -> dict[str, Any]:
+def _script_times(conn: Any) -> dict[str, float]:
+    """The median µs inside Redis of each script in the slowlog, by name (put,
+    pop, ...: the function's or script's name without its version suffix)."""
+    times: dict[str, list[int]] = {}
+    for entry in conn.slowlog_get(1_000_000):
+        command = entry["command"]
+        words = (command.decode() if isinstance(command, bytes) else command).split()
+        if len(words) > 1 and words[0].upper() == "FCALL":
+            times.setdefault(words[1].rsplit("_", 1)[0], []).append(int(entry["duration"]))
+    return {name: statistics.median(v) for name, v in sorted(times.items())}
+
+
+def _round(
+    server: ServerProcess, master: Master | None, ns: str, n: int, rate: float, slowlog: bool
+) -> dict[str, Any]:
     client = Client.from_url(server.url, namespace=ns)
     q = client.queue("bench")
     conn = connect(server)  # the harness's own: over the unix socket
     key = f"bench:stamps:{ns}:{time.monotonic_ns()}"
     assert server.process is not None
-    roles = {**_roles(master.proc.pid), "redis": [server.process.pid]}
+    roles = {**(_roles(master.proc.pid) if master else {}), "redis": [server.process.pid]}
     switched = {r: sum(_switches(pid) for pid in pids) for r, pids in roles.items()}
+    if slowlog:
+        conn.config_set("slowlog-max-len", 1_000_000)
+        conn.config_set("slowlog-log-slower-than", 0)
+        conn.slowlog_reset()
     commands = _commands(conn)
-    put_at = {}
+    put_at, returned_at = {}, {}
     for i in range(n):
         put_at[i] = time.time()
         q.put("bench.jobs:stamp", {"url": server.url, "key": key, "n": i})
+        returned_at[i] = time.time()
         time.sleep(max(0.0, put_at[i] + 1 / rate - time.time()))
     deadline = time.monotonic() + 60
-    while conn.llen(key) < n and time.monotonic() < deadline:
+    while master and conn.llen(key) < n and time.monotonic() < deadline:
         time.sleep(0.01)
     time.sleep(0.1)  # the last job's report
+    scripts = {}
+    if slowlog:
+        conn.config_set("slowlog-log-slower-than", 10_000)
+        scripts = _script_times(conn)
+        conn.slowlog_reset()
     switches = {
         r: (sum(_switches(pid) for pid in pids) - switched[r]) / n for r, pids in roles.items()
     }
@@ -78,10 +110,15 @@ def _round(server: ServerProcess, master: Master, ns: str, n: int, rate: float) 
         index, when = (raw.decode() if isinstance(raw, bytes) else raw).split()
         started[int(index)] = float(when)
     ms = [(started[i] - put_at[i]) * 1000 for i in range(n) if i in started]
+    call_ms = [(returned_at[i] - put_at[i]) * 1000 for i in range(n)]
+    after_ms = [(started[i] - returned_at[i]) * 1000 for i in range(n) if i in started]
     return {
-        "p50_ms": _percentile(ms, 50),
-        "p99_ms": _percentile(ms, 99),
-        "missing": n - len(ms),
+        "p50_ms": _percentile(ms, 50) if master else None,
+        "p99_ms": _percentile(ms, 99) if master else None,
+        "put_call_p50_ms": _percentile(call_ms, 50),
+        "after_put_p50_ms": _percentile(after_ms, 50) if master else None,
+        "script_us": scripts,
+        "missing": n - len(ms) if master else 0,
         "switches": switches,
         "commands": ran,
     }
@@ -112,29 +149,50 @@ def _calls(prof: Path) -> dict[str, int]:
 
 
 def _session(
-    server: ServerProcess, n: int, rate: float, repeat: int, args: list[str], prof: Path | None
+    server: ServerProcess,
+    n: int,
+    rate: float,
+    repeat: int,
+    args: list[str],
+    prof: Path | None,
+    slowlog: bool = False,
+    no_master: bool = False,
 ) -> list[dict[str, Any]]:
-    """One master: a warm round of WARM jobs, then `repeat` rounds of n."""
+    """One master (or none): a warm round of WARM jobs, then `repeat` rounds of n."""
     ns = _namespace()
-    if prof is None:
+    master: Master | None = None
+    if no_master:
+        pass
+    elif prof is None:
         master = Master(server, ns, "--concurrency", "2", *args)
     else:
         master = _profiled_master(server, ns, prof, args)
     try:
-        _round(server, master, ns, WARM, rate)  # connections, imports, caches
-        return [_round(server, master, ns, n, rate) for _ in range(repeat)]
+        _round(server, master, ns, WARM, rate, False)  # connections, imports, caches
+        return [_round(server, master, ns, n, rate, slowlog) for _ in range(repeat)]
     finally:
-        master.stop()
+        if master:
+            master.stop()
 
 
-def run(n: int, rate: float, repeat: int, profile: bool, args: list[str]) -> dict[str, Any]:
+def run(
+    n: int,
+    rate: float,
+    repeat: int,
+    profile: bool,
+    args: list[str],
+    slowlog: bool = False,
+    no_master: bool = False,
+) -> dict[str, Any]:
     """`repeat` rounds on one master; with `profile`, the master under cProfile, and
     its calls per job counted as the difference to a master that ran the warm
     round alone (its start-up and shutdown left out)."""
     prof = Path(f"/tmp/rt-put-to-start-{os.getpid()}.prof")
     out: dict[str, Any] = {}
     with private_server(tcp=True) as server:
-        out["rounds"] = _session(server, n, rate, repeat, args, prof if profile else None)
+        out["rounds"] = _session(
+            server, n, rate, repeat, args, prof if profile else None, slowlog, no_master
+        )
         if profile:
             calls = _calls(prof)
             _session(server, n, rate, 0, args, prof)
@@ -154,20 +212,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="rounds on one master")
     parser.add_argument("--profile", action="store_true", help="the master under cProfile")
     parser.add_argument("--json", action="store_true", help="print every round as JSON")
+    parser.add_argument(
+        "--slowlog", action="store_true", help="each script's median time inside Redis"
+    )
+    parser.add_argument(
+        "--no-master", action="store_true", help="no master: the put alone, no hand-off"
+    )
     parser.add_argument("worker_args", nargs="*", help="more `runtime worker` arguments")
     args = parser.parse_args(argv)
-    out = run(args.jobs, args.rate, args.repeat, args.profile, args.worker_args)
+    if args.no_master and args.profile:
+        parser.error("--profile profiles the master: not with --no-master")
+    out = run(
+        args.jobs,
+        args.rate,
+        args.repeat,
+        args.profile,
+        args.worker_args,
+        args.slowlog,
+        args.no_master,
+    )
     rounds = out["rounds"]
     if args.json:
         print(json.dumps(out, indent=2))
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{args.repeat} rounds of {args.jobs} jobs at {args.rate:g}/s (load {load})")
-    for key in ("p50_ms", "p99_ms"):
+    labels = {"put_call_p50_ms": "the put call p50_ms"}
+    if not args.no_master:
+        labels = {
+            "p50_ms": "put-to-start p50_ms",
+            "p99_ms": "put-to-start p99_ms",
+            **labels,
+            "after_put_p50_ms": "from the put's return to the start p50_ms",
+        }
+    for key, label in labels.items():
         values = [r[key] for r in rounds]
         print(
-            f"put-to-start {key}: min {min(values):.2f}, median {statistics.median(values):.2f}"
+            f"{label}: min {min(values):.2f}, median {statistics.median(values):.2f}"
             f" ({', '.join(f'{v:.2f}' for v in values)})"
         )
+    if args.slowlog:
+        for name in rounds[-1]["script_us"]:
+            values = [r["script_us"].get(name, 0.0) for r in rounds]
+            print(f"inside Redis, script {name}: median µs {statistics.median(values):.1f}")
     for role in rounds[0]["switches"]:
         values = [r["switches"][role] for r in rounds]
         print(f"context switches per job, {role}: median {statistics.median(values):.2f}")
