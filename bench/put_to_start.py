@@ -15,12 +15,16 @@ from its return to the start. With `--slowlog`, Redis logs every command of the
 round (slowlog-log-slower-than 0, which adds a little to each) and the median
 time inside Redis of each script called is reported by name (put, exchange,
 pop, heartbeat). With `--no-master`, the same puts at the same rate meet no
-master: no hand-off, so the put call and the put script alone.
+master: no hand-off, so the put call and the put script alone. With `--pin`,
+after the warm round, Redis and the putting process run on one CPU and the
+worker tree on another (sched_setaffinity), to see what the kernel's placement
+of a woken master costs.
 
     .venv/bin/python -m bench.put_to_start --jobs 300 --repeat 5
     .venv/bin/python -m bench.put_to_start --jobs 300 --profile
     .venv/bin/python -m bench.put_to_start --jobs 200 --repeat 2 --slowlog
     .venv/bin/python -m bench.put_to_start --jobs 200 --repeat 2 --slowlog --no-master
+    .venv/bin/python -m bench.put_to_start --jobs 300 --repeat 3 --pin
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.peers import cost
 from bench.server import connect, private_server
 from bench.tree_cost import _roles, _switches
 from bench.worker import Master, _namespace
@@ -57,14 +63,29 @@ def _commands(conn: Any) -> dict[str, int]:
 
 def _script_times(conn: Any) -> dict[str, float]:
     """The median µs inside Redis of each script in the slowlog, by name (put,
-    pop, ...: the function's or script's name without its version suffix)."""
+    pop, ...: named as the headline's profile names them)."""
     times: dict[str, list[int]] = {}
-    for entry in conn.slowlog_get(1_000_000):
+    for entry in conn.slowlog_get(cost.SLOWLOG_READ):
         command = entry["command"]
-        words = (command.decode() if isinstance(command, bytes) else command).split()
-        if len(words) > 1 and words[0].upper() == "FCALL":
-            times.setdefault(words[1].rsplit("_", 1)[0], []).append(int(entry["duration"]))
+        name = cost.label((command.decode() if isinstance(command, bytes) else command).split())
+        if name.startswith("FCALL "):
+            times.setdefault(name.removeprefix("FCALL "), []).append(int(entry["duration"]))
     return {name: statistics.median(v) for name, v in sorted(times.items())}
+
+
+def _pin(server: ServerProcess, master: Master) -> None:
+    """Redis and this process (the putting client) on the first CPU, the worker
+    tree (master, fork server, children; every thread) on the second."""
+    assert server.process is not None
+    first, second, *_ = sorted(os.sched_getaffinity(0))
+    roles = _roles(master.proc.pid)
+    for pids, cpu in (
+        ([server.process.pid, os.getpid()], first),
+        ([master.proc.pid, *roles["forkserver"], *roles["children"]], second),
+    ):
+        for pid in pids:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(task), {cpu})
 
 
 def _round(
@@ -78,7 +99,7 @@ def _round(
     roles = {**(_roles(master.proc.pid) if master else {}), "redis": [server.process.pid]}
     switched = {r: sum(_switches(pid) for pid in pids) for r, pids in roles.items()}
     if slowlog:
-        conn.config_set("slowlog-max-len", 1_000_000)
+        conn.config_set("slowlog-max-len", cost.SLOWLOG_READ)
         conn.config_set("slowlog-log-slower-than", 0)
         conn.slowlog_reset()
     commands = _commands(conn)
@@ -148,6 +169,13 @@ def _calls(prof: Path) -> dict[str, int]:
     }
 
 
+@dataclass(frozen=True)
+class Mode:
+    slowlog: bool = False  # each script's time inside Redis
+    master: bool = True  # False: puts with no master waiting (no hand-off)
+    pin: bool = False  # Redis and the client on one CPU, the worker tree on another
+
+
 def _session(
     server: ServerProcess,
     n: int,
@@ -155,34 +183,31 @@ def _session(
     repeat: int,
     args: list[str],
     prof: Path | None,
-    slowlog: bool = False,
-    no_master: bool = False,
+    mode: Mode = Mode(),
 ) -> list[dict[str, Any]]:
     """One master (or none): a warm round of WARM jobs, then `repeat` rounds of n."""
     ns = _namespace()
     master: Master | None = None
-    if no_master:
-        pass
-    elif prof is None:
-        master = Master(server, ns, "--concurrency", "2", *args)
-    else:
-        master = _profiled_master(server, ns, prof, args)
+    if mode.master:
+        master = (
+            Master(server, ns, "--concurrency", "2", *args)
+            if prof is None
+            else _profiled_master(server, ns, prof, args)
+        )
+    cpus = os.sched_getaffinity(0)
     try:
         _round(server, master, ns, WARM, rate, False)  # connections, imports, caches
-        return [_round(server, master, ns, n, rate, slowlog) for _ in range(repeat)]
+        if mode.pin and master:
+            _pin(server, master)
+        return [_round(server, master, ns, n, rate, mode.slowlog) for _ in range(repeat)]
     finally:
+        os.sched_setaffinity(0, cpus)
         if master:
             master.stop()
 
 
 def run(
-    n: int,
-    rate: float,
-    repeat: int,
-    profile: bool,
-    args: list[str],
-    slowlog: bool = False,
-    no_master: bool = False,
+    n: int, rate: float, repeat: int, profile: bool, args: list[str], mode: Mode = Mode()
 ) -> dict[str, Any]:
     """`repeat` rounds on one master; with `profile`, the master under cProfile, and
     its calls per job counted as the difference to a master that ran the warm
@@ -190,9 +215,7 @@ def run(
     prof = Path(f"/tmp/rt-put-to-start-{os.getpid()}.prof")
     out: dict[str, Any] = {}
     with private_server(tcp=True) as server:
-        out["rounds"] = _session(
-            server, n, rate, repeat, args, prof if profile else None, slowlog, no_master
-        )
+        out["rounds"] = _session(server, n, rate, repeat, args, prof if profile else None, mode)
         if profile:
             calls = _calls(prof)
             _session(server, n, rate, 0, args, prof)
@@ -218,19 +241,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-master", action="store_true", help="no master: the put alone, no hand-off"
     )
+    parser.add_argument(
+        "--pin", action="store_true", help="Redis and the client on one CPU, the workers on another"
+    )
     parser.add_argument("worker_args", nargs="*", help="more `runtime worker` arguments")
     args = parser.parse_args(argv)
-    if args.no_master and args.profile:
-        parser.error("--profile profiles the master: not with --no-master")
-    out = run(
-        args.jobs,
-        args.rate,
-        args.repeat,
-        args.profile,
-        args.worker_args,
-        args.slowlog,
-        args.no_master,
-    )
+    if args.no_master and (args.profile or args.pin):
+        parser.error("--profile and --pin need the master: not with --no-master")
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        parser.error("--pin needs two CPUs")
+    mode = Mode(slowlog=args.slowlog, master=not args.no_master, pin=args.pin)
+    out = run(args.jobs, args.rate, args.repeat, args.profile, args.worker_args, mode)
     rounds = out["rounds"]
     if args.json:
         print(json.dumps(out, indent=2))
