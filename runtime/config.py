@@ -414,6 +414,7 @@ LIMITS: dict[str, int] = {
     "message_max_bytes": 64 * 1024,  # failure messages and tracebacks keep their tail
     "history_max": 100,  # a job's history keeps its first event and the newest ones
     "recent_records_bytes": 4 * 1024 * 1024,  # records a server's scripts remember (x2)
+    "recent_records_max": 512,  # ... and at most this many records (x2): job.lua
     "recent_record_max_bytes": 16 * 1024,  # larger records are not remembered
     "pop_max": 1000,
     "ahead_max_us": 100_000,  # how far before its turn a pop may lease a job (it waits)

@@ -297,14 +297,20 @@ end
 -- script run by EVALSHA (Redis 6.2) remembers nothing from one call to the
 -- next.
 -- recent_bytes counts the entries in `recent` (each replaced, taken or
--- forgotten gives its bytes back).
-local recent, previous, recent_bytes = {}, {}, 0
+-- forgotten gives its bytes back), recent_n the entries themselves: a
+-- generation holds at most recent_records_max of them too. What a remembered
+-- record costs the server is mostly its Lua objects, which the collector
+-- walks: with 16,000 small records remembered (4 MiB of them) a plain put
+-- took 50-60 us inside Redis against 35 with a few hundred, and the drain
+-- gained nothing (bench/results/round-2026-12-03b.notes.md). Large records
+-- are few objects for their bytes: the byte cap bounds those.
+local recent, previous, recent_bytes, recent_n = {}, {}, 0, 0
 
 -- The job is remembered no more.
 local function forget(jid)
   local known = recent[jid]
   if known then
-    recent_bytes = recent_bytes - 2 * #known[1]
+    recent_bytes, recent_n = recent_bytes - 2 * #known[1], recent_n - 1
     recent[jid] = nil
   end
   previous[jid] = nil
@@ -315,9 +321,9 @@ local function remember(jid, raw, fields, h, data, replyable, meta)
   if #raw > LIMITS.recent_record_max_bytes then
     return
   end
-  recent_bytes = recent_bytes + 2 * #raw
-  if recent_bytes > LIMITS.recent_records_bytes then
-    previous, recent, recent_bytes = recent, {}, 2 * #raw
+  recent_bytes, recent_n = recent_bytes + 2 * #raw, recent_n + 1
+  if recent_bytes > LIMITS.recent_records_bytes or recent_n > LIMITS.recent_records_max then
+    previous, recent, recent_bytes, recent_n = recent, {}, 2 * #raw, 1
   end
   recent[jid] = { raw, fields, h, data, replyable, meta }
 end
