@@ -112,8 +112,10 @@ def test_a_record_rewritten_with_other_bytes_after_the_scripts_saved_it_is_check
 def test_the_records_the_scripts_remember_are_bounded_in_number(client: Client) -> None:
     """Remembered records are Lua objects the collector walks at every call: a
     server keeps at most two generations of LIMITS["recent_records_max"] of
-    them, whatever their bytes, so 12,000 small puts leave Lua's heap about as
-    small as a few hundred (without the cap: 7.8 MB; bench/results,
+    them, whatever their bytes, so after 12,000 small puts Lua's heap is about
+    as small as after a few hundred. Read as its lowest over the last six
+    batches (the collector's low points: the garbage of a batch of 500 comes
+    and goes), it grew 1.4 MB with the cap and 6.5 MB without (bench/results,
     round-2026-12-03b)."""
     if int(str(client.redis.info("server")["redis_version"]).split(".")[0]) < 7:
         pytest.skip("scripts run by EVALSHA (Redis 6.2) remember nothing between calls")
@@ -123,8 +125,9 @@ def test_the_records_the_scripts_remember_are_bounded_in_number(client: Client) 
     def lua_bytes() -> int:
         return int(client.redis.info("memory")["used_memory_vm_functions"])
 
-    floor = lua_bytes()
+    floor, heaps = lua_bytes(), []
     for first in range(0, 12000, 500):
         client.put_many(q.spec("a.b:c", {"n": n}) for n in range(first, first + 500))
-    grown = lua_bytes() - floor
-    assert grown < 5_000_000, f"Lua's heap grew {grown:,} bytes"
+        heaps.append(lua_bytes())
+    grown = min(heaps[-6:]) - floor
+    assert grown < 3_000_000, f"Lua's heap grew {grown:,} bytes"
