@@ -1,11 +1,12 @@
 """`python -m bench.put_growth`: whether a put costs more the longer one Redis
 server has run (issue 34). Puts one at a time on one private redis-server over
 TCP loopback (AOF everysec), in rounds, and after each round reports the put
-script's time inside Redis (INFO commandstats usec of FCALL/EVALSHA, commands
-run inside it included; reset before each round), the rate, and the function
-library's Lua heap (`used_memory_vm_functions`, outside used_memory and
-maxmemory). The records the scripts remember across calls (lib/job.lua) live in
-that heap; their cap is what this measures:
+script's time inside Redis (INFO commandstats usec of the script commands, as
+the headline counts them: the commands they run included; reset before each
+round), the rate, and the Lua heap of the scripts (`used_memory_vm_functions`;
+`used_memory_lua` on 6.2; outside used_memory and maxmemory). The records the
+scripts remember across calls (lib/job.lua) live in that heap; their cap is
+what this measures:
 
     .venv/bin/python -m bench.put_growth --rounds 6 --jobs 5000
 """
@@ -16,10 +17,9 @@ import argparse
 import time
 
 from bench import server as bench_server
-from bench.peers import common
+from bench.peers import common, cost
 from runtime import Client
 
-SCRIPTS = ("cmdstat_fcall", "cmdstat_evalsha")
 NOOP = "bench.peers.runtime_tasks:noop"  # the headline's put (bench.peers.runtime_adapter)
 
 
@@ -37,14 +37,15 @@ def run(rounds: int, jobs: int) -> list[dict[str, float]]:
                 queue.put(NOOP, common.PAYLOAD)
             rate = jobs / (time.perf_counter() - started)
             done += jobs
-            stats = meter.info("commandstats")
-            script = next((stats[k] for k in SCRIPTS if k in stats), {"usec_per_call": 0.0})
+            stats = cost.commandstats(meter)
+            calls = sum(stats.get(name, (0, 0))[0] for name in cost.SCRIPTS)
+            usec = sum(stats.get(name, (0, 0))[1] for name in cost.SCRIPTS)
             memory = meter.info("memory")
             heap = memory.get("used_memory_vm_functions", memory.get("used_memory_lua", 0))
             row = {
                 "puts": done,
                 "rate": rate,
-                "script_us": float(script["usec_per_call"]),
+                "script_us": usec / max(calls, 1),
                 "lua_heap_mb": int(heap) / 1e6,
             }
             out.append(row)

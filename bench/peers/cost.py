@@ -88,7 +88,7 @@ def _redis_cpu_s(r: redis.Redis) -> float:
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
-def _commandstats(r: redis.Redis) -> dict[str, tuple[int, int]]:
+def commandstats(r: redis.Redis) -> dict[str, tuple[int, int]]:
     """(calls, usec) by command, as `INFO commandstats` names them (`client|setname`)."""
     out = {}
     for key, value in r.info("commandstats").items():
@@ -106,14 +106,14 @@ class Window:
         self.r = meter(url)
         self.tree_s = tree_cpu_s(os.getpid())
         self.cpu_s = _redis_cpu_s(self.r)
-        self.stats = _commandstats(self.r)  # the last command the window counts at open
+        self.stats = commandstats(self.r)  # the last command the window counts at open
         self.profile = Profile(url) if os.environ.get(SLOWLOG_ENV) else None
 
     def close(self, jobs: int, polls: int = 0) -> dict[str, Any]:
         """Per job (or put): Redis CPU, commands, script calls, script time and
         worker-tree CPU; `polls`: GETs the caller sent inside the window."""
         profile = self.profile.close(jobs) if self.profile is not None else None
-        stats = _commandstats(self.r)  # the first command the window counts at close
+        stats = commandstats(self.r)  # the first command the window counts at close
         cpu_s = _redis_cpu_s(self.r)
         tree_s = tree_cpu_s(os.getpid())
         own = {"info": 1, "get": polls}  # the open's commandstats INFO and the polls
