@@ -1,0 +1,105 @@
+"""`python -m bench.call_cost`: what one call costs inside Redis before it does
+any work, counted (valgrind's callgrind, instructions per call, as
+bench.redis_cost counts them): a command alone (PING, TIME), a bare function
+call of a one-line library (FCALL returning 1, and one that runs TIME), and
+runtime's cheapest operation, `now` (the library's own floor: its per-call
+resets and end-of-call steps, the read of the shared settings, the clock),
+beside a plain put of one job. What a put costs beyond its floor is its own
+work. One redis-server (AOF on, `--hz 1`, TCP loopback), the current checkout:
+
+    .venv/bin/python -m bench.call_cost --calls 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+
+from bench.redis_cost import _answers
+from runtime import Client
+from runtime.queue.embedded import find_server_binary
+
+BARE = """#!lua name=bench_bare
+redis.register_function('bench_one', function(keys, args) return 1 end)
+redis.register_function('bench_time', function(keys, args) redis.call('TIME') return 1 end)
+"""
+
+
+def run(calls: int) -> dict[str, float]:
+    directory = Path(tempfile.mkdtemp(prefix="rt-call-", dir="/tmp"))
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+            f"--callgrind-out-file={directory / 'callgrind.out'}", str(find_server_binary()),
+            "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+            "--hz", "1", "--dir", str(directory)]  # fmt: skip
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def control(*args: str) -> None:
+        subprocess.run(["callgrind_control", *args, str(server.pid)], check=True,
+                       capture_output=True)  # fmt: skip
+
+    try:
+        deadline = time.monotonic() + 60
+        while not _answers(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        raw = redis.Redis(port=port)
+        raw.function_load(BARE)
+        client = Client.from_url(f"redis://127.0.0.1:{port}", namespace="cost")
+        queue = client.queue("bench")
+        payload = {"payload": "x" * 85}  # bench.redis_cost's put
+        steps: dict[str, Callable[[], object]] = {
+            "PING": raw.ping,
+            "TIME": raw.time,
+            "FCALL, returns 1": lambda: raw.fcall("bench_one", 0),
+            "FCALL, runs TIME": lambda: raw.fcall("bench_time", 0),
+            "runtime now": client.conn.now_ms,
+            "runtime put, one job": lambda: queue.put("bench.jobs:noop", payload),
+        }
+        for name, step in steps.items():
+            step()  # warm: libraries loaded, keys made
+            control("--zero")
+            control("--instr=on")
+            for _ in range(calls):
+                step()
+            control("--instr=off")
+            control("--dump=" + name.replace(" ", "_").replace(",", ""))
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    out: dict[str, float] = {}
+    names = {name.replace(" ", "_").replace(",", ""): name for name in steps}
+    for dump in directory.glob("callgrind.out.*"):
+        lines = dump.read_text(errors="replace").splitlines()
+        trigger = next((ln for ln in lines if ln.startswith("desc: Trigger")), "")
+        total = next((ln for ln in lines if ln.startswith("totals:")), "")
+        for tag, name in names.items():
+            if trigger.endswith(f"dump {tag}") and total:
+                out[name] = int(total.split()[1]) / calls
+    shutil.rmtree(directory, ignore_errors=True)
+    return {name: out[name] for name in steps if name in out}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.call_cost", description=__doc__)
+    parser.add_argument("--calls", type=int, default=500, help="calls counted of each kind")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("bench.call_cost needs valgrind: apt-get install -y valgrind")
+    counts = run(args.calls)
+    print("| call | instructions (thousands) |\n| --- | ---: |")
+    for name, n in counts.items():
+        print(f"| {name} | {n / 1000:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
