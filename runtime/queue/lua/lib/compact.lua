@@ -16,10 +16,10 @@
 --
 --   <W|S><k> <q> <o, hex> <put time ms, hex>[ the same options]
 --
--- A call looks each pair up in K.names once (pair_id, pair_of); nothing of
--- it is remembered from one call to the next, since K.names may be replaced
--- under a running server (a failover back and forth, a restore) and a number
--- remembered from before could then name another pair.
+-- A call looks each pair up in K.names once (pair_id, pair_of); nothing it
+-- found serves the next call, since K.names may be replaced under a running
+-- server (a failover back and forth, a restore) and a number found before
+-- could then name another pair.
 --
 -- r absent: the default retries; m absent: r; its history is its put alone
 -- ({"e":"put","t":<put time>}, rebuilt when read). Only a meta of nothing else
@@ -39,15 +39,37 @@ local STATE_LETTER = { [WAITING] = 'w', [SCHEDULED] = 's' }
 local STATE_CAPITAL = { [WAITING] = 'W', [SCHEDULED] = 'S' }
 local LETTER_STATE = { w = WAITING, s = SCHEDULED, W = WAITING, S = SCHEDULED }
 
--- The pairs of K.names this call looked up: ids[queue][klass] = id (false:
--- none to be had), pairs[id] = {queue, klass} (false: not there).
-local pair_ids, pair_names, names_read = {}, {}, false
+-- The pairs of K.names looked up, each with the number of the call (CALL)
+-- that looked it up: pair_ids[queue][klass] = {id, call} (id FULL or BLANK:
+-- none to be had), pair_names[id] = {queue, klass, call} (queue false: not
+-- there). An entry of an earlier call is looked up again, as if it were not
+-- there (see the top); the entries outlive their call only so that a call
+-- makes no tables (four new tables a put cost it about 5k instructions).
+-- A call that finds more than NAMES_KEPT of them starts afresh.
+local NAMES_KEPT = 1000
+local pair_ids, pair_names, names_n, names_call = {}, {}, 0, 0
 local FULL, BLANK = 'full', 'blank' -- pair_ids' marks: no room left; a name with a blank
-per_call(function()
-  if names_read then
-    pair_ids, pair_names, names_read = {}, {}, false
+
+-- Makes the entries ready for this call: forgotten when too many.
+local function names_for_call()
+  if names_call ~= CALL then
+    if names_n > NAMES_KEPT then
+      pair_ids, pair_names, names_n = {}, {}, 0
+    end
+    names_call = CALL
   end
-end)
+end
+
+-- Records what this call found `id` names (queue nil: nothing).
+local function name_pair(id, queue, klass)
+  local named = pair_names[id]
+  if not named then
+    named, names_n = {}, names_n + 1
+    pair_names[id] = named
+  end
+  named[1], named[2], named[3] = queue or false, klass, CALL
+  return named
+end
 
 -- Pairs ("queue klass") found free of blanks, kept while the function
 -- library stays loaded (a call by EVALSHA starts afresh): unlike an id, what
@@ -73,13 +95,19 @@ end
 -- nil when it has none (the record names them in full), false when either
 -- name holds a blank (no compact form: not from a checked put).
 local function pair_id(queue, klass)
+  names_for_call()
   local of_queue = pair_ids[queue]
   if not of_queue then
-    of_queue, names_read = {}, true
+    of_queue = {}
     pair_ids[queue] = of_queue
   end
-  local id = of_queue[klass]
-  if id == nil then
+  local entry = of_queue[klass]
+  if not entry then
+    entry, names_n = { false, 0 }, names_n + 1
+    of_queue[klass] = entry
+  end
+  local id = entry[1]
+  if entry[2] ~= CALL then
     local pair = queue .. ' ' .. klass
     if not (plain_pairs[pair] or blank_free(queue, klass, pair)) then
       id = BLANK
@@ -90,12 +118,12 @@ local function pair_id(queue, klass)
         redis.call('HSET', K.names, '=' .. pair, id, '#' .. id, pair)
       end
       if id then
-        pair_names[id] = { queue, klass }
+        name_pair(id, queue, klass)
       else
         id = FULL
       end
     end
-    of_queue[klass] = id
+    entry[1], entry[2] = id, CALL
   end
   if id == FULL then
     return nil
@@ -107,15 +135,14 @@ end
 
 -- The queue and klass that id names; nil when K.names has no such pair.
 local function pair_of(id)
-  local pair = pair_names[id]
-  if pair == nil then
+  local named = pair_names[id]
+  if not (named and named[3] == CALL) then
+    names_for_call()
     local text = redis.call('HGET', K.names, '#' .. id)
-    local queue, klass = string.match(text or '', '^(%S+) (%S+)$')
-    pair, names_read = queue and { queue, klass } or false, true
-    pair_names[id] = pair
+    named = name_pair(id, string.match(text or '', '^(%S+) (%S+)$'))
   end
-  if pair then
-    return pair[1], pair[2]
+  if named[1] then
+    return named[1], named[2]
   end
   return nil
 end
