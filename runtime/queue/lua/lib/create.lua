@@ -74,7 +74,15 @@ function Create.parse(spec, data, now_ms)
     job.traceparent = value
   end
   job.unique_for, job.timeout_s = unique_for, timeout_s
-  local delay, at = Check.optional(spec.delay_ms), Check.optional(spec.at_ms)
+  -- (JSON null is left out, as by Check.optional, inline: a put's every
+  -- function call counts, and most of these options are absent)
+  local delay, at = spec.delay_ms, spec.at_ms
+  if delay == null then
+    delay = nil
+  end
+  if at == null then
+    at = nil
+  end
   if delay ~= nil and at ~= nil then
     E.bad('give delay or at, not both')
   elseif delay ~= nil then
@@ -82,11 +90,17 @@ function Create.parse(spec, data, now_ms)
   elseif at ~= nil then
     job.due_ms = Check.int('at_ms', at, 0, now_ms + LIMITS.delay_max_ms)
   end
-  value = Check.optional(spec.expires_in_ms)
+  value = spec.expires_in_ms
+  if value == null then
+    value = nil
+  end
   if value ~= nil then
     job.expires_in_ms = Check.int('expires_in_ms', value, 1, LIMITS.delay_max_ms)
   end
-  value = Check.optional(spec.debounce_ms)
+  value = spec.debounce_ms
+  if value == null then
+    value = nil
+  end
   if value ~= nil then
     job.debounce_ms = Check.int('debounce_ms', value, 1, LIMITS.delay_max_ms)
     if not job.unique_key then
@@ -96,7 +110,10 @@ function Create.parse(spec, data, now_ms)
     end
     job.due_ms = now_ms + job.debounce_ms
   end
-  local backoff = Check.optional(spec.backoff)
+  local backoff = spec.backoff
+  if backoff == null then
+    backoff = nil
+  end
   if backoff ~= nil then
     if type(backoff) ~= 'table' or #backoff ~= 2 then
       E.bad('backoff must be [min seconds, max seconds]')
