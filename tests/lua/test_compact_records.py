@@ -285,3 +285,24 @@ def test_a_meta_naming_a_klass_with_a_blank_stays_json(client: Client, clock: Fr
     assert is_compact(client, "next")
     got = client.get_job("odd")
     assert got is not None and got.klass == "a.b:c d"
+
+
+def test_a_names_table_replaced_between_calls_is_read_afresh(
+    client: Client, clock: FrozenClock
+) -> None:
+    """The server keeps what its calls looked up in K.names (lib/compact.lua), but a
+    number found by one call never serves the next: after K.names is replaced (a
+    restore, a failover back and forth) where number 1 names another pair, the
+    same pair is looked up again and its records name it rightly, both ways."""
+    compact_on(client)
+    client.queue("q").put("a.b:c", {}, jid="before")
+    assert meta_line(client, "before").startswith(b"w1 ")
+    names = client.keys.key("names")
+    client.redis.delete(names)
+    client.redis.hset(names, mapping={"=other x.y:z": "1", "#1": "other x.y:z", "count": "1"})
+    client.queue("q").put("a.b:c", {}, jid="after")
+    assert meta_line(client, "after").startswith(b"w2 "), "looked up again: a new number"
+    got = client.get_job("after")
+    assert got is not None and (got.queue, got.klass) == ("q", "a.b:c")
+    moved = client.get_job("before")  # its number names the other pair now, as stored
+    assert moved is not None and (moved.queue, moved.klass) == ("other", "x.y:z")
