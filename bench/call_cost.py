@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
-import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
 
-from bench.redis_cost import _answers
+from bench.redis_cost import callgrind_control, dump_totals, start_counted
 from runtime import Client
 from runtime.queue.embedded import find_server_binary
 
@@ -35,23 +32,8 @@ redis.register_function('bench_time', function(keys, args) redis.call('TIME') re
 
 def run(calls: int) -> dict[str, float]:
     directory = Path(tempfile.mkdtemp(prefix="rt-call-", dir="/tmp"))
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-            f"--callgrind-out-file={directory / 'callgrind.out'}", str(find_server_binary()),
-            "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-            "--hz", "1", "--dir", str(directory)]  # fmt: skip
-    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def control(*args: str) -> None:
-        subprocess.run(["callgrind_control", *args, str(server.pid)], check=True,
-                       capture_output=True)  # fmt: skip
-
+    server, port = start_counted(str(find_server_binary()), directory)
     try:
-        deadline = time.monotonic() + 60
-        while not _answers(port) and time.monotonic() < deadline:
-            time.sleep(0.1)
         raw = redis.Redis(port=port)
         raw.function_load(BARE)
         client = Client.from_url(f"redis://127.0.0.1:{port}", namespace="cost")
@@ -67,26 +49,23 @@ def run(calls: int) -> dict[str, float]:
         }
         for name, step in steps.items():
             step()  # warm: libraries loaded, keys made
-            control("--zero")
-            control("--instr=on")
+            callgrind_control(server, "--zero")
+            callgrind_control(server, "--instr=on")
             for _ in range(calls):
                 step()
-            control("--instr=off")
-            control("--dump=" + name.replace(" ", "_").replace(",", ""))
+            callgrind_control(server, "--instr=off")
+            callgrind_control(server, "--dump=" + _tag(name))
     finally:
         server.terminate()
         server.wait(timeout=60)
-    out: dict[str, float] = {}
-    names = {name.replace(" ", "_").replace(",", ""): name for name in steps}
-    for dump in directory.glob("callgrind.out.*"):
-        lines = dump.read_text(errors="replace").splitlines()
-        trigger = next((ln for ln in lines if ln.startswith("desc: Trigger")), "")
-        total = next((ln for ln in lines if ln.startswith("totals:")), "")
-        for tag, name in names.items():
-            if trigger.endswith(f"dump {tag}") and total:
-                out[name] = int(total.split()[1]) / calls
+    totals = dump_totals(directory)
     shutil.rmtree(directory, ignore_errors=True)
-    return {name: out[name] for name in steps if name in out}
+    return {name: totals[_tag(name)] / calls for name in steps if _tag(name) in totals}
+
+
+def _tag(name: str) -> str:
+    """A step's name as a dump's (no blanks, no commas)."""
+    return name.replace(" ", "_").replace(",", "")
 
 
 def main() -> None:

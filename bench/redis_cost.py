@@ -70,40 +70,12 @@ def probe(
     from runtime.queue.leases import Outcomes  # noqa: PLC0415
 
     directory = Path(tempfile.mkdtemp(prefix="rt-cost-", dir="/tmp"))
-    out = directory / "callgrind.out"
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    argv = [
-        "valgrind",
-        "--tool=callgrind",
-        "--instr-atstart=no",
-        f"--callgrind-out-file={out}",
-        str(find_server_binary()),
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "yes",
-        "--hz",  # the server's timers run per second of wall time, and under
-        "1",  # callgrind (and a busy host) a call takes long: counts would follow load
-        "--dir",
-        str(directory),
-    ]
-    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, port = start_counted(str(find_server_binary()), directory)
 
     def control(*args: str) -> None:
-        subprocess.run(
-            ["callgrind_control", *args, str(server.pid)], check=True, capture_output=True
-        )
+        callgrind_control(server, *args)
 
     try:
-        deadline = time.monotonic() + 60
-        while not _answers(port) and time.monotonic() < deadline:
-            time.sleep(0.1)
         client = Client.from_url(f"redis://127.0.0.1:{port}", namespace="cost")
         q = client.queue("bench")
         applied = []
@@ -174,14 +146,10 @@ def probe(
     finally:
         server.terminate()
         server.wait(timeout=60)
-    totals = {}
-    for dump in directory.glob("callgrind.out.*"):
-        text = dump.read_text(errors="replace")
-        trigger = next((ln for ln in text.splitlines() if ln.startswith("desc: Trigger")), "")
-        total = next((ln for ln in text.splitlines() if ln.startswith("totals:")), "")
-        for name in ("both", "pop", "put", "drain", "exchange"):
-            if trigger.endswith(f"dump {name}") and total:
-                totals[name] = int(total.split()[1]) / (backlog if name == "drain" else jobs)
+    totals = {
+        name: total / (backlog if name == "drain" else jobs)
+        for name, total in dump_totals(directory).items()
+    }
     shutil.rmtree(directory, ignore_errors=True)
     both, pop = totals["both"], totals["pop"]
     counts = {
@@ -197,6 +165,43 @@ def probe(
     if "exchange" in totals:
         counts["exchange"] = totals["exchange"]
     return counts
+
+
+def start_counted(binary: str, directory: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """A private redis-server under callgrind, counting nothing until told
+    (`callgrind_control(server, "--instr=on")`), its dumps in `directory`, once it
+    answers on its TCP loopback port: AOF on, as deployed, and `--hz 1` (its timers
+    run per second of wall time, and under callgrind, and on a busy host, a call
+    takes long: at the default 10 counts would follow load)."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+            f"--callgrind-out-file={directory / 'callgrind.out'}", binary,
+            "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+            "--hz", "1", "--dir", str(directory)]  # fmt: skip
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not _answers(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return server, port
+
+
+def callgrind_control(server: subprocess.Popen[bytes], *args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(server.pid)], check=True, capture_output=True)
+
+
+def dump_totals(directory: Path) -> dict[str, int]:
+    """The instructions each dump in `directory` counted, by the name it was
+    dumped with (`callgrind_control(server, "--dump=NAME")`)."""
+    totals: dict[str, int] = {}
+    for dump in directory.glob("callgrind.out.*"):
+        lines = dump.read_text(errors="replace").splitlines()
+        trigger = next((ln for ln in lines if ln.startswith("desc: Trigger")), "")
+        total = next((ln for ln in lines if ln.startswith("totals:")), "")
+        if "dump " in trigger and total:  # "desc: Trigger: dump NAME"
+            totals[trigger.rpartition("dump ")[2]] = int(total.split()[1])
+    return totals
 
 
 def _answers(port: int) -> bool:
