@@ -43,9 +43,10 @@ local LETTER_STATE = { w = WAITING, s = SCHEDULED, W = WAITING, S = SCHEDULED }
 -- that looked it up: pair_ids[queue][klass] = {id, call} (id FULL or BLANK:
 -- none to be had), pair_names[id] = {queue, klass, call} (queue false: not
 -- there). An entry of an earlier call is looked up again, as if it were not
--- there (see the top); the entries outlive their call only so that a call
--- makes no tables (four new tables a put cost it about 5k instructions).
--- A call that finds more than NAMES_KEPT of them starts afresh.
+-- there (see the top), save whether its names hold a blank; the entries
+-- outlive their call so that a call makes no tables (four new tables a put
+-- cost it about 5k instructions) and a known pair's names are not searched
+-- again. A call that finds more than NAMES_KEPT of them starts afresh.
 local NAMES_KEPT = 1000
 local pair_ids, pair_names, names_n, names_call = {}, {}, 0, 0
 local FULL, BLANK = 'full', 'blank' -- pair_ids' marks: no room left; a name with a blank
@@ -71,26 +72,6 @@ local function name_pair(id, queue, klass)
   return named
 end
 
--- Pairs ("queue klass") found free of blanks, kept while the function
--- library stays loaded (a call by EVALSHA starts afresh): unlike an id, what
--- two texts hold cannot go stale, and a deployment has few pairs, so a put
--- of a known pair searches neither name (two string.find: about 4k
--- instructions). At most PLAIN_MAX, then forgotten all at once.
-local PLAIN_MAX = 1000
-local plain_pairs, plain_n = {}, 0
-
--- True when neither name holds a blank (remembered in plain_pairs).
-local function blank_free(queue, klass, pair)
-  if string.find(queue, '%s') or string.find(klass, '%s') then
-    return false
-  end
-  if plain_n >= PLAIN_MAX then
-    plain_pairs, plain_n = {}, 0
-  end
-  plain_pairs[pair], plain_n = true, plain_n + 1
-  return true
-end
-
 -- The id (hex) of the pair, given one if it has none and K.names has room;
 -- nil when it has none (the record names them in full), false when either
 -- name holds a blank (no compact form: not from a checked put).
@@ -108,10 +89,12 @@ local function pair_id(queue, klass)
   end
   local id = entry[1]
   if entry[2] ~= CALL then
-    local pair = queue .. ' ' .. klass
-    if not (plain_pairs[pair] or blank_free(queue, klass, pair)) then
+    -- what two texts hold never goes stale: an entry of an earlier call that
+    -- is not BLANK says neither name holds one (two string.find spared, ~4k)
+    if id == BLANK or (not id and (string.find(queue, '%s') or string.find(klass, '%s'))) then
       id = BLANK
     else
+      local pair = queue .. ' ' .. klass
       id = redis.call('HGET', K.names, '=' .. pair)
       if not id and tonumber(redis.call('HGET', K.names, 'count') or '0') < LIMITS.names_max then
         id = string.format('%x', redis.call('HINCRBY', K.names, 'count', '1'))
