@@ -27,16 +27,19 @@ Due.NEVER = NEVER
 -- free slot of its domain's concurrency cap, or its domain's resume): beyond
 -- any clock, never released by time, and never kept as a due time.
 Due.HELD = 9e15
-local known = {} -- queue -> {paused, due, chk}: what this call read or wrote
-local read_any = false
-per_call(function()
-  if read_any then
-    known, read_any = {}, false
+local known, known_call = {}, 0 -- queue -> {paused, due, chk}: what call known_call read or wrote
+
+-- What this call knows: `known` made afresh by the first call that asks (a
+-- call that never asks pays nothing).
+local function knowing()
+  if known_call ~= CALL then
+    known, known_call = {}, CALL
   end
-end)
+  return known
+end
 
 local function load(queue)
-  local k = known[queue]
+  local k = knowing()[queue]
   if not k then
     local got = redis.call('HMGET', K.queue(queue), 'paused', 'due', 'due_chk')
     k = {
@@ -44,7 +47,7 @@ local function load(queue)
       due = got[2] == 'never' and NEVER or tonumber(got[2]),
       chk = tonumber(got[3]),
     }
-    known[queue], read_any = k, true
+    known[queue] = k
   end
   return k
 end
@@ -89,6 +92,5 @@ end
 
 -- The queue's hash was deleted (queue_forget): nothing is known.
 function Due.forget(queue)
-  known[queue] = { paused = false }
-  read_any = true
+  knowing()[queue] = { paused = false }
 end

@@ -446,13 +446,13 @@ function Job.must(jid)
 end
 
 -- Loops that drop corrupt or stray entries of an index share a budget per call.
-local dropped = 0
-per_call(function()
-  dropped = 0
-end)
+local dropped, dropped_call = 0, 0 -- counted by call dropped_call
 
 -- True while this call may drop one more entry (and counts it).
 function Job.may_drop()
+  if dropped_call ~= CALL then
+    dropped, dropped_call = 0, CALL
+  end
   if dropped >= LIMITS.drop_batch then
     return false
   end

@@ -22,14 +22,15 @@
 -- the key expires then. Nothing reads K.grace unless a lease has expired.
 
 local Grace = {}
-local window -- nil: not read in this call; false: none open; else the fields, numbers
-per_call(function()
-  window = nil
-end)
+-- by call window_call: nil, not read; false, none open; else the fields, numbers
+local window, window_call = nil, 0
 
 local FIELDS = { 'from_us', 'resumed_us', 'until_us', 'prev_from_us', 'prev_resumed_us' }
 
 local function open_window(now_us)
+  if window_call ~= CALL then
+    window, window_call = nil, CALL
+  end
   if window == nil then
     local got = redis.call('HMGET', K.grace, unpack(FIELDS))
     window = {}
@@ -154,10 +155,7 @@ end
 -- The lease fields of a reply, made once per call and queue for the jobs
 -- that have no timeout of their own and were not handed (their lease is the
 -- queue's, from the call's time): queue -> text.
-local lease_fields = {}
-per_call(function()
-  lease_fields = {}
-end)
+local lease_fields, fields_call = {}, 0 -- made by call fields_call
 
 -- Leases a job taken from its queue to `worker` and returns its reply (JSON):
 -- {"jid", "meta", "data", "lease_ms", "timeout_s", "expires_us"[, "start_in_us"]
@@ -175,6 +173,9 @@ function Lease.hand(jid, meta, data, worker, seed, now_us, start_us, first_lease
   })
   local head = Job.save(jid, meta, data, true) -- only read below
   local shared = not (meta.to or first_lease_s)
+  if fields_call ~= CALL then
+    lease_fields, fields_call = {}, CALL
+  end
   local extra = shared and lease_fields[meta.q]
   if not extra then
     extra = ',"lease_ms":' .. int(Config.get('heartbeat', meta.q) * 1000) .. ',"timeout_s":'

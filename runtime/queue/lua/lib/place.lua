@@ -40,14 +40,18 @@
 -- promotion batch cut anywhere still takes the oldest first.
 
 local Place = {}
-local woken, promoted, known = {}, {}, {}
-local written = false -- whether this call wrote any of them (most calls never do)
-per_call(function()
+-- Of call number place_call (CALL); `written`: whether it wrote any of them.
+local woken, promoted, known, place_call, written = {}, {}, {}, 0, false
+
+-- Starts this call's tables, at the first use in a call (callers test the
+-- stamp first: a call that never moves a job pays nothing).
+local function fresh()
   if written then
     woken, promoted, known = emptied(woken), emptied(promoted), emptied(known)
     written = false
   end
-end)
+  place_call = CALL
+end
 
 -- The scheduled-set member of a job: one hex digit saying how many hex digits
 -- the ticket has, the ticket in hex, then the jid (so shorter tickets sort first).
@@ -71,17 +75,26 @@ end)
 -- (handoff.lua). Nothing happens before every write of the call is done, so a
 -- batch hands out its queue's head in order, whatever it put last.
 function Place.wake(queue)
+  if place_call ~= CALL then
+    fresh()
+  end
   woken[queue], written = woken[queue] or 'work', true
 end
 
 -- Idle masters of the queue must look again even if no job is ready (an
 -- earlier due time, a new recurrence tick, a domain freeing sooner).
 function Place.nudge(queue)
+  if place_call ~= CALL then
+    fresh()
+  end
   woken[queue], written = 'always', true
 end
 
 -- The queues woken in this call: {queue = 'work' | 'always'}.
 function Place.woken()
+  if place_call ~= CALL then
+    fresh()
+  end
   return woken
 end
 
@@ -89,6 +102,9 @@ end
 -- empty (queue_forget.lua), so a job entering a lane that holds jobs already
 -- need not list it again.
 local function list_queue(queue, now_ms)
+  if place_call ~= CALL then
+    fresh()
+  end
   if not known[queue] then
     known[queue], written = true, true
     redis.call('ZADD', K.queues, 'NX', int(now_ms), queue)
@@ -596,6 +612,9 @@ end
 -- True the first time a call asks for the queue: its promotion (Place.promote,
 -- lib/sweep.lua) runs once a call.
 function Place.promoting(queue)
+  if place_call ~= CALL then
+    fresh()
+  end
   if promoted[queue] then
     return false
   end
