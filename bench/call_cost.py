@@ -2,8 +2,8 @@
 any work, counted (valgrind's callgrind, instructions per call, as
 bench.redis_cost counts them): a command alone (PING, TIME), a bare function
 call of a one-line library (FCALL returning 1, and one that runs TIME), and
-runtime's cheapest operation, `now` (the library's own floor: its per-call
-resets and end-of-call steps, the read of the shared settings, the clock),
+runtime's cheapest operation, `now` (the library's own floor: its start and
+end-of-call steps, the read of the shared settings, the clock),
 beside a plain put of one job. What a put costs beyond its floor is its own
 work. One redis-server (AOF on, `--hz 1`, TCP loopback), the current checkout:
 

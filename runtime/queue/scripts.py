@@ -137,8 +137,9 @@ _CAPTURED = ("type", "pairs", "ipairs", "tonumber", "tostring", "string", "table
 
 
 def _prelude(library: bool) -> str:
-    """Constants, the key builders (bound to the namespace of each call) and the
-    per-call hooks every operation starts with: `__begin(KEYS[1])`."""
+    """Constants, the key builders (bound to the namespace of each call), the
+    start every operation makes (`__begin(KEYS[1])`: the namespace bound, the
+    call counted) and the `at_end` hooks `__finish` runs after it."""
     captured = ", ".join(_CAPTURED)
     defaults = ", ".join(
         f"[{name!r}] = {_lua_literal(s.default)}" for name, s in config.SHARED.items()

@@ -43,8 +43,9 @@ local Place = {}
 -- Of call number place_call (CALL); `written`: whether it wrote any of them.
 local woken, promoted, known, place_call, written = {}, {}, {}, 0, false
 
--- Starts this call's tables, at the first use in a call (callers test the
--- stamp first: a call that never moves a job pays nothing).
+-- Starts this call's tables, at their first use in a call (callers test the
+-- stamp first, so later uses pay no call; the hand-off's end step asks
+-- every call, so each call runs this once, emptying only what was written).
 local function fresh()
   if written then
     woken, promoted, known = emptied(woken), emptied(promoted), emptied(known)
