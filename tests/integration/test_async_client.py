@@ -247,9 +247,9 @@ def test_a_thousand_waits_share_one_blocking_read_and_cancelled_leave_none(
             waits = [asyncio.create_task(ac.wait(jid)) for jid in jids for _ in range(100)]
             while not all(registered(client, jid, 100) for jid in jids):
                 await asyncio.sleep(0.05)  # the run's deadline bounds this
-            while blocked(client) < 1:
+            while (blocking := blocked(client)) < 1:
                 await asyncio.sleep(0.05)
-            assert blocked(client) == 1, "one BLPOP for the thousand waits"
+            assert blocking == 1, "one BLPOP for the thousand waits"
             assert connected(client) <= baseline + pool  # the pool's, and the waiter's
             for task in waits:
                 task.cancel()

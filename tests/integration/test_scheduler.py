@@ -13,7 +13,7 @@ import pytest
 from runtime import Client
 from tests.integration.conftest import StartMaster
 from tests.integration.test_worker_basics import wait_state
-from tests.support.waiting import wait_for
+from tests.support.waiting import idle, wait_for
 
 J = "tests.integration.jobs"
 
@@ -87,8 +87,7 @@ def test_recurring_jobs_spawn_once_per_tick_with_three_masters_and_a_restart(
     start_master("q", "-c", "1")
     wait_for(lambda: runs() >= 14, 15)
     plain_client.scheduling.unrecur("r")
-    wait_for(lambda: plain_client.status("q")["q"]["running"] == 0
-             and plain_client.status("q")["q"]["waiting"] == 0, 15)  # fmt: skip
+    wait_for(lambda: idle(plain_client.status("q")["q"]), 15)  # one read: no job between two
     jids = [line.split()[0] for line in path.read_text().splitlines()]
     again = {j for j in jids if jids.count(j) > 1}
     if stop == signal.SIGTERM:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from runtime import Client
 from tests.integration.conftest import StartMaster
-from tests.support.waiting import wait_for
+from tests.support.waiting import idle, wait_for
 
 J = "tests.integration.jobs"
 
@@ -20,8 +20,7 @@ def _warm_up(client: Client, queue: str, n: int = 300) -> None:
     """Short jobs until the master pipelines (it does once jobs are short on average)."""
     q = client.queue(queue)
     jids = [q.put(f"{J}:noop", {}) for _ in range(n)]
-    wait_for(lambda: q.counts()["waiting"] + q.counts()["running"] == 0, 30,
-             what="warm-up jobs to finish")  # fmt: skip
+    wait_for(lambda: idle(q.counts()), 30, what="warm-up jobs to finish")
     assert all(client.get_job(j).state == "complete" for j in jids)  # type: ignore[union-attr]
 
 

@@ -11,7 +11,7 @@ from runtime import Client
 from tests.integration.conftest import StartMaster
 from tests.integration.test_worker_basics import wait_state
 from tests.support.master import MasterProcess, wait_gone
-from tests.support.waiting import stays, wait_for
+from tests.support.waiting import idle, stays, wait_for
 
 J = "tests.integration.jobs"
 
@@ -142,9 +142,7 @@ def test_hup_replaces_every_child_under_load_losing_and_doubling_nothing(
             return len(fork_servers(master)) == servers
 
         wait_for(replaced, 20, what="a child from a new fork server")
-    wait_for(
-        lambda: plain_client.status("q")["q"]["waiting"] == 0 and running(plain_client) == 0, 60
-    )
+    wait_for(lambda: idle(plain_client.status("q")["q"]), 60)  # one read of both
     ran = [line.split()[0] for line in path.read_text().splitlines()]
     assert sorted(ran) == sorted(jids), "each job ran exactly once"
     assert all(plain_client.get_job(j).state == "complete" for j in jids[:20])  # type: ignore[union-attr]

@@ -93,7 +93,11 @@ class MasterProcess:
 
     def fork_server_pid(self) -> int | None:
         for pid in _children_of(self.pid):
-            if b"fork-server" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            try:  # a fork server replaced (HUP) may be reaped after it was listed
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"fork-server" in cmdline:
                 return pid
         return None
 

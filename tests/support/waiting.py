@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
@@ -25,6 +25,12 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what or probe}")
         time.sleep(interval_s)
+
+
+def idle(counts: Mapping[str, int]) -> bool:
+    """No job waiting or running in one queue's counts, read in one call (two
+    reads of a queue a master works on may see one job in neither state)."""
+    return counts["waiting"] == 0 and counts["running"] == 0
 
 
 def stays(
